@@ -1,0 +1,304 @@
+/*
+ * lazytpu.h — the whole public C API of lazytpu.
+ *
+ * Overview
+ * --------
+ * lazytpu is a lazy tensor engine. Operations on device tensors are not run
+ * when called: each one creates an immutable IR node (output shape and dtype
+ * inferred at once, hashes computed at creation) and returns a tensor handle
+ * holding that pending value. At a step boundary (lt_sync / lt_sync_core) the
+ * pending graph is captured, keyed by structure + shapes + dtypes, looked up in
+ * a bounded LRU compile cache, compiled on a miss (DCE, CSE, elementwise and
+ * reduction fusion, buffer planning) and executed asynchronously on a simulated
+ * core: a worker thread with an OpenMP thread budget and a device-memory budget.
+ *
+ * A C program can use lazytpu without Python:
+ *
+ *     lt_init();
+ *     lt_shape s = lt_shape_make(2, (int64_t[]){2, 3});
+ *     lt_tensor *x, *y, *z;
+ *     lt_tensor_from_host(0, host, LT_F32, &s, &x);
+ *     lt_trace1(LT_OP_exp, x, NULL, &y);           // pending, nothing computed
+ *     lt_trace2(LT_OP_add, x, y, NULL, &z);         // pending
+ *     lt_tensor_to_host(z, out, LT_F32);            // syncs, compiles, runs, waits
+ *     lt_tensor_release(x); lt_tensor_release(y); lt_tensor_release(z);
+ *     lt_shutdown();
+ *
+ * Conventions
+ * -----------
+ * - Functions that can fail on user input return lt_status; on failure the
+ *   thread-local lt_last_error() names the op, shapes and dtypes involved.
+ *   Nothing aborts on user input; assert() guards internal invariants only.
+ * - Handles are reference counted. Every function returning a handle through
+ *   an out-pointer gives the caller one reference, released with *_release.
+ * - The op set is the table lazy/ops.def: one line per op gives its enum
+ *   (LT_OP_<name>), name, arity, kind, shape rule, dtype rule and kernel.
+ */
+#ifndef LAZYTPU_H
+#define LAZYTPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ errors */
+
+typedef enum lt_status {
+    LT_OK = 0,
+    LT_ERR_ARG,        /* bad argument (null, out of range, wrong attr) */
+    LT_ERR_SHAPE,      /* shapes do not fit the op */
+    LT_ERR_DTYPE,      /* dtype not supported by the op / bad promotion */
+    LT_ERR_OOM,        /* device memory budget (LAZYTPU_HBM_BYTES) exceeded */
+    LT_ERR_DEVICE,     /* bad core index, mixing cores, core failed */
+    LT_ERR_COLLECTIVE, /* collective participants disagree or peer died */
+    LT_ERR_INTERNAL    /* a bug in lazytpu: please report */
+} lt_status;
+
+/* Message of the last failing call on this thread ("" if none). The pointer
+ * stays valid until the next failing call on the same thread. */
+const char *lt_last_error(void);
+
+/* Sets the thread's last error (printf-style) and returns `st`. Used by all
+ * modules and by the shim to report errors in the same format. */
+lt_status lt_set_error(lt_status st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* ------------------------------------------------------------------ dtypes */
+
+typedef enum lt_dtype {
+    LT_F32 = 0,
+    LT_BF16,
+    LT_F64,
+    LT_I64,
+    LT_I32,
+    LT_BOOL,
+    LT_NUM_DTYPES
+} lt_dtype;
+
+/* Bytes per element; 0 for an invalid dtype. */
+size_t lt_dtype_size(lt_dtype dt);
+/* "f32", "bf16", "f64", "i64", "i32", "bool"; "?" for an invalid dtype. */
+const char *lt_dtype_name(lt_dtype dt);
+int lt_dtype_is_float(lt_dtype dt);
+/* PyTorch's promotion of two tensor dtypes (bool < ints < floats; bf16+f32 ->
+ * f32). */
+lt_dtype lt_dtype_promote(lt_dtype a, lt_dtype b);
+
+/* bf16 conversion, round to nearest even; NaN stays NaN. */
+uint16_t lt_f32_to_bf16(float f);
+float lt_bf16_to_f32(uint16_t h);
+/* Converts n elements between dtypes (any pair). Float->int truncates toward
+ * zero, anything->bool is (x != 0). */
+void lt_convert(const void *src, lt_dtype src_dt, void *dst, lt_dtype dst_dt,
+                size_t n);
+
+/* ------------------------------------------------------------------ shapes */
+
+#define LT_MAX_DIMS 8
+
+typedef struct lt_shape {
+    int ndim;                      /* 0 = scalar */
+    int64_t dims[LT_MAX_DIMS];
+} lt_shape;
+
+lt_shape lt_shape_make(int ndim, const int64_t *dims);
+int64_t lt_shape_numel(const lt_shape *s);
+int lt_shape_equal(const lt_shape *a, const lt_shape *b);
+/* Writes "[2, 3]" into buf (always NUL-terminated); returns buf. */
+char *lt_shape_str(const lt_shape *s, char *buf, size_t cap);
+
+/* -------------------------------------------------------------------- ops */
+
+typedef enum lt_op_kind {
+    LT_KIND_LEAF,       /* device data, scalar parameter/constant */
+    LT_KIND_UNARY,      /* elementwise, fusable */
+    LT_KIND_BINARY,     /* elementwise with broadcasting, fusable */
+    LT_KIND_TERNARY,    /* elementwise with broadcasting, fusable */
+    LT_KIND_REDUCE,     /* reduction over a dim set; fusable with producers */
+    LT_KIND_MATMUL,     /* BLAS */
+    LT_KIND_CONV,       /* im2col + BLAS */
+    LT_KIND_POOL,
+    LT_KIND_NORM,       /* row-wise softmax-like kernels */
+    LT_KIND_MOVEMENT,   /* views: folded into strided loads */
+    LT_KIND_SCATTER,    /* base with a strided region overwritten */
+    LT_KIND_CONCAT,
+    LT_KIND_INDEX,
+    LT_KIND_LOSS,
+    LT_KIND_RANDOM,
+    LT_KIND_COLLECTIVE
+} lt_op_kind;
+
+typedef enum lt_op {
+#define LT_OP(name, arity, kind, shape, dtype, kernel, expr) LT_OP_##name,
+#include "../lazy/ops.def"
+#undef LT_OP
+    LT_NUM_OPS
+} lt_op;
+
+const char *lt_op_name(lt_op op);       /* "add"; "?" if invalid */
+int lt_op_arity(lt_op op);              /* -1 = variadic */
+lt_op_kind lt_op_kind_of(lt_op op);
+/* Op by name, or -1. */
+int lt_op_from_name(const char *name);
+
+/* Attributes of a node. Meaning per op is documented in lazy/ops.def. */
+#define LT_MAX_ATTRS 24
+typedef struct lt_attrs {
+    int n;                         /* used entries of i[] */
+    int64_t i[LT_MAX_ATTRS];
+    double f[2];
+} lt_attrs;
+
+/* Reduction kinds for collectives (attr i[0] of all_reduce etc). */
+typedef enum lt_reduce_type {
+    LT_REDUCE_SUM = 0, LT_REDUCE_MUL, LT_REDUCE_MIN, LT_REDUCE_MAX,
+    LT_REDUCE_AND, LT_REDUCE_OR
+} lt_reduce_type;
+
+/* --------------------------------------------------------------- lifecycle */
+
+/* Initialises the library once (idempotent, thread-safe): reads the env vars
+ * (LAZYTPU_HBM_BYTES, LAZYTPU_COMPILE_CACHE_SIZE, LAZYTPU_USE_BF16 /
+ * XLA_USE_BF16, LAZYTPU_GRAPH_LIMIT, LAZYTPU_NUM_CORES), creates the cores. */
+lt_status lt_init(void);
+/* Waits for all cores, stops their threads and frees everything; tensors still
+ * alive afterwards must only be released. */
+void lt_shutdown(void);
+
+int lt_num_cores(void);
+/* 1 when float32 is stored on the device as bf16 (LAZYTPU_USE_BF16). */
+int lt_bf16_mode(void);
+
+/* ---------------------------------------------------------------- tensors */
+
+typedef struct lt_tensor lt_tensor;
+
+/* Copies host data (contiguous, row-major, `dtype`) to a new device tensor on
+ * `core`. In bf16 mode f32 data is stored as bf16 and still reports f32.
+ * Counted in TransferToDeviceTime / InboundData. */
+lt_status lt_tensor_from_host(int core, const void *data, lt_dtype dtype,
+                              const lt_shape *shape, lt_tensor **out);
+/* Copies the tensor's value into host memory as `dst_dtype` (contiguous).
+ * Syncs the tensor first if its value is pending (cause LT_SYNC_VALUE_READ)
+ * and waits until it is ready. Counted in TransferFromDeviceTime. */
+lt_status lt_tensor_to_host(lt_tensor *t, void *dst, lt_dtype dst_dtype);
+
+lt_tensor *lt_tensor_retain(lt_tensor *t);  /* returns t; NULL-safe */
+void lt_tensor_release(lt_tensor *t);       /* NULL-safe */
+
+const lt_shape *lt_tensor_shape(const lt_tensor *t);
+/* Logical dtype (what PyTorch sees). */
+lt_dtype lt_tensor_dtype(const lt_tensor *t);
+/* Dtype as stored on the device (bf16 for f32 in bf16 mode). */
+lt_dtype lt_tensor_storage_dtype(const lt_tensor *t);
+int lt_tensor_core(const lt_tensor *t);
+/* 1 while the value is an unexecuted IR node. */
+int lt_tensor_is_pending(const lt_tensor *t);
+/* Replaces dst's value by src's (same core; shapes may differ). This is how
+ * in-place updates land: dst keeps its identity, the value is a new node. */
+lt_status lt_tensor_assign(lt_tensor *dst, lt_tensor *src);
+/* Number of live tensors on a core (for leak checks and tests). */
+int64_t lt_live_tensors(int core);
+
+/* ---------------------------------------------------------------- tracing */
+
+/* Traces `op` on `inputs` (all on one core) with `attrs` (NULL = none) and
+ * returns a new pending tensor. Shape/dtype rules are checked at once: on a
+ * mismatch returns LT_ERR_SHAPE/LT_ERR_DTYPE/LT_ERR_ARG with a message naming
+ * the op, the input shapes and dtypes, and creates nothing. */
+lt_status lt_trace(lt_op op, lt_tensor *const *inputs, int n_inputs,
+                   const lt_attrs *attrs, lt_tensor **out);
+lt_status lt_trace1(lt_op op, lt_tensor *a, const lt_attrs *attrs,
+                    lt_tensor **out);
+lt_status lt_trace2(lt_op op, lt_tensor *a, lt_tensor *b,
+                    const lt_attrs *attrs, lt_tensor **out);
+lt_status lt_trace3(lt_op op, lt_tensor *a, lt_tensor *b, lt_tensor *c,
+                    const lt_attrs *attrs, lt_tensor **out);
+
+/* A 0-dim scalar on `core`. A "wrapped number" (Python scalar) does not
+ * promote tensor dtypes: f32 tensor + 2.5 stays f32. Values other than 0, 1
+ * and -1 are graph parameters, so a changing learning rate never recompiles;
+ * 0 and +-1 are baked in as constants. `dtype` must be LT_F64, LT_I64 or
+ * LT_BOOL for wrapped numbers; with wrapped=0 it is an ordinary 0-dim tensor. */
+lt_status lt_scalar(int core, double value, lt_dtype dtype, int wrapped,
+                    lt_tensor **out);
+
+/* ------------------------------------------------------------------- sync */
+
+typedef enum lt_sync_cause {
+    LT_SYNC_MARK_STEP = 0,
+    LT_SYNC_OPTIMIZER_STEP,
+    LT_SYNC_LOADER_STEP,
+    LT_SYNC_VALUE_READ,
+    LT_SYNC_SIZE_LIMIT,
+    LT_SYNC_EXPLICIT,
+    LT_NUM_SYNC_CAUSES
+} lt_sync_cause;
+
+const char *lt_sync_cause_name(lt_sync_cause c); /* "mark_step", ... */
+
+/* Executes the pending values of `tensors` (one graph per core involved).
+ * Returns once the program is queued; with wait=1 also waits for it. After
+ * the call every listed tensor refers to a device buffer (maybe not ready
+ * yet: reading waits). Errors (OOM, ...) are reported here, synchronously. */
+lt_status lt_sync(lt_tensor *const *tensors, int n, lt_sync_cause cause,
+                  int wait);
+/* Syncs every live pending tensor of `core` (mark_step); counts MarkStep when
+ * cause is LT_SYNC_MARK_STEP. */
+lt_status lt_sync_core(int core, lt_sync_cause cause, int wait);
+/* Waits until all programs queued on `core` (-1: all cores) have finished.
+ * Returns the first execution error, if any. */
+lt_status lt_wait(int core);
+
+/* Thread-local description of the user's code that caused what follows
+ * ("train.py:42 in step"), recorded on rare events (compiles, value reads,
+ * fallbacks). NULL clears. The string is copied. */
+void lt_set_caller(const char *frame);
+
+/* ---------------------------------------------------------------- metrics */
+
+/* Counters (monotonic int64) and timed/valued metrics (sample rings).
+ * Names are interned on first use; all functions are thread-safe. */
+typedef struct lt_counter lt_counter;
+typedef struct lt_metric lt_metric;
+
+lt_counter *lt_counter_get(const char *name);   /* creates if absent */
+void lt_counter_add(lt_counter *c, int64_t delta);
+void lt_counter_inc_name(const char *name, int64_t delta);
+int64_t lt_counter_value(const char *name);     /* 0 if absent */
+
+typedef enum lt_metric_unit {
+    LT_UNIT_NS = 0,    /* reported as 02m57s694ms418.595us */
+    LT_UNIT_BYTES,     /* reported base 1024: 1.50MB */
+    LT_UNIT_COUNT      /* plain number */
+} lt_metric_unit;
+
+lt_metric *lt_metric_get(const char *name, lt_metric_unit unit);
+void lt_metric_add(lt_metric *m, double value);
+/* Monotonic clock in ns. */
+int64_t lt_now_ns(void);
+
+/* Free-form analysis lines appended after the metrics in the report (e.g.
+ * recompilation causes); kept in a bounded ring. */
+void lt_metrics_note(const char *section, const char *line);
+
+/* The torch_xla-format text report / a JSON dump. malloc'd; caller frees. */
+char *lt_metrics_report(void);
+char *lt_metrics_json(void);
+/* Newline-separated names; malloc'd; caller frees. */
+char *lt_counter_names(void);
+char *lt_metric_names(void);
+/* Metric data: total samples, accumulator; returns 0 if the metric exists. */
+int lt_metric_data(const char *name, int64_t *total_samples,
+                   double *accumulator);
+/* Resets every counter and metric to zero (names stay known). */
+void lt_metrics_clear_all(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LAZYTPU_H */

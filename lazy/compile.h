@@ -1,0 +1,58 @@
+/*
+ * lazy/compile.h — graph -> program, and running a program.
+ *
+ * A program is independent of node pointers and parameter values: it refers
+ * to parameters and outputs by index, so one compiled program serves every
+ * graph with the same key. Compilation: dead code and common subexpressions
+ * removed; movement ops folded into strided views of their source;
+ * elementwise ops (with broadcasts and scalar parameters) fused into
+ * single-pass kernels; reductions fused with their elementwise producers;
+ * library kernels (matmul, conv, ...) left whole; intermediate buffers planned
+ * by liveness into one scratch arena; outputs that overwrite a parameter of the
+ * same shape/dtype may reuse ("donate") that parameter's buffer.
+ */
+#ifndef LT_COMPILE_H
+#define LT_COMPILE_H
+
+#include "graph.h"
+#include "device.h"
+
+typedef struct lt_program lt_program;
+
+/* Compiles g. Caller owns 1 reference. Errors: LT_ERR_* with message. */
+lt_status lt_compile(const lt_graph *g, lt_program **out);
+lt_program *lt_program_retain(lt_program *p);
+void lt_program_release(lt_program *p);
+
+int lt_program_n_params(const lt_program *p);
+int lt_program_n_outputs(const lt_program *p);
+/* Output shape/dtype (storage dtype) of output k. */
+const lt_shape *lt_program_output_shape(const lt_program *p, int k);
+lt_dtype lt_program_output_dtype(const lt_program *p, int k);
+/* Param index whose buffer output k may be written into in place when the
+ * caller holds that buffer exclusively, or -1. */
+int lt_program_output_donor(const lt_program *p, int k);
+/* If output k is just parameter j (a root that is already data, or a pure
+ * reshape of it), returns j: the caller shares the buffer, no copy. Else -1. */
+int lt_program_output_alias(const lt_program *p, int k);
+/* Bytes of scratch the program needs for intermediates. */
+size_t lt_program_scratch_bytes(const lt_program *p);
+/* Kernel count after fusion (for tests/metrics). */
+int lt_program_n_kernels(const lt_program *p);
+
+/* Everything one execution needs. Buffers are owned references that the
+ * executor releases in lt_exec_args_free. */
+typedef struct lt_exec_args {
+    int n_params;
+    lt_buffer **param_bufs;   /* data params (NULL for scalar params) */
+    double *param_values;     /* scalar params */
+    int n_outputs;
+    lt_buffer **out_bufs;     /* allocated by the caller (or donated/aliased) */
+    lt_buffer *scratch;       /* lt_program_scratch_bytes() bytes, or NULL */
+} lt_exec_args;
+
+/* Runs p with args on the calling thread (the core's worker), using the
+ * core's OpenMP budget. Returns LT_OK or an error with message. */
+lt_status lt_program_run(const lt_program *p, const lt_exec_args *args, int core);
+
+#endif

@@ -1,0 +1,69 @@
+/*
+ * lazy/device.h — simulated cores and their device buffers.
+ *
+ * A core is a worker thread with a FIFO of jobs, an OpenMP thread budget
+ * (max(1, physical cores / cores in use)) and a device-memory budget
+ * (LAZYTPU_HBM_BYTES, default 16 GiB). Buffers are 64-byte aligned host
+ * memory accounted against their core's budget. A buffer written by a queued
+ * program carries that job's sequence number; it is ready when the core has
+ * finished that job.
+ */
+#ifndef LT_DEVICE_H
+#define LT_DEVICE_H
+
+#include <stdatomic.h>
+#include "lazytpu.h"
+
+typedef struct lt_buffer {
+    atomic_int refs;
+    int core;
+    lt_dtype dtype;
+    int64_t numel;
+    size_t bytes;
+    void *data;
+    uint64_t ready_seq;       /* 0 = ready now; else the job seq that writes it */
+} lt_buffer;
+
+/* Creates the cores (once). n_cores from LAZYTPU_NUM_CORES (default 8). */
+lt_status lt_devices_init(void);
+/* Drains and joins every worker, frees cores. Buffers still referenced are
+ * freed when released later. */
+void lt_devices_shutdown(void);
+int lt_devices_count(void);
+int lt_core_valid(int core);            /* 1 if 0 <= core < count */
+int lt_core_omp_threads(int core);      /* OpenMP budget of the core */
+
+/* Allocates numel elements of dt on core. Fails with LT_ERR_OOM when the
+ * core's budget would be exceeded; the message names the core, the request
+ * and the bytes in use / budget. Caller owns 1 reference. */
+lt_status lt_buffer_alloc(int core, lt_dtype dt, int64_t numel, lt_buffer **out);
+lt_buffer *lt_buffer_retain(lt_buffer *b);
+void lt_buffer_release(lt_buffer *b);   /* frees and un-accounts at 0 */
+/* Blocks until the buffer's writer job finished. Returns that job's error
+ * status (LT_OK normally). */
+lt_status lt_buffer_wait(lt_buffer *b);
+size_t lt_core_bytes_in_use(int core);
+
+/* A job run on the core's worker thread. run() returns a status; on failure
+ * it must have called lt_set_error. done() is always called afterwards on
+ * the worker (free the job there). */
+typedef struct lt_job {
+    lt_status (*run)(struct lt_job *job, int core);
+    void (*done)(struct lt_job *job);
+    struct lt_job *next;      /* queue link, owned by the core */
+    uint64_t seq;             /* assigned by lt_core_submit */
+} lt_job;
+
+/* Queues job on core; assigns and returns job->seq (> 0). Never blocks on
+ * execution. */
+uint64_t lt_core_submit(int core, lt_job *job);
+/* Sequence number the next submitted job will get (to stamp output buffers
+ * before submitting). Call with the submit lock semantics of lt_core_lock. */
+void lt_core_lock(int core);
+void lt_core_unlock(int core);
+uint64_t lt_core_next_seq(int core);
+/* Waits until all jobs up to seq (0 = all submitted so far) are done; returns
+ * the first error status of a job in that range, with its message. */
+lt_status lt_core_wait(int core, uint64_t seq);
+
+#endif

@@ -1,0 +1,65 @@
+/*
+ * lazy/ir.h — immutable IR nodes.
+ *
+ * A node is one traced op: op, attributes, output shape and (storage) dtype,
+ * refcounted references to its operands, and three hashes computed once at
+ * creation:
+ *   hash         node hash: op, attrs, dtype, shape, flags (+ value of a
+ *                constant scalar). Not the operands.
+ *   dag_hash     hash combined with the operands' dag_hash (structure + shapes)
+ *   struct_hash  like dag_hash but without any shape (recompilation analysis:
+ *                same structure, different shapes)
+ * Leaves: LT_OP_data holds a device buffer; LT_OP_scalar holds a value, which
+ * is a graph parameter unless LT_NODE_CONST (0, 1, -1 baked into the graph).
+ */
+#ifndef LT_IR_H
+#define LT_IR_H
+
+#include <stdatomic.h>
+#include "lazytpu.h"
+
+struct lt_buffer;
+
+enum {
+    LT_NODE_WRAPPED = 1, /* a Python number: weak in dtype promotion */
+    LT_NODE_CONST = 2    /* scalar value is part of the graph (0, 1, -1) */
+};
+
+typedef struct lt_node {
+    atomic_int refs;
+    uint16_t op;              /* lt_op */
+    uint8_t dtype;            /* lt_dtype as stored on the device */
+    uint8_t flags;            /* LT_NODE_* */
+    int core;
+    int n_in;
+    lt_shape shape;
+    lt_attrs attrs;
+    uint64_t hash, dag_hash, struct_hash;
+    struct lt_buffer *buf;    /* LT_OP_data: one owned reference */
+    double value;             /* LT_OP_scalar */
+    struct lt_node **in;      /* n_in owned references (points at in_inline when n_in <= 3) */
+    struct lt_node *in_inline[3];
+} lt_node;
+
+/* Creates a node holding one new reference to each input (inputs must be
+ * non-NULL). Shape/dtype are the already-inferred output. Computes the hashes.
+ * Returns NULL only on malloc failure (error set). Caller owns 1 reference. */
+lt_node *lt_node_new(lt_op op, lt_node *const *in, int n_in,
+                     const lt_attrs *attrs, const lt_shape *shape,
+                     lt_dtype dtype, int core, int flags);
+/* Leaf for a device buffer; takes over the caller's reference to buf. */
+lt_node *lt_node_new_data(struct lt_buffer *buf, const lt_shape *shape,
+                          lt_dtype dtype, int core);
+/* Scalar leaf (0-dim). LT_NODE_CONST is added for 0, 1, -1. */
+lt_node *lt_node_new_scalar(double value, lt_dtype dtype, int core, int flags);
+
+lt_node *lt_node_retain(lt_node *n);      /* NULL-safe, returns n */
+/* Drops one reference; frees the node and, iteratively (no recursion, chains
+ * can be millions long), any operands that drop to zero. NULL-safe. */
+void lt_node_release(lt_node *n);
+
+/* 64-bit hash mixing used everywhere (stable across runs). */
+uint64_t lt_hash_mix(uint64_t h, uint64_t v);
+uint64_t lt_hash_bytes(uint64_t h, const void *p, size_t n);
+
+#endif

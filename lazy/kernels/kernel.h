@@ -1,0 +1,67 @@
+/*
+ * lazy/kernels/kernel.h — the interface of library kernels.
+ *
+ * A kernel computes one op (or one fused group, see fused.h) from strided
+ * views of its inputs into a contiguous output. Views let the compiler fold
+ * movement ops (transpose, slice, expand, ...) into the consumer: a kernel
+ * must honour arbitrary strides (0 = broadcast) and may take fast paths when
+ * the strides are contiguous (e.g. matmul turns a transposed view into
+ * CblasTrans).
+ */
+#ifndef LT_KERNEL_H
+#define LT_KERNEL_H
+
+#include "lazytpu.h"
+
+typedef struct lt_view {
+    void *data;               /* buffer base */
+    lt_dtype dtype;
+    lt_shape shape;
+    int64_t strides[LT_MAX_DIMS];  /* in elements */
+    int64_t offset;                /* in elements */
+} lt_view;
+
+typedef struct lt_kernel_ctx {
+    int core;
+    int nthreads;             /* OpenMP budget for this kernel */
+} lt_kernel_ctx;
+
+/* Computes op on views in[0..n_in) into out (contiguous, out->dtype is the
+ * node's storage dtype). Returns LT_OK, or an error (with lt_set_error) for a
+ * condition only known at run time (index out of range, collective failure). */
+typedef lt_status (*lt_kernel_fn)(lt_op op, const lt_attrs *attrs,
+                                  const lt_view *in, int n_in,
+                                  const lt_view *out,
+                                  const lt_kernel_ctx *ctx);
+
+/* The kernel of a non-fused op, from the op table's kernel column; NULL for
+ * fused (elementwise), reduce and leaf ops, which the compiler handles. */
+lt_kernel_fn lt_kernel_for(lt_op op);
+
+/* Kernel families (lazy/kernels/<family>.c). */
+#define LT_DECLARE_KERNEL(k) \
+    lt_status lt_kernel_##k(lt_op, const lt_attrs *, const lt_view *, int, \
+                            const lt_view *, const lt_kernel_ctx *);
+LT_DECLARE_KERNEL(matmul)
+LT_DECLARE_KERNEL(conv)
+LT_DECLARE_KERNEL(pool)
+LT_DECLARE_KERNEL(norm)
+LT_DECLARE_KERNEL(view)        /* materialise a view: strided copy */
+LT_DECLARE_KERNEL(scatter)
+LT_DECLARE_KERNEL(cat)
+LT_DECLARE_KERNEL(index)
+LT_DECLARE_KERNEL(loss)
+LT_DECLARE_KERNEL(random)
+LT_DECLARE_KERNEL(collective)
+LT_DECLARE_KERNEL(reduce)      /* unfused reduce (fused path lives in compile) */
+LT_DECLARE_KERNEL(argreduce)
+
+/* Reads element i (linear index in view order) as double / writes double;
+ * slow helpers for generic paths and tests. */
+double lt_view_get(const lt_view *v, int64_t linear);
+/* Contiguous row-major strides for shape. */
+void lt_contiguous_strides(const lt_shape *s, int64_t *strides);
+/* 1 if the view is contiguous row-major. */
+int lt_view_is_contiguous(const lt_view *v);
+
+#endif
