@@ -297,6 +297,58 @@ int lt_metric_data(const char *name, int64_t *total_samples,
 /* Resets every counter and metric to zero (names stay known). */
 void lt_metrics_clear_all(void);
 
+/* -------------------------------------------------------------- diagnosis */
+
+/* Records one CPU fallback call of `aten_op` ("aten::nonzero") that took
+ * `ns` nanoseconds (<= 0: unknown), called from `frame` ("train.py:57 in
+ * step"; NULL/"" if unknown). Keeps per op: calls, total time, first 3
+ * distinct frames. Strings are copied. Thread-safe; never fails. The shim
+ * calls it once per fallback (it also counts aten::<op> itself). */
+void lt_fallback_record(const char *aten_op, int64_t ns, const char *frame);
+/* The "fallback" analysis section: "== fallback ==" then, per op by call
+ * count, "aten::nonzero: 12 calls, 003ms200.000us total, first at
+ * train.py:57 in step" and a "  hint: ..." line when a native alternative
+ * exists. "" when nothing fell back. malloc'd; caller frees. */
+char *lt_fallback_report(void);
+
+/* 1 when LAZYTPU_DEBUG=1 or PT_XLA_DEBUG=1 (read by lt_init) or
+ * lt_debug_set(>0) is in effect: each step boundary then checks the last 4
+ * steps (after a warm-up of 2) and prints one "lazytpu: warning: ..." line
+ * per problem to stderr (recompiles, value reads, new CPU fallbacks, input
+ * waits). */
+int lt_debug_enabled(void);
+/* 0 = off, 1 = warnings to stderr, 2 = warnings collected only (quiet). */
+void lt_debug_set(int mode);
+/* Warning lines emitted since the last call ("" if none), newline-
+ * terminated. malloc'd; caller frees. */
+char *lt_diagnose_take_warnings(void);
+
+/* The graph that syncing `t[0..n)` would run, as text: a header line
+ * "graph <key> struct <key>: N nodes, P params, O outputs" then one line
+ * per node in post-order, "%5 = add(%3, %4) f32[64, 256]", with
+ * "  # param j" / "  # output k" marks. Tensors whose value is already data
+ * appear as params. Nothing is executed. malloc'd (caller frees); NULL on
+ * error (lt_last_error). */
+char *lt_graph_text(lt_tensor *const *t, int n);
+/* Same graph in Graphviz DOT ("digraph G { ... }"). */
+char *lt_graph_dot(lt_tensor *const *t, int n);
+
+/* Trace events (Chrome/Perfetto JSON) for LAZYTPU_TRACE=<file.json>.
+ * Records one complete event "name" of category "cat" that started at
+ * start_ns (lt_now_ns clock) and lasted dur_ns, on thread `tid`: a core
+ * index (>= 0) or LT_TRACE_TID_HOST / _LOADER. Strings are copied. No-op
+ * (cheap) when tracing is off. Thread-safe; never fails (events are dropped
+ * past an internal bound, counted in TraceEventsDropped). */
+#define LT_TRACE_TID_HOST (-1)
+#define LT_TRACE_TID_LOADER (-2)
+void lt_trace_event(const char *name, const char *cat, int64_t start_ns,
+                    int64_t dur_ns, int tid);
+/* 1 when trace events are being recorded. */
+int lt_trace_enabled(void);
+/* Writes the buffered events; the file is valid JSON after every flush.
+ * Also run by lt_shutdown and at exit. */
+void lt_trace_flush(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,115 @@
+/*
+ * lazy/compile_int.h — state shared by the compiler passes (compile*.c).
+ *
+ * Pipeline (lt_compile in compile.c):
+ *   lt_cc_cse       compile_cse.c   CSE by (node hash, operands), DCE, users
+ *   lt_cc_views     compile_view.c  leaves -> params/consts, movement ops ->
+ *                                   strided views of their source
+ *   lt_cc_fuse      compile_fuse.c  elementwise groups, stored values,
+ *                                   reductions absorbing producer groups
+ *   lt_cc_emit      compile_emit.c  steps (fused programs, reductions,
+ *                                   library kernels, output copies)
+ *   lt_cc_plan      compile_plan.c  step order, scratch planning by liveness,
+ *                                   outputs, donation, aliasing
+ */
+#ifndef LT_COMPILE_INT_H
+#define LT_COMPILE_INT_H
+
+#include "program.h"
+
+enum lt_cn_kind {
+    CN_DEAD = 0,
+    CN_PARAM,     /* data leaf: pv = contiguous param view */
+    CN_SLOT,      /* scalar parameter */
+    CN_CONST,     /* constant scalar */
+    CN_VIEW,      /* movement folded: pv = view over source base */
+    CN_EW,        /* elementwise: in a fusion group */
+    CN_REDUCE,    /* reduction / argreduction */
+    CN_KERNEL,    /* library kernel, or a materialising copy (fn = view) */
+};
+
+typedef struct lt_cnode {
+    int canon;        /* CSE representative (position) */
+    int kind;         /* enum lt_cn_kind (CN_DEAD if not live) */
+    int n_users;      /* live consumer edges (after CSE) */
+    int param;        /* CN_PARAM / CN_SLOT: param index */
+    int output;       /* first output index this node is, or -1 */
+    int buf;          /* materialised buffer id, or -1 */
+    int has_pv;       /* pv valid */
+    lt_pview pv;      /* where the value can be read */
+    int group;        /* CN_EW: group id (union-find root via lt_cc_group) */
+    int stored;       /* CN_EW: must be written to its buffer */
+    int absorbed_by;  /* CN_EW group absorbed into this reduce position */
+    int copy_src;     /* CN_KERNEL materialising copy: 1 */
+    lt_pview copy_in; /* its source view */
+    lt_dtype ctype;   /* CN_EW: compute type */
+    int step;         /* producing step index, -1 */
+} lt_cnode;
+
+typedef struct lt_cbuf {
+    int64_t bytes;
+    int output;       /* >= 0: lives in out_bufs[output] */
+    int first, last;  /* step indices of production / last use */
+    int64_t offset;   /* scratch byte offset */
+} lt_cbuf;
+
+typedef struct lt_cctx {
+    const lt_graph *g;
+    int n;
+    lt_cnode *cn;
+    int *param_of_pos;    /* position -> param index or -1 */
+    lt_cbuf *bufs;
+    int n_bufs, cap_bufs;
+    /* groups: union-find over positions (only CN_EW nodes) */
+    int *uf;
+    int *gsize;
+    /* emitted steps */
+    lt_step *steps;
+    int n_steps, cap_steps;
+    int *step_anchor;     /* position the step is ordered by */
+    uint64_t *consts;
+    uint8_t *const_dtype;
+    int n_consts, cap_consts;
+    lt_program *prog;
+    int *mark;            /* scratch marks for DFS (generation) */
+    int mark_gen;
+    int *stack;
+} lt_cctx;
+
+static inline int lt_cc_in(const lt_cctx *c, int pos, int k)
+{
+    return c->cn[c->g->in_pos[c->g->in_off[pos] + k]].canon;
+}
+static inline int lt_cc_nin(const lt_cctx *c, int pos)
+{
+    return c->g->in_off[pos + 1] - c->g->in_off[pos];
+}
+static inline const lt_node *lt_cc_node(const lt_cctx *c, int pos)
+{
+    return c->g->nodes[pos];
+}
+
+lt_status lt_cc_cse(lt_cctx *c);
+lt_status lt_cc_views(lt_cctx *c);
+lt_status lt_cc_fuse(lt_cctx *c);
+lt_status lt_cc_emit(lt_cctx *c);
+lt_status lt_cc_plan(lt_cctx *c);
+
+/* Union-find root of position p's group. */
+int lt_cc_group(lt_cctx *c, int p);
+/* New buffer id of `bytes`; -1 on OOM (error set). */
+int lt_cc_new_buf(lt_cctx *c, int64_t bytes);
+/* Contiguous view of shape/dtype over buffer id. */
+lt_pview lt_cc_buf_view(int buf, const lt_shape *s, lt_dtype dt);
+/* Makes node p materialised in a buffer of its own (pv = contiguous). */
+lt_status lt_cc_materialise(lt_cctx *c, int p);
+/* View pv broadcast (right-aligned, stride 0) to shape. */
+lt_pview lt_cc_broadcast(const lt_pview *pv, const lt_shape *shape);
+/* Appends a step (takes ownership of its arrays); returns index or -1. */
+int lt_cc_add_step(lt_cctx *c, const lt_step *s, int anchor);
+/* Folds a movement op over src into dst; 0 = needs a contiguous source. */
+int lt_cc_fold_view(lt_op op, const lt_attrs *a, const lt_shape *out_shape,
+                    const lt_view *src, lt_view *dst);
+size_t lt_cc_esize(lt_dtype dt);
+
+#endif

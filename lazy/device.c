@@ -1,0 +1,461 @@
+/*
+ * lazy/device.c — simulated cores (worker threads with FIFO job queues) and
+ * device buffers accounted against a per-core memory budget.
+ *
+ * The core table is a static array (the one piece of global state this
+ * module owns). Cores survive lt_devices_shutdown as plain records so that
+ * buffers released after shutdown can still be un-accounted; a later
+ * lt_devices_init starts the workers again.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "device.h"
+
+#define LT_MAX_CORES 64
+#define LT_DEFAULT_CORES 8
+#define LT_DEFAULT_HBM (16ull << 30)
+
+typedef struct lt_job_error {
+    uint64_t seq;
+    lt_status st;
+    char *msg;
+} lt_job_error;
+
+typedef struct lt_core {
+    pthread_t thread;
+    int running;                 /* worker thread started */
+    pthread_mutex_t submit_mu;   /* recursive: lt_core_lock + submit */
+    pthread_mutex_t mu;          /* queue, seqs, errors */
+    pthread_cond_t cv_work, cv_done;
+    lt_job *head, *tail;
+    uint64_t last_seq;           /* last assigned seq */
+    uint64_t done_seq;           /* all jobs <= done_seq finished */
+    uint64_t reported_seq;       /* lt_core_wait reported errors up to here */
+    int stop;
+    atomic_int used;             /* has received work */
+    lt_job_error *errs;
+    int n_errs, cap_errs;
+    atomic_size_t bytes_in_use;
+    size_t budget;
+} lt_core;
+
+static lt_core g_cores[LT_MAX_CORES];
+static int g_n_cores;            /* cores created (records initialised) */
+static atomic_int g_cores_in_use;
+static int g_nproc = 1;
+static int g_omp_override;       /* LAZYTPU_OMP_THREADS, 0 = none */
+static pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_records_ready;      /* mutexes etc initialised once */
+
+/* Parses "123", "4K", "1.5G", "16GiB", "512MB" (powers of 1024). Returns 0
+ * on a malformed string. */
+static size_t parse_bytes(const char *s)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || v < 0)
+        return 0;
+    while (isspace((unsigned char)*end))
+        end++;
+    double mul = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': mul = 1024.0; end++; break;
+    case 'M': mul = 1024.0 * 1024; end++; break;
+    case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'I')
+        end++;
+    if (*end == 'b' || *end == 'B')
+        end++;
+    if (*end != '\0')
+        return 0;
+    return (size_t)(v * mul);
+}
+
+/* "4.00 MiB" style, base 1024. */
+static void fmt_bytes(char *buf, size_t cap, double b)
+{
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (b >= 1024.0 && u < 4) {
+        b /= 1024.0;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, cap, "%.0f B", b);
+    else
+        snprintf(buf, cap, "%.2f %s", b, units[u]);
+}
+
+static void *core_main(void *arg)
+{
+    lt_core *c = arg;
+    int idx = (int)(c - g_cores);
+    for (;;) {
+        pthread_mutex_lock(&c->mu);
+        while (!c->head && !c->stop)
+            pthread_cond_wait(&c->cv_work, &c->mu);
+        if (!c->head) {            /* stop requested and queue drained */
+            pthread_mutex_unlock(&c->mu);
+            break;
+        }
+        lt_job *job = c->head;
+        c->head = job->next;
+        if (!c->head)
+            c->tail = NULL;
+        pthread_mutex_unlock(&c->mu);
+
+        uint64_t seq = job->seq;
+        lt_set_error(LT_OK, "%s", "");
+        lt_status st = job->run(job, idx);
+        char *msg = NULL;
+        if (st != LT_OK) {
+            const char *m = lt_last_error();
+            msg = strdup(m && *m ? m : "device job failed");
+        }
+        if (job->done)
+            job->done(job);
+
+        pthread_mutex_lock(&c->mu);
+        if (st != LT_OK) {
+            if (c->n_errs == c->cap_errs) {
+                int nc = c->cap_errs ? 2 * c->cap_errs : 8;
+                lt_job_error *ne = realloc(c->errs, nc * sizeof *ne);
+                if (ne) {
+                    c->errs = ne;
+                    c->cap_errs = nc;
+                }
+            }
+            if (c->n_errs < c->cap_errs)
+                c->errs[c->n_errs++] = (lt_job_error){seq, st, msg};
+            else
+                free(msg);
+        }
+        c->done_seq = seq;
+        pthread_cond_broadcast(&c->cv_done);
+        pthread_mutex_unlock(&c->mu);
+    }
+    return NULL;
+}
+
+lt_status lt_devices_init(void)
+{
+    pthread_mutex_lock(&g_init_mu);
+    if (g_n_cores > 0 && g_cores[0].running) {
+        pthread_mutex_unlock(&g_init_mu);
+        return LT_OK;
+    }
+    int n = LT_DEFAULT_CORES;
+    const char *e = getenv("LAZYTPU_NUM_CORES");
+    if (e && *e) {
+        n = atoi(e);
+        if (n < 1 || n > LT_MAX_CORES) {
+            pthread_mutex_unlock(&g_init_mu);
+            return lt_set_error(LT_ERR_ARG,
+                                "LAZYTPU_NUM_CORES=%s: must be 1..%d", e,
+                                LT_MAX_CORES);
+        }
+    }
+    size_t budget = LT_DEFAULT_HBM;
+    e = getenv("LAZYTPU_HBM_BYTES");
+    if (e && *e) {
+        budget = parse_bytes(e);
+        if (budget == 0) {
+            pthread_mutex_unlock(&g_init_mu);
+            return lt_set_error(LT_ERR_ARG,
+                                "LAZYTPU_HBM_BYTES=%s: expected bytes with "
+                                "optional K/M/G suffix", e);
+        }
+    }
+    long np = sysconf(_SC_NPROCESSORS_ONLN);
+    g_nproc = np > 0 ? (int)np : 1;
+    e = getenv("LAZYTPU_OMP_THREADS");
+    g_omp_override = (e && atoi(e) > 0) ? atoi(e) : 0;
+
+    if (!g_records_ready) {
+        for (int i = 0; i < LT_MAX_CORES; i++) {
+            lt_core *c = &g_cores[i];
+            pthread_mutexattr_t a;
+            pthread_mutexattr_init(&a);
+            pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+            pthread_mutex_init(&c->submit_mu, &a);
+            pthread_mutexattr_destroy(&a);
+            pthread_mutex_init(&c->mu, NULL);
+            pthread_cond_init(&c->cv_work, NULL);
+            pthread_cond_init(&c->cv_done, NULL);
+            atomic_init(&c->bytes_in_use, 0);
+            atomic_init(&c->used, 0);
+        }
+        g_records_ready = 1;
+    }
+    atomic_store(&g_cores_in_use, 0);
+    for (int i = 0; i < n; i++) {
+        lt_core *c = &g_cores[i];
+        c->head = c->tail = NULL;
+        c->stop = 0;
+        c->budget = budget;
+        atomic_store(&c->used, 0);
+        if (pthread_create(&c->thread, NULL, core_main, c) != 0) {
+            for (int j = 0; j < i; j++) {
+                pthread_mutex_lock(&g_cores[j].mu);
+                g_cores[j].stop = 1;
+                pthread_cond_signal(&g_cores[j].cv_work);
+                pthread_mutex_unlock(&g_cores[j].mu);
+                pthread_join(g_cores[j].thread, NULL);
+                g_cores[j].running = 0;
+            }
+            pthread_mutex_unlock(&g_init_mu);
+            return lt_set_error(LT_ERR_DEVICE, "core %d: cannot start worker "
+                                "thread", i);
+        }
+        c->running = 1;
+    }
+    g_n_cores = n;
+    pthread_mutex_unlock(&g_init_mu);
+    return LT_OK;
+}
+
+void lt_devices_shutdown(void)
+{
+    pthread_mutex_lock(&g_init_mu);
+    for (int i = 0; i < g_n_cores; i++) {
+        lt_core *c = &g_cores[i];
+        if (!c->running)
+            continue;
+        pthread_mutex_lock(&c->mu);
+        c->stop = 1;
+        pthread_cond_signal(&c->cv_work);
+        pthread_mutex_unlock(&c->mu);
+        pthread_join(c->thread, NULL);
+        c->running = 0;
+        pthread_mutex_lock(&c->mu);
+        for (int k = 0; k < c->n_errs; k++)
+            free(c->errs[k].msg);
+        free(c->errs);
+        c->errs = NULL;
+        c->n_errs = c->cap_errs = 0;
+        c->reported_seq = c->done_seq = c->last_seq;
+        pthread_mutex_unlock(&c->mu);
+    }
+    pthread_mutex_unlock(&g_init_mu);
+}
+
+int lt_devices_count(void) { return g_n_cores; }
+
+int lt_core_valid(int core) { return core >= 0 && core < g_n_cores; }
+
+int lt_core_omp_threads(int core)
+{
+    if (g_omp_override > 0)
+        return g_omp_override;
+    int used = atomic_load(&g_cores_in_use);
+    if (used < 1)
+        used = 1;
+    int t = g_nproc / used;
+    return t < 1 ? 1 : t;
+}
+
+/* ------------------------------------------------------------- buffers */
+
+static size_t dtype_bytes(lt_dtype dt)
+{
+    switch (dt) {
+    case LT_F32: case LT_I32: return 4;
+    case LT_BF16: return 2;
+    case LT_F64: case LT_I64: return 8;
+    case LT_BOOL: return 1;
+    default: return 0;
+    }
+}
+
+lt_status lt_buffer_alloc(int core, lt_dtype dt, int64_t numel,
+                          lt_buffer **out)
+{
+    *out = NULL;
+    if (core < 0 || core >= LT_MAX_CORES || !g_records_ready)
+        return lt_set_error(LT_ERR_DEVICE, "buffer_alloc: invalid core %d",
+                            core);
+    size_t es = dtype_bytes(dt);
+    if (es == 0 || numel < 0)
+        return lt_set_error(LT_ERR_ARG, "buffer_alloc: bad dtype %d or "
+                            "numel %lld", (int)dt, (long long)numel);
+    lt_core *c = &g_cores[core];
+    size_t bytes = (size_t)numel * es;
+    size_t in_use = atomic_load(&c->bytes_in_use);
+    for (;;) {
+        if (bytes > c->budget || in_use > c->budget - bytes) {
+            char rq[32], iu[32], bg[32];
+            fmt_bytes(rq, sizeof rq, (double)bytes);
+            fmt_bytes(iu, sizeof iu, (double)in_use);
+            fmt_bytes(bg, sizeof bg, (double)c->budget);
+            return lt_set_error(LT_ERR_OOM, "core %d: device memory "
+                                "exhausted: requested %s with %s of %s in use",
+                                core, rq, iu, bg);
+        }
+        if (atomic_compare_exchange_weak(&c->bytes_in_use, &in_use,
+                                         in_use + bytes))
+            break;
+    }
+    size_t alloc = (bytes + 63) & ~(size_t)63;
+    if (alloc == 0)
+        alloc = 64;
+    lt_buffer *b = malloc(sizeof *b);
+    void *data = aligned_alloc(64, alloc);
+    if (!b || !data) {
+        free(b);
+        free(data);
+        atomic_fetch_sub(&c->bytes_in_use, bytes);
+        char rq[32];
+        fmt_bytes(rq, sizeof rq, (double)bytes);
+        return lt_set_error(LT_ERR_OOM, "core %d: host allocation of %s "
+                            "failed", core, rq);
+    }
+    atomic_init(&b->refs, 1);
+    b->core = core;
+    b->dtype = dt;
+    b->numel = numel;
+    b->bytes = bytes;
+    b->data = data;
+    b->ready_seq = 0;
+    *out = b;
+    return LT_OK;
+}
+
+lt_buffer *lt_buffer_retain(lt_buffer *b)
+{
+    if (b)
+        atomic_fetch_add(&b->refs, 1);
+    return b;
+}
+
+void lt_buffer_release(lt_buffer *b)
+{
+    if (!b || atomic_fetch_sub(&b->refs, 1) != 1)
+        return;
+    atomic_fetch_sub(&g_cores[b->core].bytes_in_use, b->bytes);
+    free(b->data);
+    free(b);
+}
+
+size_t lt_core_bytes_in_use(int core)
+{
+    if (core < 0 || core >= LT_MAX_CORES)
+        return 0;
+    return atomic_load(&g_cores[core].bytes_in_use);
+}
+
+/* ---------------------------------------------------------------- jobs */
+
+void lt_core_lock(int core) { pthread_mutex_lock(&g_cores[core].submit_mu); }
+void lt_core_unlock(int core) { pthread_mutex_unlock(&g_cores[core].submit_mu); }
+
+uint64_t lt_core_next_seq(int core)
+{
+    lt_core *c = &g_cores[core];
+    pthread_mutex_lock(&c->mu);
+    uint64_t s = c->last_seq + 1;
+    pthread_mutex_unlock(&c->mu);
+    return s;
+}
+
+/* Queues job (FIFO). If the core's worker is not running (after
+ * lt_devices_shutdown) the job runs inline on the caller so nothing hangs. */
+uint64_t lt_core_submit(int core, lt_job *job)
+{
+    lt_core *c = &g_cores[core];
+    if (!c->running) {
+        pthread_mutex_lock(&c->mu);
+        job->seq = ++c->last_seq;
+        pthread_mutex_unlock(&c->mu);
+        uint64_t seq = job->seq;
+        lt_status st = job->run(job, core);
+        if (job->done)
+            job->done(job);
+        pthread_mutex_lock(&c->mu);
+        (void)st;   /* no waiter can observe it after shutdown */
+        c->done_seq = c->reported_seq = seq;
+        pthread_cond_broadcast(&c->cv_done);
+        pthread_mutex_unlock(&c->mu);
+        return seq;
+    }
+    if (!atomic_exchange(&c->used, 1))
+        atomic_fetch_add(&g_cores_in_use, 1);
+    pthread_mutex_lock(&c->submit_mu);
+    pthread_mutex_lock(&c->mu);
+    uint64_t seq = job->seq = ++c->last_seq;
+    job->next = NULL;
+    if (c->tail)
+        c->tail->next = job;
+    else
+        c->head = job;
+    c->tail = job;
+    pthread_cond_signal(&c->cv_work);
+    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&c->submit_mu);
+    return seq;   /* job may be freed by the worker already */
+}
+
+/* Waits (c->mu held) until done_seq >= seq. */
+static void wait_done_locked(lt_core *c, uint64_t seq)
+{
+    while (c->done_seq < seq)
+        pthread_cond_wait(&c->cv_done, &c->mu);
+}
+
+/* Errors are reported once: a job error is returned by the first
+ * lt_core_wait whose range covers it (lt_buffer_wait always sees it). */
+lt_status lt_core_wait(int core, uint64_t seq)
+{
+    if (!lt_core_valid(core))
+        return lt_set_error(LT_ERR_DEVICE, "wait: invalid core %d", core);
+    lt_core *c = &g_cores[core];
+    pthread_mutex_lock(&c->mu);
+    if (seq == 0 || seq > c->last_seq)
+        seq = c->last_seq;
+    wait_done_locked(c, seq);
+    lt_status st = LT_OK;
+    for (int k = 0; k < c->n_errs; k++) {
+        lt_job_error *e = &c->errs[k];
+        if (e->seq > c->reported_seq && e->seq <= seq) {
+            st = lt_set_error(e->st, "%s", e->msg ? e->msg : "job failed");
+            break;
+        }
+    }
+    if (seq > c->reported_seq)
+        c->reported_seq = seq;
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+lt_status lt_buffer_wait(lt_buffer *b)
+{
+    if (!b || b->ready_seq == 0)
+        return LT_OK;
+    lt_core *c = &g_cores[b->core];
+    uint64_t seq = b->ready_seq;
+    pthread_mutex_lock(&c->mu);
+    if (seq > c->last_seq) {   /* stamped but never submitted */
+        pthread_mutex_unlock(&c->mu);
+        return lt_set_error(LT_ERR_INTERNAL, "buffer_wait: core %d job %llu "
+                            "was never submitted", b->core,
+                            (unsigned long long)seq);
+    }
+    wait_done_locked(c, seq);
+    lt_status st = LT_OK;
+    for (int k = 0; k < c->n_errs; k++)
+        if (c->errs[k].seq == seq) {
+            st = lt_set_error(c->errs[k].st, "%s",
+                              c->errs[k].msg ? c->errs[k].msg : "job failed");
+            break;
+        }
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}

@@ -1,0 +1,280 @@
+/*
+ * lazy/dtype.c — dtypes (sizes, names, PyTorch promotion), bf16 rounding,
+ * element conversion, lt_shape helpers and the op-table lookups generated from
+ * lazy/ops.def.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include "lazytpu.h"
+
+/* ------------------------------------------------------------------ dtypes */
+
+size_t lt_dtype_size(lt_dtype dt)
+{
+    switch (dt) {
+    case LT_F32: return 4;
+    case LT_BF16: return 2;
+    case LT_F64: return 8;
+    case LT_I64: return 8;
+    case LT_I32: return 4;
+    case LT_BOOL: return 1;
+    default: return 0;
+    }
+}
+
+const char *lt_dtype_name(lt_dtype dt)
+{
+    switch (dt) {
+    case LT_F32: return "f32";
+    case LT_BF16: return "bf16";
+    case LT_F64: return "f64";
+    case LT_I64: return "i64";
+    case LT_I32: return "i32";
+    case LT_BOOL: return "bool";
+    default: return "?";
+    }
+}
+
+int lt_dtype_is_float(lt_dtype dt)
+{
+    return dt == LT_F32 || dt == LT_BF16 || dt == LT_F64;
+}
+
+/* Rank in the promotion lattice: bool < i32 < i64 < bf16 < f32 < f64.
+ * Because there is no f16, "max rank" is exactly PyTorch's promote_types for
+ * every pair of our dtypes (bf16 + f32 -> f32, i64 + bf16 -> bf16). */
+static int dtype_rank(lt_dtype dt)
+{
+    switch (dt) {
+    case LT_BOOL: return 0;
+    case LT_I32: return 1;
+    case LT_I64: return 2;
+    case LT_BF16: return 3;
+    case LT_F32: return 4;
+    case LT_F64: return 5;
+    default: return -1;
+    }
+}
+
+lt_dtype lt_dtype_promote(lt_dtype a, lt_dtype b)
+{
+    return dtype_rank(a) >= dtype_rank(b) ? a : b;
+}
+
+/* -------------------------------------------------------------------- bf16 */
+
+static inline uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static inline uint16_t bits_to_bf16(uint32_t u)
+{
+    uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
+    uint32_t rne = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t qnan = (u >> 16) | 0x40u;   /* keep sign and payload top, quiet */
+    return (uint16_t)(nan ? qnan : rne);
+}
+
+uint16_t lt_f32_to_bf16(float f) { return bits_to_bf16(f32_bits(f)); }
+
+float lt_bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Fast paths, written branch-free so the compiler vectorises them. */
+__attribute__((optimize("O3")))
+static void f32_to_bf16_n(const uint32_t *restrict src, uint16_t *restrict dst, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = bits_to_bf16(src[i]);
+}
+
+__attribute__((optimize("O3")))
+static void bf16_to_f32_n(const uint16_t *restrict src, uint32_t *restrict dst, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = (uint32_t)src[i] << 16;
+}
+
+/* -------------------------------------------------------------- conversion */
+
+static double load_f(const void *p, lt_dtype dt, size_t i)
+{
+    switch (dt) {
+    case LT_F32: return ((const float *)p)[i];
+    case LT_BF16: return lt_bf16_to_f32(((const uint16_t *)p)[i]);
+    case LT_F64: return ((const double *)p)[i];
+    case LT_I64: return (double)((const int64_t *)p)[i];
+    case LT_I32: return ((const int32_t *)p)[i];
+    case LT_BOOL: return ((const uint8_t *)p)[i] != 0;
+    default: return 0;
+    }
+}
+
+static int64_t load_i(const void *p, lt_dtype dt, size_t i)
+{
+    switch (dt) {
+    case LT_I64: return ((const int64_t *)p)[i];
+    case LT_I32: return ((const int32_t *)p)[i];
+    case LT_BOOL: return ((const uint8_t *)p)[i] != 0;
+    default: return 0;
+    }
+}
+
+/* Float -> integer: truncation toward zero, NaN -> 0, saturating. */
+static int64_t f_to_i64(double d)
+{
+    if (d != d) return 0;
+    if (d >= 9.2233720368547758e18) return INT64_MAX;
+    if (d <= -9.2233720368547758e18) return INT64_MIN;
+    return (int64_t)d;
+}
+
+static void store_f(void *p, lt_dtype dt, size_t i, double v)
+{
+    switch (dt) {
+    case LT_F32: ((float *)p)[i] = (float)v; break;
+    case LT_BF16: ((uint16_t *)p)[i] = lt_f32_to_bf16((float)v); break;
+    case LT_F64: ((double *)p)[i] = v; break;
+    case LT_I64: ((int64_t *)p)[i] = f_to_i64(v); break;
+    case LT_I32: ((int32_t *)p)[i] = (int32_t)f_to_i64(v); break;
+    case LT_BOOL: ((uint8_t *)p)[i] = v != 0; break;
+    default: break;
+    }
+}
+
+static void store_i(void *p, lt_dtype dt, size_t i, int64_t v)
+{
+    switch (dt) {
+    case LT_I64: ((int64_t *)p)[i] = v; break;
+    case LT_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case LT_BOOL: ((uint8_t *)p)[i] = v != 0; break;
+    default: store_f(p, dt, i, (double)v); break;
+    }
+}
+
+void lt_convert(const void *src, lt_dtype src_dt, void *dst, lt_dtype dst_dt,
+                size_t n)
+{
+    if (n == 0 || lt_dtype_size(src_dt) == 0 || lt_dtype_size(dst_dt) == 0)
+        return;
+    if (src_dt == dst_dt) {
+        if (src != dst) memmove(dst, src, n * lt_dtype_size(src_dt));
+        return;
+    }
+    if (src_dt == LT_F32 && dst_dt == LT_BF16) {
+        f32_to_bf16_n(src, dst, n);
+        return;
+    }
+    if (src_dt == LT_BF16 && dst_dt == LT_F32) {
+        bf16_to_f32_n(src, dst, n);
+        return;
+    }
+    if (!lt_dtype_is_float(src_dt) && !lt_dtype_is_float(dst_dt)) {
+        for (size_t i = 0; i < n; i++) store_i(dst, dst_dt, i, load_i(src, src_dt, i));
+        return;
+    }
+    if (!lt_dtype_is_float(src_dt)) {     /* int -> float (i64 exactly rounded once) */
+        for (size_t i = 0; i < n; i++) store_f(dst, dst_dt, i, (double)load_i(src, src_dt, i));
+        return;
+    }
+    /* float -> anything. f64 -> bf16 goes through f32: double rounding is
+     * what PyTorch does too (double -> float -> bfloat16). */
+    for (size_t i = 0; i < n; i++) store_f(dst, dst_dt, i, load_f(src, src_dt, i));
+}
+
+/* ------------------------------------------------------------------ shapes */
+
+lt_shape lt_shape_make(int ndim, const int64_t *dims)
+{
+    lt_shape s;
+    memset(&s, 0, sizeof s);
+    if (ndim < 0) ndim = 0;
+    if (ndim > LT_MAX_DIMS) ndim = LT_MAX_DIMS;
+    s.ndim = ndim;
+    for (int d = 0; d < ndim; d++) s.dims[d] = dims ? dims[d] : 0;
+    return s;
+}
+
+int64_t lt_shape_numel(const lt_shape *s)
+{
+    int64_t n = 1;
+    for (int d = 0; d < s->ndim; d++) n *= s->dims[d];
+    return n;
+}
+
+int lt_shape_equal(const lt_shape *a, const lt_shape *b)
+{
+    if (a->ndim != b->ndim) return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->dims[d] != b->dims[d]) return 0;
+    return 1;
+}
+
+char *lt_shape_str(const lt_shape *s, char *buf, size_t cap)
+{
+    if (!buf || cap == 0) return buf;
+    size_t k = 0;
+    buf[0] = 0;
+    int w = snprintf(buf, cap, "[");
+    k = w > 0 ? (size_t)w : 0;
+    for (int d = 0; d < s->ndim && k < cap; d++) {
+        w = snprintf(buf + k, cap - k, d ? ", %lld" : "%lld", (long long)s->dims[d]);
+        if (w < 0) break;
+        k += (size_t)w;
+    }
+    if (k < cap) snprintf(buf + k, cap - k, "]");
+    buf[cap - 1] = 0;
+    return buf;
+}
+
+/* --------------------------------------------------------------- op table */
+
+static const char *const op_names[LT_NUM_OPS] = {
+#define LT_OP(name, arity, kind, shape, dtype, kernel, expr) #name,
+#include "ops.def"
+#undef LT_OP
+};
+
+static const signed char op_arity[LT_NUM_OPS] = {
+#define LT_OP(name, arity, kind, shape, dtype, kernel, expr) arity,
+#include "ops.def"
+#undef LT_OP
+};
+
+static const unsigned char op_kind[LT_NUM_OPS] = {
+#define LT_OP(name, arity, kind, shape, dtype, kernel, expr) kind,
+#include "ops.def"
+#undef LT_OP
+};
+
+const char *lt_op_name(lt_op op)
+{
+    return (unsigned)op < LT_NUM_OPS ? op_names[op] : "?";
+}
+
+int lt_op_arity(lt_op op)
+{
+    return (unsigned)op < LT_NUM_OPS ? op_arity[op] : 0;
+}
+
+lt_op_kind lt_op_kind_of(lt_op op)
+{
+    return (unsigned)op < LT_NUM_OPS ? (lt_op_kind)op_kind[op] : LT_KIND_LEAF;
+}
+
+int lt_op_from_name(const char *name)
+{
+    if (!name) return -1;
+    for (int i = 0; i < LT_NUM_OPS; i++)
+        if (strcmp(op_names[i], name) == 0) return i;
+    return -1;
+}

@@ -1,0 +1,274 @@
+/*
+ * lazy/graph.c — graph capture: iterative post-order DFS from the roots,
+ * parameters, aliasing, outputs and the graph keys (see graph.h).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include "graph.h"
+
+/* ---------------------------------------------- pointer -> int hash map */
+
+typedef struct ptrmap {
+    size_t cap;            /* power of two */
+    size_t count;
+    const void **keys;
+    int *vals;
+} ptrmap;
+
+static size_t ptr_slot(const void *p, size_t cap)
+{
+    uint64_t k = (uint64_t)(uintptr_t)p;
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 29;
+    return (size_t)k & (cap - 1);
+}
+
+static int ptrmap_init(ptrmap *m, size_t expect)
+{
+    size_t cap = 64;
+    while (cap < expect * 2) cap <<= 1;
+    m->cap = cap;
+    m->count = 0;
+    m->keys = calloc(cap, sizeof *m->keys);
+    m->vals = malloc(cap * sizeof *m->vals);
+    return m->keys && m->vals;
+}
+
+static void ptrmap_free(ptrmap *m)
+{
+    free(m->keys);
+    free(m->vals);
+}
+
+static int ptrmap_get(const ptrmap *m, const void *k)
+{
+    size_t i = ptr_slot(k, m->cap);
+    while (m->keys[i]) {
+        if (m->keys[i] == k) return m->vals[i];
+        i = (i + 1) & (m->cap - 1);
+    }
+    return -1;
+}
+
+static int ptrmap_put(ptrmap *m, const void *k, int v)
+{
+    if ((m->count + 1) * 2 > m->cap) {
+        ptrmap n;
+        n.cap = m->cap * 2;
+        n.count = 0;
+        n.keys = calloc(n.cap, sizeof *n.keys);
+        n.vals = malloc(n.cap * sizeof *n.vals);
+        if (!n.keys || !n.vals) {
+            ptrmap_free(&n);
+            return 0;
+        }
+        for (size_t i = 0; i < m->cap; i++)
+            if (m->keys[i]) {
+                size_t j = ptr_slot(m->keys[i], n.cap);
+                while (n.keys[j]) j = (j + 1) & (n.cap - 1);
+                n.keys[j] = m->keys[i];
+                n.vals[j] = m->vals[i];
+                n.count++;
+            }
+        ptrmap_free(m);
+        *m = n;
+    }
+    size_t i = ptr_slot(k, m->cap);
+    while (m->keys[i] && m->keys[i] != k) i = (i + 1) & (m->cap - 1);
+    if (!m->keys[i]) m->count++;
+    m->keys[i] = k;
+    m->vals[i] = v;
+    return 1;
+}
+
+/* ----------------------------------------------------------------- capture */
+
+typedef struct frame {
+    lt_node *n;
+    int next;              /* next operand to visit */
+} frame;
+
+static int is_param(const lt_node *n)
+{
+    return n->op == LT_OP_data ||
+           (n->op == LT_OP_scalar && !(n->flags & LT_NODE_CONST));
+}
+
+void lt_graph_free(lt_graph *g)
+{
+    if (!g) return;
+    for (int i = 0; i < g->n_nodes; i++) lt_node_release(g->nodes[i]);
+    free(g->nodes);
+    free(g->in_pos);
+    free(g->in_off);
+    free(g->param_pos);
+    free(g->param_alias);
+    free(g->output_pos);
+    free(g->root_out);
+    memset(g, 0, sizeof *g);
+}
+
+static lt_status oom(lt_graph *g, ptrmap *pos, frame *stack)
+{
+    free(stack);
+    ptrmap_free(pos);
+    lt_graph_free(g);
+    return lt_set_error(LT_ERR_INTERNAL, "capture: out of host memory");
+}
+
+lt_status lt_graph_capture(lt_node *const *roots, int n_roots, lt_graph *g)
+{
+    memset(g, 0, sizeof *g);
+    if (n_roots < 1 || !roots)
+        return lt_set_error(LT_ERR_ARG, "capture: no roots");
+    int core = roots[0]->core;
+    for (int i = 0; i < n_roots; i++) {
+        if (!roots[i]) return lt_set_error(LT_ERR_ARG, "capture: NULL root %d", i);
+        if (roots[i]->core != core)
+            return lt_set_error(LT_ERR_DEVICE, "capture: roots on cores %d and %d",
+                                core, roots[i]->core);
+    }
+    g->core = core;
+
+    ptrmap pos;
+    if (!ptrmap_init(&pos, 256)) {
+        ptrmap_free(&pos);
+        return lt_set_error(LT_ERR_INTERNAL, "capture: out of host memory");
+    }
+    size_t ncap = 256, ecap = 512, scap = 64;
+    int n_edges = 0;
+    g->nodes = malloc(ncap * sizeof *g->nodes);
+    g->in_pos = malloc(ecap * sizeof *g->in_pos);
+    g->in_off = malloc((ncap + 1) * sizeof *g->in_off);
+    frame *stack = malloc(scap * sizeof *stack);
+    if (!g->nodes || !g->in_pos || !g->in_off || !stack) return oom(g, &pos, stack);
+    g->in_off[0] = 0;
+
+    for (int r = 0; r < n_roots; r++) {
+        if (ptrmap_get(&pos, roots[r]) >= 0) continue;
+        size_t top = 0;
+        stack[top++] = (frame){roots[r], 0};
+        while (top > 0) {
+            frame *f = &stack[top - 1];
+            if (f->next < f->n->n_in) {
+                lt_node *c = f->n->in[f->next++];
+                if (ptrmap_get(&pos, c) >= 0) continue;
+                if (top == scap) {
+                    scap *= 2;
+                    frame *ns = realloc(stack, scap * sizeof *stack);
+                    if (!ns) return oom(g, &pos, stack);
+                    stack = ns;
+                }
+                stack[top++] = (frame){c, 0};
+                continue;
+            }
+            /* all operands placed: emit */
+            lt_node *n = f->n;
+            top--;
+            if (ptrmap_get(&pos, n) >= 0) continue;   /* reached twice on the stack */
+            if ((size_t)g->n_nodes == ncap) {
+                ncap *= 2;
+                lt_node **nn = realloc(g->nodes, ncap * sizeof *nn);
+                if (!nn) return oom(g, &pos, stack);
+                g->nodes = nn;
+                int *no = realloc(g->in_off, (ncap + 1) * sizeof *no);
+                if (!no) return oom(g, &pos, stack);
+                g->in_off = no;
+            }
+            while ((size_t)(n_edges + n->n_in) > ecap) {
+                ecap *= 2;
+                int *ne = realloc(g->in_pos, ecap * sizeof *ne);
+                if (!ne) return oom(g, &pos, stack);
+                g->in_pos = ne;
+            }
+            int id = g->n_nodes;
+            for (int k = 0; k < n->n_in; k++) g->in_pos[n_edges++] = ptrmap_get(&pos, n->in[k]);
+            g->nodes[id] = lt_node_retain(n);
+            g->n_nodes++;
+            g->in_off[id + 1] = n_edges;
+            if (!ptrmap_put(&pos, n, id)) return oom(g, &pos, stack);
+        }
+    }
+    free(stack);
+
+    /* parameters and their aliasing */
+    int np = 0;
+    for (int i = 0; i < g->n_nodes; i++) np += is_param(g->nodes[i]);
+    g->param_pos = malloc((size_t)(np ? np : 1) * sizeof *g->param_pos);
+    g->param_alias = malloc((size_t)(np ? np : 1) * sizeof *g->param_alias);
+    g->output_pos = malloc((size_t)n_roots * sizeof *g->output_pos);
+    g->root_out = malloc((size_t)n_roots * sizeof *g->root_out);
+    if (!g->param_pos || !g->param_alias || !g->output_pos || !g->root_out)
+        return oom(g, &pos, NULL);
+    ptrmap bufs;
+    if (!ptrmap_init(&bufs, (size_t)np + 1)) {
+        ptrmap_free(&bufs);
+        return oom(g, &pos, NULL);
+    }
+    for (int i = 0; i < g->n_nodes; i++) {
+        lt_node *n = g->nodes[i];
+        if (!is_param(n)) continue;
+        int j = g->n_params++;
+        g->param_pos[j] = i;
+        g->param_alias[j] = -1;
+        if (n->op == LT_OP_data && n->buf) {
+            int prev = ptrmap_get(&bufs, n->buf);
+            if (prev >= 0) g->param_alias[j] = prev;
+            else if (!ptrmap_put(&bufs, n->buf, j)) {
+                ptrmap_free(&bufs);
+                return oom(g, &pos, NULL);
+            }
+        }
+    }
+    ptrmap_free(&bufs);
+
+    /* outputs: roots in order given, duplicates folded */
+    ptrmap outs;
+    if (!ptrmap_init(&outs, (size_t)n_roots)) {
+        ptrmap_free(&outs);
+        return oom(g, &pos, NULL);
+    }
+    for (int r = 0; r < n_roots; r++) {
+        int o = ptrmap_get(&outs, roots[r]);
+        if (o < 0) {
+            o = g->n_outputs++;
+            g->output_pos[o] = ptrmap_get(&pos, roots[r]);
+            if (!ptrmap_put(&outs, roots[r], o)) {
+                ptrmap_free(&outs);
+                return oom(g, &pos, NULL);
+            }
+        }
+        g->root_out[r] = o;
+    }
+    ptrmap_free(&outs);
+    ptrmap_free(&pos);
+
+    /* keys */
+    uint64_t k = lt_hash_mix(0x4B4559u, (uint64_t)g->n_nodes);
+    uint64_t s = lt_hash_mix(0x53545255u, (uint64_t)g->n_nodes);
+    for (int i = 0; i < g->n_nodes; i++) {
+        lt_node *n = g->nodes[i];
+        k = lt_hash_mix(k, n->hash);
+        s = lt_hash_mix(s, n->struct_hash);
+        for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++) {
+            k = lt_hash_mix(k, (uint64_t)g->in_pos[e]);
+            s = lt_hash_mix(s, (uint64_t)g->in_pos[e]);
+        }
+    }
+    k = lt_hash_mix(k, (uint64_t)g->n_params);
+    s = lt_hash_mix(s, (uint64_t)g->n_params);
+    for (int j = 0; j < g->n_params; j++) {
+        k = lt_hash_mix(k, (uint64_t)(int64_t)g->param_alias[j]);
+        s = lt_hash_mix(s, (uint64_t)(int64_t)g->param_alias[j]);
+    }
+    k = lt_hash_mix(k, (uint64_t)g->n_outputs);
+    s = lt_hash_mix(s, (uint64_t)g->n_outputs);
+    for (int o = 0; o < g->n_outputs; o++) {
+        k = lt_hash_mix(k, (uint64_t)g->output_pos[o]);
+        s = lt_hash_mix(s, (uint64_t)g->output_pos[o]);
+    }
+    g->key = k;
+    g->struct_key = s;
+    return LT_OK;
+}

@@ -1,0 +1,112 @@
+/*
+ * lazy/kernels/collective.c — the collective ops of lazy/ops.def executed on
+ * the calling process's world (spawn/world.h):
+ *   all_reduce     i[0] = lt_reduce_type, f[0] = scale
+ *   all_gather     i[0] = dim                 (out dim *= world size)
+ *   reduce_scatter i = {reduce_type, dim}, f[0] = scale (out dim /= size)
+ *   broadcast      i[0] = root ordinal
+ * Without a world (not under the launcher: a world of 1) all_reduce is
+ * input * scale (and/or of floats normalised to 0/1), reduce_scatter the
+ * same, all_gather and broadcast copy the input.
+ * Strided inputs are packed into contiguous memory first; the output is
+ * contiguous. Timed in metric CollectiveTime, bytes in CollectiveBytes.
+ */
+#include "kutil.h"
+#include "../../spawn/world.h"
+
+static int64_t prod_dims(const lt_shape *s, int from, int to)
+{
+    int64_t p = 1;
+    for (int d = from; d < to; d++) p *= s->dims[d];
+    return p;
+}
+
+static lt_status shape_error(lt_op op, const lt_view *x, const lt_view *out,
+                             int N)
+{
+    char a[96], b[96];
+    lt_kutil_shape_str(&x->shape, a, sizeof a);
+    lt_kutil_shape_str(&out->shape, b, sizeof b);
+    return lt_set_error(LT_ERR_SHAPE,
+                        "%s: input %s %s does not give output %s with a world "
+                        "of %d (LAZYTPU_WORLD_SIZE=%d at trace time?)",
+                        lt_op_name(op), kt_dtname(x->dtype), a, b, N,
+                        lt_world_default_size());
+}
+
+lt_status lt_kernel_collective(lt_op op, const lt_attrs *a, const lt_view *in,
+                               int n_in, const lt_view *out,
+                               const lt_kernel_ctx *ctx)
+{
+    if (n_in != 1)
+        return lt_set_error(LT_ERR_ARG, "%s: takes 1 input, got %d",
+                            lt_op_name(op), n_in);
+    lt_world *w = NULL;
+    lt_status st = lt_world_default(&w);
+    if (st != LT_OK) return lt_set_error(LT_ERR_COLLECTIVE, "%s: %s",
+                                         lt_op_name(op), lt_last_error());
+    int N = lt_world_size(w);
+    const lt_view *x = &in[0];
+    lt_dtype dt = out->dtype;
+    int64_t n = kt_numel(&x->shape);
+    int64_t n_out = kt_numel(&out->shape);
+    void *owned = NULL;
+    const void *src = lt_kutil_pack(x, dt, kt_nthreads(ctx), &owned);
+    if (!src) return LT_ERR_OOM;
+    void *dst = kt_ptr(out);
+    int64_t t0 = lt_now_ns();
+    switch (op) {
+    case LT_OP_all_reduce:
+        if (n_out != n) {
+            st = shape_error(op, x, out, N);
+            break;
+        }
+        st = lt_world_all_reduce(w, src, dst, n, dt, (lt_reduce_type)a->i[0],
+                                 a->f[0], &x->shape);
+        break;
+    case LT_OP_all_gather: {
+        int dim = (int)a->i[0];
+        if (dim < 0 || dim >= x->shape.ndim || n_out != n * N) {
+            st = shape_error(op, x, out, N);
+            break;
+        }
+        st = lt_world_all_gather(w, src, dst, prod_dims(&x->shape, 0, dim),
+                                 prod_dims(&x->shape, dim, x->shape.ndim), dt,
+                                 &x->shape);
+        break;
+    }
+    case LT_OP_reduce_scatter: {
+        int dim = (int)a->i[1];
+        if (dim < 0 || dim >= x->shape.ndim || x->shape.dims[dim] % N != 0 ||
+            n_out * N != n) {
+            st = shape_error(op, x, out, N);
+            break;
+        }
+        int64_t block = x->shape.dims[dim] / N *
+                        prod_dims(&x->shape, dim + 1, x->shape.ndim);
+        st = lt_world_reduce_scatter(w, src, dst, prod_dims(&x->shape, 0, dim),
+                                     block, dt, (lt_reduce_type)a->i[0],
+                                     a->f[0], &x->shape);
+        break;
+    }
+    case LT_OP_broadcast:
+        if (n_out != n) {
+            st = shape_error(op, x, out, N);
+            break;
+        }
+        st = lt_world_broadcast(w, src, dst, n, dt, (int)a->i[0], &x->shape);
+        break;
+    default:
+        st = lt_set_error(LT_ERR_INTERNAL, "collective kernel called for %s",
+                          lt_op_name(op));
+        break;
+    }
+    free(owned);
+    if (st == LT_OK && N > 1) {
+        lt_metric_add(lt_metric_get("CollectiveTime", LT_UNIT_NS),
+                      (double)(lt_now_ns() - t0));
+        lt_metric_add(lt_metric_get("CollectiveBytes", LT_UNIT_BYTES),
+                      (double)n * (double)kt_dtsize(dt));
+    }
+    return st;
+}

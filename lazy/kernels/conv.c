@@ -1,0 +1,367 @@
+/*
+ * lazy/kernels/conv.c — conv2d forward and backward (input, weight) by
+ * im2col / col2im + GEMM (OpenBLAS), PyTorch semantics (no bias: the caller
+ * adds it).
+ *
+ * The batch is cut into chunks of samples whose im2col matrix
+ * [C/g*kh*kw, chunk*oh*ow] is ~2 MB, so each chunk is one large GEMM per
+ * group (1.3-2x faster than per-sample GEMMs for batch-64 MNIST-size convs).
+ * Threading: with >= nthreads samples, chunks run in parallel on OpenMP
+ * threads with BLAS single-threaded (one fork/join per kernel: measured far
+ * more robust on a loaded 2-core box than alternating OpenMP loops with
+ * BLAS-threaded GEMMs); small batches run chunks in order with BLAS threaded.
+ * Compute type is f32 for f32/bf16 storage (bf16 inputs converted, f32
+ * accumulation, rounded to nearest even on store) and f64 for f64.
+ */
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#include "kutil.h"
+
+typedef struct conv_geom {
+    int64_t N, C, H, W;        /* input */
+    int64_t O, kh, kw;         /* weight [O, C/g, kh, kw] */
+    int64_t oh, ow;            /* output spatial */
+    int64_t sh, sw, ph, pw, dh, dw, g;
+    int64_t Cg, Og, ckk, ohw, hw;
+} conv_geom;
+
+/* First output coordinate o with o*s - p + k*d >= 0, and first one past the
+ * input (>= n): the valid range is [lo, hi). */
+static void valid_range(int64_t n, int64_t nout, int64_t s, int64_t p, int64_t kd,
+                        int64_t *lo, int64_t *hi)
+{
+    int64_t a = p - kd;                 /* need o*s >= a */
+    int64_t l = a <= 0 ? 0 : (a + s - 1) / s;
+    int64_t b = n + p - kd;             /* need o*s < b */
+    int64_t h = b <= 0 ? 0 : (b + s - 1) / s;
+    if (l > nout) l = nout;
+    if (h > nout) h = nout;
+    if (h < l) h = l;
+    *lo = l;
+    *hi = h;
+}
+
+/* im2col of one input channel x ([H,W] contiguous) into its kh*kw rows of
+ * col (row r at col + r*ld, oh*ow columns); col2im accumulates them back. */
+#define CONV_IM2COL(T, SUF)                                                              \
+static void im2col_##SUF(const conv_geom *q, const T *x, T *col, int64_t ld)             \
+{                                                                                        \
+    for (int64_t i = 0; i < q->kh; i++)                                                  \
+        for (int64_t j = 0; j < q->kw; j++) {                                            \
+            T *row = col + (i * q->kw + j) * ld;                                         \
+            int64_t x0, x1;                                                              \
+            valid_range(q->W, q->ow, q->sw, q->pw, j * q->dw, &x0, &x1);                 \
+            for (int64_t oy = 0; oy < q->oh; oy++) {                                     \
+                T *r = row + oy * q->ow;                                                 \
+                int64_t iy = oy * q->sh - q->ph + i * q->dh;                             \
+                if (iy < 0 || iy >= q->H) {                                              \
+                    memset(r, 0, (size_t)q->ow * sizeof(T));                             \
+                    continue;                                                            \
+                }                                                                        \
+                const T *xr = x + iy * q->W - q->pw + j * q->dw;                         \
+                for (int64_t ox = 0; ox < x0; ox++) r[ox] = 0;                           \
+                if (q->sw == 1) /* short rows: a plain loop beats memcpy calls */       \
+                    for (int64_t ox = x0; ox < x1; ox++) r[ox] = xr[ox];                 \
+                else                                                                     \
+                    for (int64_t ox = x0; ox < x1; ox++) r[ox] = xr[ox * q->sw];         \
+                for (int64_t ox = x1; ox < q->ow; ox++) r[ox] = 0;                       \
+            }                                                                            \
+        }                                                                                \
+}                                                                                        \
+static void col2im_##SUF(const conv_geom *q, const T *col, int64_t ld, T *dx)            \
+{                                                                                        \
+    for (int64_t i = 0; i < q->kh; i++)                                                  \
+        for (int64_t j = 0; j < q->kw; j++) {                                            \
+            const T *row = col + (i * q->kw + j) * ld;                                   \
+            int64_t x0, x1;                                                              \
+            valid_range(q->W, q->ow, q->sw, q->pw, j * q->dw, &x0, &x1);                 \
+            for (int64_t oy = 0; oy < q->oh; oy++) {                                     \
+                int64_t iy = oy * q->sh - q->ph + i * q->dh;                             \
+                if (iy < 0 || iy >= q->H) continue;                                      \
+                const T *r = row + oy * q->ow;                                           \
+                T *xr = dx + iy * q->W - q->pw + j * q->dw;                              \
+                for (int64_t ox = x0; ox < x1; ox++) xr[ox * q->sw] += r[ox];            \
+            }                                                                            \
+        }                                                                                \
+}
+CONV_IM2COL(float, f)
+CONV_IM2COL(double, d)
+
+/* col[ckk, nb*ohw] (ld = nb*ohw) from samples n0..n0+nb of group g of x
+ * ([N,C,H,W] contiguous). Parallel over (sample, channel). */
+static void im2col_chunk(lt_dtype cdt, const conv_geom *q, const void *x, int64_t n0, int64_t nb,
+                         int64_t g, void *col, int nt)
+{
+    size_t es = kt_dtsize(cdt);
+    int64_t ld = nb * q->ohw, kk = q->kh * q->kw;
+    #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && nb * q->Cg > 1)
+    for (int64_t t = 0; t < nb * q->Cg; t++) {
+        int64_t s = t / q->Cg, c = t % q->Cg;
+        const char *xc = (const char *)x + (((n0 + s) * q->C + g * q->Cg + c) * q->hw) * es;
+        char *cc = (char *)col + ((c * kk) * ld + s * q->ohw) * es;
+        if (cdt == LT_F64) im2col_d(q, (const double *)xc, (double *)cc, ld);
+        else im2col_f(q, (const float *)xc, (float *)cc, ld);
+    }
+}
+
+/* dx of samples n0..n0+nb, group g = col2im(col), overwriting. */
+static void col2im_chunk(lt_dtype cdt, const conv_geom *q, const void *col, int64_t n0, int64_t nb,
+                         int64_t g, void *dx, int nt)
+{
+    size_t es = kt_dtsize(cdt);
+    int64_t ld = nb * q->ohw, kk = q->kh * q->kw;
+    #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && nb * q->Cg > 1)
+    for (int64_t t = 0; t < nb * q->Cg; t++) {
+        int64_t s = t / q->Cg, c = t % q->Cg;
+        char *xc = (char *)dx + (((n0 + s) * q->C + g * q->Cg + c) * q->hw) * es;
+        const char *cc = (const char *)col + ((c * kk) * ld + s * q->ohw) * es;
+        memset(xc, 0, (size_t)q->hw * es);
+        if (cdt == LT_F64) col2im_d(q, (const double *)cc, ld, (double *)xc);
+        else col2im_f(q, (const float *)cc, ld, (float *)xc);
+    }
+}
+
+/* Moves the [Og, ohw] blocks of samples n0..n0+nb, group g, between a
+ * tensor t ([N,O,ohw]) and a matrix m [Og, nb*ohw]: to_mat = gather. */
+static void group_rows(lt_dtype cdt, const conv_geom *q, void *t, void *m, int64_t n0, int64_t nb,
+                       int64_t g, int to_mat, int nt)
+{
+    size_t es = kt_dtsize(cdt);
+    int64_t ld = nb * q->ohw;
+    #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && nb * q->Og * q->ohw > 16384)
+    for (int64_t k = 0; k < nb * q->Og; k++) {
+        int64_t s = k / q->Og, o = k % q->Og;
+        char *tp = (char *)t + (((n0 + s) * q->O + g * q->Og + o) * q->ohw) * es;
+        char *mp = (char *)m + (o * ld + s * q->ohw) * es;
+        if (to_mat) memcpy(mp, tp, (size_t)q->ohw * es);
+        else memcpy(tp, mp, (size_t)q->ohw * es);
+    }
+}
+
+static lt_status conv_geom_init(lt_op op, const lt_attrs *at, const lt_view *in,
+                                const lt_view *out, conv_geom *q)
+{
+    const lt_view *x = NULL, *w = NULL, *gr = NULL;
+    int64_t a[9] = {1, 1, 0, 0, 1, 1, 1, 0, 0};
+    for (int k = 0; k < 9 && k < at->n; k++) a[k] = at->i[k];
+    q->sh = a[0] > 0 ? a[0] : 1; q->sw = a[1] > 0 ? a[1] : 1;
+    q->ph = a[2]; q->pw = a[3];
+    q->dh = a[4] > 0 ? a[4] : 1; q->dw = a[5] > 0 ? a[5] : 1;
+    q->g = a[6] > 0 ? a[6] : 1;
+    if (op == LT_OP_conv2d) {
+        x = &in[0]; w = &in[1];
+    } else if (op == LT_OP_conv2d_backward_input) {
+        gr = &in[0]; w = &in[1];
+    } else {
+        gr = &in[0]; x = &in[1];
+    }
+    for (int k = 0; k < 2; k++)
+        if (in[k].shape.ndim != 4)
+            return lt_set_error(LT_ERR_SHAPE, "conv2d: expected 4-D operands, got %d-D", in[k].shape.ndim);
+    if (x) {
+        q->N = x->shape.dims[0]; q->C = x->shape.dims[1];
+        q->H = x->shape.dims[2]; q->W = x->shape.dims[3];
+    }
+    if (w) {
+        q->O = w->shape.dims[0]; q->kh = w->shape.dims[2]; q->kw = w->shape.dims[3];
+        if (!x) q->C = w->shape.dims[1] * q->g;
+    }
+    if (op == LT_OP_conv2d) {
+        q->oh = out->shape.dims[2]; q->ow = out->shape.dims[3];
+    } else {
+        q->oh = gr->shape.dims[2]; q->ow = gr->shape.dims[3];
+        q->N = gr->shape.dims[0]; q->O = gr->shape.dims[1];
+        if (op == LT_OP_conv2d_backward_input) { q->H = a[7]; q->W = a[8]; }
+        else { q->kh = a[7]; q->kw = a[8]; }
+    }
+    if (q->C % q->g || q->O % q->g)
+        return lt_set_error(LT_ERR_SHAPE, "conv2d: channels %lld/%lld not divisible by groups %lld",
+                            (long long)q->C, (long long)q->O, (long long)q->g);
+    q->Cg = q->C / q->g; q->Og = q->O / q->g;
+    q->ckk = q->Cg * q->kh * q->kw;
+    q->ohw = q->oh * q->ow;
+    q->hw = q->H * q->W;
+    return LT_OK;
+}
+
+/* Samples per GEMM: chunks whose col matrix [ckk, nb*ohw] stays around
+ * CONV_CHUNK_BYTES (one large GEMM per group instead of many small ones). */
+#ifndef CONV_CHUNK_BYTES
+#define CONV_CHUNK_BYTES (2u << 20)
+#endif
+
+static int64_t conv_chunk(const conv_geom *q, size_t es)
+{
+    int64_t per = (q->ckk + q->Og) * q->ohw * (int64_t)es;
+    int64_t nb = per > 0 ? (int64_t)CONV_CHUNK_BYTES / per : q->N;
+    if (nb < 1) nb = 1;
+    if (nb > q->N) nb = q->N;
+    return nb;
+}
+
+/* 1 when im2col is the identity (1x1 kernel, stride 1, no padding). */
+static int conv_is_pointwise(const conv_geom *q)
+{
+    return q->kh == 1 && q->kw == 1 && q->sh == 1 && q->sw == 1 && q->ph == 0 && q->pw == 0;
+}
+
+typedef struct conv_scratch {
+    void *col, *mat;
+} conv_scratch;
+
+/* Allocates a thread's scratch; 0 on failure (no error set: may run on an
+ * OpenMP worker, the caller reports it). */
+static int scratch_init(const conv_geom *q, size_t es, int64_t nb, conv_scratch *s)
+{
+    s->col = malloc((size_t)(q->ckk * nb * q->ohw) * es + 1);
+    s->mat = malloc((size_t)(q->Og * nb * q->ohw) * es + 1);
+    if (s->col && s->mat) return 1;
+    free(s->col); free(s->mat);
+    s->col = s->mat = NULL;
+    return 0;
+}
+
+/* Samples [n0, n0+b) of op: a/bb are the op's two (packed) inputs, out its
+ * output; conv2d_backward_weight accumulates into acc ([O, ckk]). nt is the
+ * OpenMP budget inside (1 when chunks already run in parallel). */
+static void conv_chunk_run(lt_op op, const conv_geom *q, lt_dtype cdt, const void *a,
+                           const void *bb, void *out, void *acc, int64_t n0, int64_t b,
+                           const conv_scratch *sc, int nt)
+{
+    size_t es = kt_dtsize(cdt);
+    int64_t L = b * q->ohw;
+    int pw = conv_is_pointwise(q);
+    for (int64_t g = 0; g < q->g; g++) {
+        size_t xoff = (size_t)((n0 * q->C + g * q->Cg) * q->hw) * es;   /* x / dx group */
+        size_t yoff = (size_t)((n0 * q->O + g * q->Og) * q->ohw) * es;  /* y / gy group */
+        size_t woff = (size_t)(g * q->Og * q->ckk) * es;
+        if (op == LT_OP_conv2d) {
+            const void *bm = sc->col;
+            if (b == 1 && pw) bm = (const char *)a + xoff;
+            else im2col_chunk(cdt, q, a, n0, b, g, sc->col, nt);
+            void *dst = b == 1 ? (char *)out + yoff : sc->mat;
+            lt_kutil_gemm(cdt, 0, 0, q->Og, L, q->ckk, (const char *)bb + woff, q->ckk, bm, L, 0.0, dst, L);
+            if (b > 1) group_rows(cdt, q, out, sc->mat, n0, b, g, 0, nt);
+        } else if (op == LT_OP_conv2d_backward_input) {
+            const void *gm = sc->mat;
+            if (b == 1) gm = (const char *)a + yoff;
+            else group_rows(cdt, q, (void *)a, sc->mat, n0, b, g, 1, nt);
+            if (b == 1 && pw) {
+                lt_kutil_gemm(cdt, 1, 0, q->ckk, L, q->Og, (const char *)bb + woff, q->ckk, gm, L, 0.0,
+                      (char *)out + xoff, L);
+            } else {
+                lt_kutil_gemm(cdt, 1, 0, q->ckk, L, q->Og, (const char *)bb + woff, q->ckk, gm, L, 0.0,
+                      sc->col, L);
+                col2im_chunk(cdt, q, sc->col, n0, b, g, out, nt);
+            }
+        } else {
+            const void *gm = sc->mat, *bm = sc->col;
+            if (b == 1) gm = (const char *)a + yoff;
+            else group_rows(cdt, q, (void *)a, sc->mat, n0, b, g, 1, nt);
+            if (b == 1 && pw) bm = (const char *)bb + xoff;
+            else im2col_chunk(cdt, q, bb, n0, b, g, sc->col, nt);
+            lt_kutil_gemm(cdt, 0, 1, q->Og, q->ckk, L, gm, L, bm, L, 1.0, (char *)acc + woff, q->ckk);
+        }
+    }
+}
+
+/* Runs op over the batch. With at least nthreads samples, chunks run in
+ * parallel (one OpenMP thread each, BLAS single-threaded, per-thread weight
+ * gradient partials summed in thread order); otherwise chunks run in order
+ * with BLAS and the layout loops using all nthreads. */
+static lt_status conv_run(lt_op op, const conv_geom *q, lt_dtype cdt, const void *a,
+                          const void *bb, void *out, int nt)
+{
+    size_t es = kt_dtsize(cdt);
+    int64_t nb = conv_chunk(q, es);
+    double flops = 2.0 * (double)q->N * (double)q->O * (double)q->ohw * (double)q->ckk;
+    int par = nt > 1 && q->N >= nt && flops >= 1e6;   /* tiny convs: fork/join costs more */
+    if (par) {
+        int64_t per = (q->N + nt - 1) / nt;
+        if (nb > per) nb = per;
+    }
+    int64_t nchunks = nb > 0 ? (q->N + nb - 1) / nb : 0;
+    int nth = par ? nt : 1;
+    int bw = op == LT_OP_conv2d_backward_weight;
+    int64_t wn = q->O * q->ckk;
+    char *partial = NULL;
+    if (bw) {
+        memset(out, 0, (size_t)wn * es);
+        if (nth > 1) {
+            partial = lt_kutil_alloc((size_t)((nth - 1) * wn) * es, "conv2d_backward_weight");
+            if (!partial) return LT_ERR_OOM;
+            memset(partial, 0, (size_t)((nth - 1) * wn) * es);
+        }
+    }
+    lt_kutil_blas_threads(par ? 1 : nt);
+    int ok = 1;
+    #pragma omp parallel num_threads(nth) if (par)
+    {
+        int t = 0;
+#ifdef _OPENMP
+        t = omp_get_thread_num();
+#endif
+        void *acc = !bw ? NULL : t == 0 ? out : partial + (size_t)((t - 1) * wn) * es;
+        conv_scratch sc;
+        int have = scratch_init(q, es, nb, &sc);
+        if (!have) {
+            #pragma omp atomic write
+            ok = 0;
+        }
+        #pragma omp for schedule(static)
+        for (int64_t c = 0; c < nchunks; c++) {
+            int64_t n0 = c * nb, b = q->N - n0 < nb ? q->N - n0 : nb;
+            if (have) conv_chunk_run(op, q, cdt, a, bb, out, acc, n0, b, &sc, par ? 1 : nt);
+        }
+        free(sc.col);
+        free(sc.mat);
+    }
+    for (int t = 1; bw && t < nth; t++) {
+        const char *p = partial + (size_t)((t - 1) * wn) * es;
+        if (cdt == LT_F64)
+            for (int64_t i = 0; i < wn; i++) ((double *)out)[i] += ((const double *)p)[i];
+        else
+            for (int64_t i = 0; i < wn; i++) ((float *)out)[i] += ((const float *)p)[i];
+    }
+    free(partial);
+    if (!ok)
+        return lt_set_error(LT_ERR_OOM, "conv2d: cannot allocate %lld bytes of im2col scratch",
+                            (long long)((q->ckk + q->Og) * nb * q->ohw * (int64_t)es));
+    return LT_OK;
+}
+
+/* conv2d / conv2d_backward_input / conv2d_backward_weight (see ops.def) into
+ * contiguous out. Float dtypes only (LT_ERR_DTYPE otherwise); LT_ERR_OOM when
+ * scratch cannot be allocated. */
+lt_status lt_kernel_conv(lt_op op, const lt_attrs *attrs, const lt_view *in, int n_in,
+                         const lt_view *out, const lt_kernel_ctx *ctx)
+{
+    int nt = kt_nthreads(ctx);
+    if (n_in != 2 || (op != LT_OP_conv2d && op != LT_OP_conv2d_backward_input &&
+                      op != LT_OP_conv2d_backward_weight))
+        return lt_set_error(LT_ERR_INTERNAL, "conv kernel: bad op %d / %d inputs", (int)op, n_in);
+    if (!kt_is_float(out->dtype) || !kt_is_float(in[0].dtype) || !kt_is_float(in[1].dtype))
+        return lt_kutil_dtype_error(op, in, n_in, out);
+    if (out->shape.ndim != 4)
+        return lt_set_error(LT_ERR_SHAPE, "conv2d: expected a 4-D output");
+    conv_geom q = {0};
+    lt_status st = conv_geom_init(op, attrs, in, out, &q);
+    if (st != LT_OK) return st;
+    if (kt_numel(&out->shape) == 0) return LT_OK;
+    lt_dtype cdt = kt_compute_dt(out->dtype);
+    void *o0 = NULL, *o1 = NULL, *yown = NULL;
+    const void *p0 = lt_kutil_pack(&in[0], cdt, nt, &o0);
+    const void *p1 = p0 ? lt_kutil_pack(&in[1], cdt, nt, &o1) : NULL;
+    void *y = kt_ptr(out);
+    if (out->dtype != cdt)
+        y = yown = lt_kutil_alloc((size_t)kt_numel(&out->shape) * kt_dtsize(cdt), "conv2d");
+    if (!p0 || !p1 || !y) {
+        free(o0); free(o1); free(yown);
+        return LT_ERR_OOM;
+    }
+    st = conv_run(op, &q, cdt, p0, p1, y, nt);
+    if (st == LT_OK && yown) lt_kutil_unpack(yown, cdt, out, nt);
+    free(o0); free(o1); free(yown);
+    return st;
+}

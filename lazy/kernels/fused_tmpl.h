@@ -1,0 +1,164 @@
+/*
+ * lazy/kernels/fused_tmpl.h — the per-compute-type body of the fused
+ * interpreter. Included by fused.c once per type with
+ *   T   the compute type (float, double, int64_t)
+ *   S   a suffix token (f32, f64, i64)
+ *   T_IS_INT  1 for int64_t
+ * Defines load_S, exec_S (one block) and store_S.
+ */
+#define LT_CAT2(a, b) a##_##b
+#define LT_CAT(a, b) LT_CAT2(a, b)
+#define FN(name) LT_CAT(name, S)
+
+/* dst[0..n) = (T) src[k * s] for storage dtype dt. */
+static void FN(load_run)(T *restrict dst, const char *src, lt_dtype dt,
+                         int64_t s, int n)
+{
+    switch (dt) {
+#define LT_LOAD_CASE(DT, CT, CONV)                                         \
+    case DT: {                                                             \
+        const CT *p = (const CT *)src;                                     \
+        if (s == 1)                                                        \
+            for (int i = 0; i < n; i++) dst[i] = (T)(CONV(p[i]));          \
+        else if (s == 0) {                                                 \
+            T v = (T)(CONV(p[0]));                                         \
+            for (int i = 0; i < n; i++) dst[i] = v;                        \
+        } else                                                             \
+            for (int i = 0; i < n; i++) dst[i] = (T)(CONV(p[i * s]));      \
+        break;                                                             \
+    }
+#define LT_ID(x) (x)
+        LT_LOAD_CASE(LT_F32, float, LT_ID)
+        LT_LOAD_CASE(LT_F64, double, LT_ID)
+        LT_LOAD_CASE(LT_I64, int64_t, LT_ID)
+        LT_LOAD_CASE(LT_I32, int32_t, LT_ID)
+        LT_LOAD_CASE(LT_BOOL, uint8_t, LT_ID)
+        LT_LOAD_CASE(LT_BF16, uint16_t, lt_fz_bf16)
+#undef LT_ID
+#undef LT_LOAD_CASE
+    default:
+        for (int i = 0; i < n; i++) dst[i] = 0;
+    }
+}
+
+/* Loads positions [i0, i0 + n) of load l. */
+static void FN(load)(T *restrict dst, const lt_fload *l, int64_t i0, int n)
+{
+    if (l->kind == LT_FL_CONTIG) {
+        FN(load_run)(dst, l->base + (size_t)i0 * l->esize, l->dtype, 1, n);
+        return;
+    }
+    if (l->kind == LT_FL_BCAST) {
+        FN(load_run)(dst, l->base, l->dtype, 0, n);
+        return;
+    }
+    if (l->kind == LT_FL_STRIDED) {
+        FN(load_run)(dst, l->base + (ptrdiff_t)(i0 * l->strides[0]) *
+                     (ptrdiff_t)l->esize, l->dtype, l->strides[0], n);
+        return;
+    }
+    /* general: runs along the innermost dim, carry over the outer ones */
+    int nd = l->ndim;
+    int64_t D = l->dims[nd - 1], s = l->strides[nd - 1];
+    int64_t j = i0 % D, outer = i0 / D;
+    int64_t idx[LT_MAX_DIMS], off = 0;
+    for (int k = nd - 2; k >= 0; k--) {
+        idx[k] = outer % l->dims[k];
+        outer /= l->dims[k];
+        off += idx[k] * l->strides[k];
+    }
+    int done = 0;
+    while (done < n) {
+        int seg = (int)((D - j) < (n - done) ? (D - j) : (n - done));
+        FN(load_run)(dst + done, l->base + (ptrdiff_t)(off + j * s) *
+                     (ptrdiff_t)l->esize, l->dtype, s, seg);
+        done += seg;
+        j = 0;
+        for (int k = nd - 2; k >= 0; k--) {
+            off += l->strides[k];
+            if (++idx[k] < l->dims[k])
+                break;
+            off -= idx[k] * l->strides[k];
+            idx[k] = 0;
+        }
+    }
+}
+
+/* Runs every instruction of f on positions [i0, i0 + n). rp[r] receives
+ * where register r's values are: its own block in regs, or straight in the
+ * input's memory for a contiguous load already of the compute type. */
+static void FN(exec)(const lt_fused *f, const lt_fload *ld, int64_t i0,
+                     int n, T *regs, T **rp)
+{
+    for (int k = 0; k < f->n_ins; k++) {
+        const lt_fused_ins *in = &f->ins[k];
+        T *d = regs + (size_t)in->dst * LT_FUSED_BLOCK;
+        if (in->op == LT_FUSED_LOAD) {
+            const lt_fload *l = &ld[in->a];
+            if (getenv("NOZC") == NULL && l->kind == LT_FL_CONTIG && l->dtype == T_DT) {
+                rp[in->dst] = (T *)(void *)l->base + i0;
+                continue;
+            }
+            FN(load)(d, l, i0, n);
+            rp[in->dst] = d;
+            continue;
+        }
+        const T *pa = rp[in->a];
+        const T *pb = in->b >= 0 ? rp[in->b] : pa;
+        const T *pc = in->c >= 0 ? rp[in->c] : pa;
+        rp[in->dst] = d;
+        switch (in->op) {
+#define LT_OP(name, arity, kind, shape, dtype, kernel, expr)               \
+        case LT_OP_##name:                                                 \
+            for (int i = 0; i < n; i++) {                                  \
+                const T a = pa[i], b = pb[i], c = pc[i];                   \
+                (void)a; (void)b; (void)c;                                 \
+                d[i] = (T)(expr);                                          \
+            }                                                              \
+            break;
+#include "../ops.def"
+#undef LT_OP
+        default:
+            break;
+        }
+        switch (in->narrow) {
+        case LT_BOOL:
+            for (int i = 0; i < n; i++) d[i] = (T)(d[i] != 0);
+            break;
+#if !T_IS_INT
+        case LT_I64:
+        case LT_I32:
+            for (int i = 0; i < n; i++) d[i] = LT_TRUNC(d[i]);
+            break;
+        case LT_F32:
+            if (sizeof(T) == 8)
+                for (int i = 0; i < n; i++) d[i] = (T)(float)d[i];
+            break;
+#else
+        case LT_I32:
+            for (int i = 0; i < n; i++) d[i] = (T)(int32_t)d[i];
+            break;
+#endif
+        default:
+            break;
+        }
+    }
+}
+
+/* dst (storage dt) = src[0..n) converted. */
+static void FN(store)(const T *restrict src, void *dst, lt_dtype dt, int n)
+{
+    switch (dt) {
+    case LT_F32: { float *p = dst; for (int i = 0; i < n; i++) p[i] = (float)src[i]; break; }
+    case LT_F64: { double *p = dst; for (int i = 0; i < n; i++) p[i] = (double)src[i]; break; }
+    case LT_I64: { int64_t *p = dst; for (int i = 0; i < n; i++) p[i] = (int64_t)src[i]; break; }
+    case LT_I32: { int32_t *p = dst; for (int i = 0; i < n; i++) p[i] = (int32_t)(int64_t)src[i]; break; }
+    case LT_BOOL: { uint8_t *p = dst; for (int i = 0; i < n; i++) p[i] = src[i] != 0; break; }
+    case LT_BF16: { uint16_t *p = dst; for (int i = 0; i < n; i++) p[i] = lt_fz_to_bf16((float)src[i]); break; }
+    default: break;
+    }
+}
+
+#undef FN
+#undef LT_CAT
+#undef LT_CAT2

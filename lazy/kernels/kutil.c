@@ -1,0 +1,178 @@
+/* lazy/kernels/kutil.c — strided copy / pack helpers of the library kernels
+ * (see kutil.h). */
+#include <stdio.h>
+#include <cblas.h>
+#include "kutil.h"
+
+static const char *const kt_op_names[] = {
+#define LT_OP(name, arity, kind, shape, dtype, kernel, expr) #name,
+#include "../ops.def"
+#undef LT_OP
+};
+
+static const char *kt_opname(lt_op op)
+{
+    if ((int)op < 0 || (int)op >= (int)(sizeof kt_op_names / sizeof *kt_op_names)) return "?";
+    return kt_op_names[op];
+}
+
+const char *lt_kutil_shape_str(const lt_shape *s, char *buf, size_t cap)
+{
+    size_t k = 0;
+    k += snprintf(buf + k, cap - k, "[");
+    for (int d = 0; d < s->ndim && k < cap; d++)
+        k += snprintf(buf + k, cap - k, "%s%lld", d ? ", " : "", (long long)s->dims[d]);
+    if (k < cap) snprintf(buf + k, cap - k, "]");
+    return buf;
+}
+
+lt_status lt_kutil_dtype_error(lt_op op, const lt_view *in, int n_in, const lt_view *out)
+{
+    char b[256];
+    size_t k = 0;
+    b[0] = 0;
+    for (int i = 0; i < n_in && k < sizeof b; i++)
+        k += snprintf(b + k, sizeof b - k, "%s%s", i ? ", " : "", kt_dtname(in[i].dtype));
+    return lt_set_error(LT_ERR_DTYPE, "%s: unsupported dtypes (%s) -> %s", kt_opname(op), b,
+                        out ? kt_dtname(out->dtype) : "?");
+}
+
+void *lt_kutil_alloc(size_t n, const char *what)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) lt_set_error(LT_ERR_OOM, "%s: cannot allocate %zu bytes of host scratch", what, n);
+    return p;
+}
+
+/* Merges dims that are contiguous in both views and drops size-1 dims.
+ * Returns the new ndim; dims/ss/ds receive the result. */
+static int coalesce(const lt_view *s, const lt_view *d, int64_t *dims, int64_t *ss, int64_t *ds)
+{
+    int n = 0;
+    for (int i = 0; i < s->shape.ndim; i++) {
+        int64_t len = s->shape.dims[i];
+        if (len == 1) continue;
+        if (n > 0 && ss[n - 1] == s->strides[i] * len && ds[n - 1] == d->strides[i] * len) {
+            dims[n - 1] *= len;
+            ss[n - 1] = s->strides[i];
+            ds[n - 1] = d->strides[i];
+        } else {
+            dims[n] = len;
+            ss[n] = s->strides[i];
+            ds[n] = d->strides[i];
+            n++;
+        }
+    }
+    return n;
+}
+
+/* Inner loop: len elements with strides. */
+static void copy_run(const void *sb, lt_dtype sdt, int64_t so, int64_t sst,
+                     void *db, lt_dtype ddt, int64_t dof, int64_t dst, int64_t len)
+{
+    if (sdt == ddt) {
+        size_t es = kt_dtsize(sdt);
+        if (sst == 1 && dst == 1) {
+            memcpy((char *)db + dof * es, (const char *)sb + so * es, (size_t)len * es);
+            return;
+        }
+        switch (es) {
+        case 8: { const int64_t *s = (const int64_t *)sb + so; int64_t *d = (int64_t *)db + dof;
+                  for (int64_t i = 0; i < len; i++) { d[i * dst] = s[i * sst]; } return; }
+        case 4: { const int32_t *s = (const int32_t *)sb + so; int32_t *d = (int32_t *)db + dof;
+                  for (int64_t i = 0; i < len; i++) { d[i * dst] = s[i * sst]; } return; }
+        case 2: { const uint16_t *s = (const uint16_t *)sb + so; uint16_t *d = (uint16_t *)db + dof;
+                  for (int64_t i = 0; i < len; i++) { d[i * dst] = s[i * sst]; } return; }
+        default: { const uint8_t *s = (const uint8_t *)sb + so; uint8_t *d = (uint8_t *)db + dof;
+                   for (int64_t i = 0; i < len; i++) { d[i * dst] = s[i * sst]; } return; }
+        }
+    }
+    if (sdt == LT_BF16 && ddt == LT_F32) {
+        const uint16_t *s = (const uint16_t *)sb + so; float *d = (float *)db + dof;
+        for (int64_t i = 0; i < len; i++) d[i * dst] = kt_bf16_to_f32(s[i * sst]);
+        return;
+    }
+    if (sdt == LT_F32 && ddt == LT_BF16) {
+        const float *s = (const float *)sb + so; uint16_t *d = (uint16_t *)db + dof;
+        for (int64_t i = 0; i < len; i++) d[i * dst] = kt_f32_to_bf16(s[i * sst]);
+        return;
+    }
+    if (sdt == LT_F32 && ddt == LT_F64) {
+        const float *s = (const float *)sb + so; double *d = (double *)db + dof;
+        for (int64_t i = 0; i < len; i++) d[i * dst] = s[i * sst];
+        return;
+    }
+    if (sdt == LT_F64 && ddt == LT_F32) {
+        const double *s = (const double *)sb + so; float *d = (float *)db + dof;
+        for (int64_t i = 0; i < len; i++) d[i * dst] = (float)s[i * sst];
+        return;
+    }
+    for (int64_t i = 0; i < len; i++) kt_cvt(sb, sdt, so + i * sst, db, ddt, dof + i * dst);
+}
+
+void lt_kutil_copy(const lt_view *src, const lt_view *dst, int nthreads)
+{
+    int64_t dims[LT_MAX_DIMS], ss[LT_MAX_DIMS], ds[LT_MAX_DIMS];
+    int64_t total = kt_numel(&src->shape);
+    if (total <= 0) return;
+    int n = coalesce(src, dst, dims, ss, ds);
+    if (n == 0) {
+        kt_cvt(src->data, src->dtype, src->offset, dst->data, dst->dtype, dst->offset);
+        return;
+    }
+    int64_t inner = dims[n - 1], outer = total / inner;
+    int nt = (nthreads > 1 && total >= 32768) ? nthreads : 1;
+    #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+    for (int64_t r = 0; r < outer; r++) {
+        int64_t so = src->offset, dof = dst->offset, rem = r;
+        for (int d = n - 2; d >= 0; d--) {
+            int64_t c = rem % dims[d];
+            rem /= dims[d];
+            so += c * ss[d];
+            dof += c * ds[d];
+        }
+        copy_run(src->data, src->dtype, so, ss[n - 1], dst->data, dst->dtype, dof, ds[n - 1], inner);
+    }
+}
+
+void *lt_kutil_pack(const lt_view *v, lt_dtype dt, int nthreads, void **owned)
+{
+    *owned = NULL;
+    if (v->dtype == dt && kt_is_contig(v)) return kt_ptr(v);
+    int64_t n = kt_numel(&v->shape);
+    void *buf = lt_kutil_alloc((size_t)(n > 0 ? n : 0) * kt_dtsize(dt), "kernel pack");
+    if (!buf) return NULL;
+    lt_view d = kt_contig_view(buf, dt, &v->shape);
+    lt_kutil_copy(v, &d, nthreads);
+    *owned = buf;
+    return buf;
+}
+
+void lt_kutil_unpack(const void *src, lt_dtype sdt, const lt_view *out, int nthreads)
+{
+    if (src == kt_ptr(out) && sdt == out->dtype) return;
+    lt_view s = kt_contig_view((void *)src, sdt, &out->shape);
+    lt_view d = kt_contig_view(kt_ptr(out), out->dtype, &out->shape);
+    lt_kutil_copy(&s, &d, nthreads);
+}
+
+void lt_kutil_blas_threads(int n)
+{
+    if (n < 1) n = 1;
+    if (openblas_get_num_threads() != n) openblas_set_num_threads(n);
+}
+
+void lt_kutil_gemm(lt_dtype cdt, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                   const void *A, int64_t lda, const void *B, int64_t ldb,
+                   double beta, void *C, int64_t ldc)
+{
+    enum CBLAS_TRANSPOSE a = ta ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE b = tb ? CblasTrans : CblasNoTrans;
+    if (M <= 0 || N <= 0) return;
+    if (cdt == LT_F64)
+        cblas_dgemm(CblasRowMajor, a, b, (int)M, (int)N, (int)K, 1.0, A, (int)lda, B, (int)ldb,
+                    beta, C, (int)ldc);
+    else
+        cblas_sgemm(CblasRowMajor, a, b, (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb,
+                    (float)beta, C, (int)ldc);
+}

@@ -1,0 +1,255 @@
+/*
+ * lazy/kernels/kutil.h — small helpers shared by the library kernels
+ * (matmul, conv, pool, norm, scatter, cat, index, loss, random).
+ *
+ * Inline element access for every dtype, bf16 bit conversions (round to
+ * nearest even), and strided copy/pack helpers (kutil.c). Self-contained on
+ * purpose: the kernels only depend on lazytpu.h types, lt_set_error and
+ * kernel.h's lt_view.
+ */
+#ifndef LT_KUTIL_H
+#define LT_KUTIL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kernel.h"
+
+/* bf16 <-> f32, round to nearest even; NaN stays (quiet) NaN. */
+static inline uint16_t kt_f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float kt_bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* exp for f32 kernels, written to vectorise (no libm call): range
+ * reduction x = n*ln2 + r, |r| <= ln2/2, then a degree-7 Taylor polynomial
+ * (truncation error < 1e-8 relative, result within ~2 ulp of expf).
+ * exp(-inf) = 0, exp(+inf) = inf, NaN propagates. */
+static inline float kt_expf(float x)
+{
+    float xc = x < -87.5f ? -87.5f : x > 88.5f ? 88.5f : x;
+    float n = __builtin_rintf(xc * 1.44269504088896341f);
+    float r = xc - n * 0.693359375f;          /* ln2 split: exact high part */
+    r = r + n * 2.12194440e-4f;               /* low part (ln2_hi - ln2) */
+    float p = 1.0f / 5040;
+    p = p * r + 1.0f / 720;
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, 4);
+    float y = p * scale;
+    y = x < -87.5f ? 0.0f : y;
+    y = x > 88.5f ? INFINITY : y;
+    return x != x ? x : y;
+}
+
+static inline const char *kt_dtname(lt_dtype dt)
+{
+    switch (dt) {
+    case LT_F32: return "f32";
+    case LT_BF16: return "bf16";
+    case LT_F64: return "f64";
+    case LT_I64: return "i64";
+    case LT_I32: return "i32";
+    case LT_BOOL: return "bool";
+    default: return "?";
+    }
+}
+
+static inline size_t kt_dtsize(lt_dtype dt)
+{
+    switch (dt) {
+    case LT_F32: case LT_I32: return 4;
+    case LT_BF16: return 2;
+    case LT_F64: case LT_I64: return 8;
+    case LT_BOOL: return 1;
+    default: return 0;
+    }
+}
+
+static inline int kt_is_float(lt_dtype dt)
+{
+    return dt == LT_F32 || dt == LT_BF16 || dt == LT_F64;
+}
+
+static inline int kt_is_index(lt_dtype dt) { return dt == LT_I64 || dt == LT_I32; }
+
+/* Compute dtype of a float kernel storing into `dt`: f64 -> f64, else f32. */
+static inline lt_dtype kt_compute_dt(lt_dtype dt) { return dt == LT_F64 ? LT_F64 : LT_F32; }
+
+/* Element i (in elements from base) as double / int64. */
+static inline double kt_load(const void *base, lt_dtype dt, int64_t i)
+{
+    switch (dt) {
+    case LT_F32: return ((const float *)base)[i];
+    case LT_BF16: return kt_bf16_to_f32(((const uint16_t *)base)[i]);
+    case LT_F64: return ((const double *)base)[i];
+    case LT_I64: return (double)((const int64_t *)base)[i];
+    case LT_I32: return ((const int32_t *)base)[i];
+    case LT_BOOL: return ((const uint8_t *)base)[i] != 0;
+    default: return 0;
+    }
+}
+
+static inline int64_t kt_load_i(const void *base, lt_dtype dt, int64_t i)
+{
+    switch (dt) {
+    case LT_I64: return ((const int64_t *)base)[i];
+    case LT_I32: return ((const int32_t *)base)[i];
+    case LT_BOOL: return ((const uint8_t *)base)[i] != 0;
+    default: return (int64_t)kt_load(base, dt, i);
+    }
+}
+
+static inline void kt_store(void *base, lt_dtype dt, int64_t i, double v)
+{
+    switch (dt) {
+    case LT_F32: ((float *)base)[i] = (float)v; break;
+    case LT_BF16: ((uint16_t *)base)[i] = kt_f32_to_bf16((float)v); break;
+    case LT_F64: ((double *)base)[i] = v; break;
+    case LT_I64: ((int64_t *)base)[i] = (int64_t)v; break;
+    case LT_I32: ((int32_t *)base)[i] = (int32_t)v; break;
+    case LT_BOOL: ((uint8_t *)base)[i] = v != 0; break;
+    default: break;
+    }
+}
+
+static inline void kt_store_i(void *base, lt_dtype dt, int64_t i, int64_t v)
+{
+    switch (dt) {
+    case LT_I64: ((int64_t *)base)[i] = v; break;
+    case LT_I32: ((int32_t *)base)[i] = (int32_t)v; break;
+    case LT_BOOL: ((uint8_t *)base)[i] = v != 0; break;
+    default: kt_store(base, dt, i, (double)v); break;
+    }
+}
+
+/* dst[di] = convert(src[si]); exact for same dtype and for int -> int. */
+static inline void kt_cvt(const void *src, lt_dtype sdt, int64_t si,
+                          void *dst, lt_dtype ddt, int64_t di)
+{
+    if (sdt == ddt) {
+        size_t es = kt_dtsize(sdt);
+        memcpy((char *)dst + di * es, (const char *)src + si * es, es);
+    } else if (!kt_is_float(sdt) && !kt_is_float(ddt)) {
+        kt_store_i(dst, ddt, di, kt_load_i(src, sdt, si));
+    } else {
+        kt_store(dst, ddt, di, kt_load(src, sdt, si));
+    }
+}
+
+static inline int64_t kt_numel(const lt_shape *s)
+{
+    int64_t n = 1;
+    for (int d = 0; d < s->ndim; d++) n *= s->dims[d];
+    return n;
+}
+
+/* Offset (in elements, incl. v->offset) of the element with row-major linear
+ * index `linear` in the view's logical order. */
+static inline int64_t kt_view_offset(const lt_view *v, int64_t linear)
+{
+    int64_t off = v->offset;
+    for (int d = v->shape.ndim - 1; d >= 0; d--) {
+        int64_t n = v->shape.dims[d];
+        if (n <= 0) return v->offset;
+        off += (linear % n) * v->strides[d];
+        linear /= n;
+    }
+    return off;
+}
+
+/* A contiguous row-major view of `data`. */
+static inline lt_view kt_contig_view(void *data, lt_dtype dt, const lt_shape *s)
+{
+    lt_view v;
+    memset(&v, 0, sizeof v);
+    v.data = data;
+    v.dtype = dt;
+    v.shape = *s;
+    int64_t st = 1;
+    for (int d = s->ndim - 1; d >= 0; d--) {
+        v.strides[d] = st;
+        st *= s->dims[d];
+    }
+    return v;
+}
+
+/* 1 if every dim of size > 1 has row-major contiguous strides. */
+static inline int kt_is_contig(const lt_view *v)
+{
+    int64_t st = 1;
+    for (int d = v->shape.ndim - 1; d >= 0; d--) {
+        if (v->shape.dims[d] != 1 && v->strides[d] != st) return 0;
+        st *= v->shape.dims[d];
+    }
+    return 1;
+}
+
+static inline int kt_nthreads(const lt_kernel_ctx *ctx)
+{
+    return (ctx && ctx->nthreads > 0) ? ctx->nthreads : 1;
+}
+
+/* Pointer to element 0 of a view (with offset). */
+static inline void *kt_ptr(const lt_view *v)
+{
+    return (char *)v->data + v->offset * (int64_t)kt_dtsize(v->dtype);
+}
+
+/* ---- kutil.c ---- */
+
+/* Copies src into dst (same shape; any strides and dtypes, converted as
+ * kt_cvt does). dst must not overlap src. Uses up to nthreads OpenMP threads
+ * (1 = serial, callable inside a parallel region). */
+void lt_kutil_copy(const lt_view *src, const lt_view *dst, int nthreads);
+
+/* Returns a pointer to the view's data as a contiguous array of dtype dt:
+ * the view's own memory when it already is (no copy; *owned = NULL), else a
+ * malloc'd copy stored in *owned (caller frees). NULL on malloc failure with
+ * LT_ERR_OOM set. */
+void *lt_kutil_pack(const lt_view *v, lt_dtype dt, int nthreads, void **owned);
+
+/* Writes n contiguous elements of dtype sdt into the contiguous output view
+ * (converted to out->dtype). */
+void lt_kutil_unpack(const void *src, lt_dtype sdt, const lt_view *out, int nthreads);
+
+/* malloc that never returns NULL for n == 0; NULL on failure with LT_ERR_OOM
+ * set naming `what`. */
+void *lt_kutil_alloc(size_t n, const char *what);
+
+/* Sets LT_ERR_DTYPE "op: unsupported dtypes a, b -> out" and returns it. */
+lt_status lt_kutil_dtype_error(lt_op op, const lt_view *in, int n_in, const lt_view *out);
+
+/* Row-major C[M,N] = op(A) op(B) + beta*C through CBLAS, in f32 (cdt
+ * LT_F32) or f64; leading dimensions in elements; no-op when M or N is 0
+ * (K must be >= 1 with valid leading dimensions). */
+void lt_kutil_gemm(lt_dtype cdt, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                   const void *A, int64_t lda, const void *B, int64_t ldb,
+                   double beta, void *C, int64_t ldc);
+/* Sets OpenBLAS's (process-global) thread count to n, only when it differs,
+ * so steady-state kernels never pay for it. */
+void lt_kutil_blas_threads(int n);
+
+/* Writes "[2, 3]" for s into buf (cap >= 2). */
+const char *lt_kutil_shape_str(const lt_shape *s, char *buf, size_t cap);
+
+#endif

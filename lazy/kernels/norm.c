@@ -1,0 +1,168 @@
+/*
+ * lazy/kernels/norm.c — softmax, log_softmax and their backward passes along
+ * any dim (attrs.i[0]).
+ *
+ * The input is seen as [outer, D, inner]; rows along D are processed in
+ * blocks of up to NORM_BLOCK neighbouring inner positions so that strided
+ * rows still stream through memory. Numerically stable (max subtracted).
+ * f32/bf16 compute in f32, f64 in f64; bf16 rounds when stored.
+ *   softmax_backward(g, y)     = y * (g - sum(g * y))
+ *   log_softmax_backward(g, y) = g - exp(y) * sum(g)
+ */
+#include "kutil.h"
+
+#define NORM_BLOCK 64
+
+enum { NK_SOFTMAX, NK_LOG_SOFTMAX, NK_SOFTMAX_BWD, NK_LOG_SOFTMAX_BWD };
+
+/* One block: element (d, j) at d*inner + j, j < nb. a = x (or grad), b = out
+ * (backward only). */
+#define NORM_IMPL(T, SUF, EXP, LOG)                                                                \
+static void norm_row_##SUF(int kind, const T *a, const T *b, T *y, int64_t D)            \
+{                                                                                        \
+    if (kind == NK_SOFTMAX || kind == NK_LOG_SOFTMAX) {                                  \
+        T m = -INFINITY, s = 0;                                                          \
+        _Pragma("omp simd reduction(max : m)")                                          \
+        for (int64_t d = 0; d < D; d++) m = a[d] > m ? a[d] : m;                         \
+        if (isinf(m) && m < 0) m = 0; /* all -inf: keep NaN-free shift */               \
+        if (kind == NK_SOFTMAX) {                                                        \
+            _Pragma("omp simd reduction(+ : s)")                                        \
+            for (int64_t d = 0; d < D; d++) { y[d] = EXP(a[d] - m); s += y[d]; }         \
+            T r = 1 / s;                                                                 \
+            _Pragma("omp simd")                                                         \
+            for (int64_t d = 0; d < D; d++) y[d] *= r;                                   \
+        } else {                                                                         \
+            _Pragma("omp simd reduction(+ : s)")                                        \
+            for (int64_t d = 0; d < D; d++) s += EXP(a[d] - m);                          \
+            T l = m + LOG(s);                                                            \
+            _Pragma("omp simd")                                                         \
+            for (int64_t d = 0; d < D; d++) y[d] = a[d] - l;                             \
+        }                                                                                \
+    } else if (kind == NK_SOFTMAX_BWD) {                                                 \
+        T s = 0;                                                                         \
+        _Pragma("omp simd reduction(+ : s)")                                            \
+        for (int64_t d = 0; d < D; d++) s += a[d] * b[d];                                \
+        _Pragma("omp simd")                                                             \
+        for (int64_t d = 0; d < D; d++) y[d] = b[d] * (a[d] - s);                        \
+    } else {                                                                             \
+        T s = 0;                                                                         \
+        _Pragma("omp simd reduction(+ : s)")                                            \
+        for (int64_t d = 0; d < D; d++) s += a[d];                                       \
+        _Pragma("omp simd")                                                             \
+        for (int64_t d = 0; d < D; d++) y[d] = a[d] - EXP(b[d]) * s;                     \
+    }                                                                                    \
+}                                                                                        \
+static void norm_block_##SUF(int kind, const T *a, const T *b, T *y, int64_t D,          \
+                             int64_t inner, int64_t nb)                                  \
+{                                                                                        \
+    T m[NORM_BLOCK], s[NORM_BLOCK];                                                      \
+    for (int64_t j = 0; j < nb; j++) { m[j] = -INFINITY; s[j] = 0; }                     \
+    if (kind == NK_SOFTMAX || kind == NK_LOG_SOFTMAX) {                                  \
+        for (int64_t d = 0; d < D; d++)                                                  \
+            _Pragma("omp simd")                                                          \
+            for (int64_t j = 0; j < nb; j++) {                                           \
+                T v = a[d * inner + j];                                                  \
+                m[j] = v > m[j] ? v : m[j];                                              \
+            }                                                                            \
+        for (int64_t j = 0; j < nb; j++) if (isinf(m[j]) && m[j] < 0) m[j] = 0;          \
+        for (int64_t d = 0; d < D; d++)                                                  \
+            _Pragma("omp simd")                                                          \
+            for (int64_t j = 0; j < nb; j++) {                                           \
+                T e = EXP(a[d * inner + j] - m[j]);                                      \
+                if (kind == NK_SOFTMAX) y[d * inner + j] = e;                            \
+                s[j] += e;                                                               \
+            }                                                                            \
+        if (kind == NK_SOFTMAX) {                                                        \
+            for (int64_t j = 0; j < nb; j++) s[j] = 1 / s[j];                            \
+            for (int64_t d = 0; d < D; d++)                                              \
+                for (int64_t j = 0; j < nb; j++) y[d * inner + j] *= s[j];               \
+        } else {                                                                         \
+            for (int64_t j = 0; j < nb; j++) s[j] = m[j] + LOG(s[j]);                    \
+            for (int64_t d = 0; d < D; d++)                                              \
+                for (int64_t j = 0; j < nb; j++)                                         \
+                    y[d * inner + j] = a[d * inner + j] - s[j];                          \
+        }                                                                                \
+    } else {                                                                             \
+        int sm = kind == NK_SOFTMAX_BWD;                                                 \
+        for (int64_t d = 0; d < D; d++)                                                  \
+            for (int64_t j = 0; j < nb; j++)                                             \
+                s[j] += sm ? a[d * inner + j] * b[d * inner + j] : a[d * inner + j];     \
+        for (int64_t d = 0; d < D; d++)                                                  \
+            for (int64_t j = 0; j < nb; j++) {                                           \
+                int64_t k = d * inner + j;                                               \
+                y[k] = sm ? b[k] * (a[k] - s[j]) : a[k] - EXP(b[k]) * s[j];              \
+            }                                                                            \
+    }                                                                                    \
+}                                                                                        \
+static void norm_run_##SUF(int kind, const T *a, const T *b, T *y, int64_t outer,        \
+                           int64_t D, int64_t inner, int nt)                             \
+{                                                                                        \
+    int64_t nblk = (inner + NORM_BLOCK - 1) / NORM_BLOCK;                                \
+    int64_t tasks = outer * nblk;                                                        \
+    _Pragma("omp parallel for num_threads(nt) schedule(static) if (outer * D * inner > 16384)") \
+    for (int64_t t = 0; t < tasks; t++) {                                                \
+        int64_t o = t / nblk, j0 = (t % nblk) * NORM_BLOCK;                              \
+        int64_t nb = inner - j0 < NORM_BLOCK ? inner - j0 : NORM_BLOCK;                  \
+        int64_t base = o * D * inner + j0;                                               \
+        if (inner == 1)                                                                  \
+            norm_row_##SUF(kind, a + base, b ? b + base : NULL, y + base, D);            \
+        else                                                                             \
+            norm_block_##SUF(kind, a + base, b ? b + base : NULL, y + base, D, inner, nb); \
+    }                                                                                    \
+}
+
+NORM_IMPL(float, f, kt_expf, logf)
+NORM_IMPL(double, d, exp, log)
+
+/* softmax / log_softmax (x) and their backward (grad, out) along attrs.i[0]
+ * into contiguous out. Float outputs only (integer inputs are converted);
+ * LT_ERR_ARG for a bad dim, LT_ERR_OOM if scratch fails. */
+lt_status lt_kernel_norm(lt_op op, const lt_attrs *attrs, const lt_view *in, int n_in,
+                         const lt_view *out, const lt_kernel_ctx *ctx)
+{
+    int nt = kt_nthreads(ctx);
+    int kind;
+    switch (op) {
+    case LT_OP_softmax: kind = NK_SOFTMAX; break;
+    case LT_OP_log_softmax: kind = NK_LOG_SOFTMAX; break;
+    case LT_OP_softmax_backward: kind = NK_SOFTMAX_BWD; break;
+    case LT_OP_log_softmax_backward: kind = NK_LOG_SOFTMAX_BWD; break;
+    default: return lt_set_error(LT_ERR_INTERNAL, "norm kernel: unexpected op %d", (int)op);
+    }
+    int bwd = kind >= NK_SOFTMAX_BWD;
+    if (n_in != (bwd ? 2 : 1))
+        return lt_set_error(LT_ERR_INTERNAL, "norm kernel: op %d with %d inputs", (int)op, n_in);
+    if (!kt_is_float(out->dtype) || (bwd && (!kt_is_float(in[0].dtype) || !kt_is_float(in[1].dtype))))
+        return lt_kutil_dtype_error(op, in, n_in, out);
+    const lt_shape *s = &in[0].shape;
+    int nd = s->ndim;
+    int64_t dim = attrs && attrs->n > 0 ? attrs->i[0] : 0;
+    if (dim < 0) dim += nd;
+    if (nd > 0 && (dim < 0 || dim >= nd))
+        return lt_set_error(LT_ERR_ARG, "softmax: dim %lld out of range for %d-D input",
+                            (long long)(attrs ? attrs->i[0] : 0), nd);
+    int64_t outer = 1, D = 1, inner = 1;
+    for (int d = 0; d < nd; d++) {
+        if (d < dim) outer *= s->dims[d];
+        else if (d == dim) D = s->dims[d];
+        else inner *= s->dims[d];
+    }
+    if (outer * D * inner == 0) return LT_OK;
+    lt_dtype cdt = kt_compute_dt(out->dtype);
+    void *ao = NULL, *bo = NULL, *yo = NULL;
+    const void *a = lt_kutil_pack(&in[0], cdt, nt, &ao);
+    const void *b = NULL;
+    if (!a) return LT_ERR_OOM;
+    if (bwd && !(b = lt_kutil_pack(&in[1], cdt, nt, &bo))) { free(ao); return LT_ERR_OOM; }
+    void *y = kt_ptr(out);
+    if (out->dtype != cdt &&
+        !(y = yo = lt_kutil_alloc((size_t)(outer * D * inner) * kt_dtsize(cdt), "softmax"))) {
+        free(ao); free(bo);
+        return LT_ERR_OOM;
+    }
+    if (cdt == LT_F64) norm_run_d(kind, a, b, y, outer, D, inner, nt);
+    else norm_run_f(kind, a, b, y, outer, D, inner, nt);
+    if (yo) lt_kutil_unpack(yo, cdt, out, nt);
+    free(ao); free(bo); free(yo);
+    return LT_OK;
+}

@@ -1,0 +1,117 @@
+/*
+ * lazy/kernels/reduce_tmpl.h — per-type accumulation loops of reduce.c.
+ * Included with VT (value type of the fused result), AT (accumulator type),
+ * S (suffix), AT_IS_INT.
+ */
+#define LT_RCAT2(a, b) a##_##b
+#define LT_RCAT(a, b) LT_RCAT2(a, b)
+#define FN(name) LT_RCAT(name, S)
+
+/* acc = reduce(acc, v[0..n)) for one output. 8 lanes keep sums vectorisable. */
+static AT FN(acc_run)(lt_op op, AT acc, const VT *v, int n)
+{
+    int i = 0;
+    switch (op) {
+    case LT_OP_sum:
+    case LT_OP_mean: {
+        AT l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (; i + 8 <= n; i += 8)
+            for (int j = 0; j < 8; j++)
+                l[j] += (AT)v[i + j];
+        for (; i < n; i++)
+            l[0] += (AT)v[i];
+        return acc + (((l[0] + l[1]) + (l[2] + l[3])) +
+                      ((l[4] + l[5]) + (l[6] + l[7])));
+    }
+    case LT_OP_prod:
+        for (; i < n; i++)
+            acc *= (AT)v[i];
+        return acc;
+    case LT_OP_amax:
+        for (; i < n; i++) {
+            AT x = (AT)v[i];
+            acc = (x != x || x > acc) ? x : acc;
+        }
+        return acc;
+    case LT_OP_amin:
+        for (; i < n; i++) {
+            AT x = (AT)v[i];
+            acc = (x != x || x < acc) ? x : acc;
+        }
+        return acc;
+    case LT_OP_any: {
+        int any = acc != 0;
+        for (; i < n; i++)
+            any |= v[i] != 0;
+        return (AT)any;
+    }
+    case LT_OP_all: {
+        int all = acc != 0;
+        for (; i < n; i++)
+            all &= v[i] != 0;
+        return (AT)all;
+    }
+    default:
+        return acc;
+    }
+}
+
+/* acc[i] = reduce(acc[i], v[i]) for i < n. */
+static void FN(acc_vec)(lt_op op, AT *restrict acc, const VT *restrict v,
+                        int n)
+{
+    switch (op) {
+    case LT_OP_sum:
+    case LT_OP_mean:
+        for (int i = 0; i < n; i++) acc[i] += (AT)v[i];
+        break;
+    case LT_OP_prod:
+        for (int i = 0; i < n; i++) acc[i] *= (AT)v[i];
+        break;
+    case LT_OP_amax:
+        for (int i = 0; i < n; i++) {
+            AT x = (AT)v[i];
+            acc[i] = (x != x || x > acc[i]) ? x : acc[i];
+        }
+        break;
+    case LT_OP_amin:
+        for (int i = 0; i < n; i++) {
+            AT x = (AT)v[i];
+            acc[i] = (x != x || x < acc[i]) ? x : acc[i];
+        }
+        break;
+    case LT_OP_any:
+        for (int i = 0; i < n; i++) acc[i] = (AT)((acc[i] != 0) | (v[i] != 0));
+        break;
+    case LT_OP_all:
+        for (int i = 0; i < n; i++) acc[i] = (AT)((acc[i] != 0) & (v[i] != 0));
+        break;
+    default:
+        break;
+    }
+}
+
+/* First index of the extreme of v[0..n) merged into (*best, *bi); NaN is the
+ * extreme for both argmax and argmin. base = index of v[0]. */
+static void FN(arg_run)(int is_max, VT *best, int64_t *bi, const VT *v, int n,
+                        int64_t base)
+{
+    VT b = *best;
+    int64_t idx = *bi;
+    for (int i = 0; i < n; i++) {
+        VT x = v[i];
+        if (b != b)
+            break;
+        int better = (x != x) || (idx < 0) || (is_max ? x > b : x < b);
+        if (better) {
+            b = x;
+            idx = base + i;
+        }
+    }
+    *best = b;
+    *bi = idx;
+}
+
+#undef FN
+#undef LT_RCAT
+#undef LT_RCAT2

@@ -1,0 +1,76 @@
+/*
+ * lazy/program.h — the compiled program (internal to compile*.c / exec.c).
+ *
+ * A program is a list of steps. Each step reads "program views" (lt_pview):
+ * an lt_view whose data pointer is resolved at run time from a base
+ * (parameter buffer, scalar-parameter slot, program constant, scratch arena
+ * at a byte offset, or an output buffer). Steps are fused elementwise
+ * programs, reductions over a fused producer, or library kernels.
+ */
+#ifndef LT_PROGRAM_H
+#define LT_PROGRAM_H
+
+#include <stdatomic.h>
+#include "compile.h"
+#include "kernels/kernel.h"
+#include "kernels/fused.h"
+#include "kernels/reduce.h"
+
+enum lt_base {
+    LT_BASE_PARAM = 0,  /* index = param (data) */
+    LT_BASE_SLOT,       /* index = param (scalar value converted to v.dtype) */
+    LT_BASE_CONST,      /* index = program constant */
+    LT_BASE_SCRATCH,    /* byte_off into the scratch arena */
+    LT_BASE_OUTPUT,     /* index = output */
+    LT_BASE_BUF         /* compile time only: index = planned buffer id */
+};
+
+typedef struct lt_pview {
+    uint8_t base;       /* enum lt_base */
+    int32_t index;
+    int64_t byte_off;
+    lt_view v;          /* v.data is NULL in the program */
+} lt_pview;
+
+enum lt_step_kind { LT_STEP_FUSED = 0, LT_STEP_REDUCE, LT_STEP_KERNEL };
+
+typedef struct lt_step {
+    int kind;
+    lt_op op;
+    lt_attrs attrs;
+    lt_kernel_fn fn;          /* KERNEL */
+    int n_in;
+    lt_pview *in;
+    int n_out;                /* FUSED: stores; REDUCE: [0] result, [1..] stores */
+    lt_pview *out;
+    lt_fused *fused;          /* FUSED, REDUCE (owned) */
+    lt_reduce_plan plan;      /* REDUCE */
+    int32_t *hint;            /* FUSED: per out, preferred donor input or -1 */
+} lt_step;
+
+struct lt_program {
+    atomic_int refs;
+    int n_params;
+    uint8_t *param_scalar;    /* 1 = scalar parameter */
+    uint8_t *param_dtype;     /* lt_dtype of the parameter node */
+    int n_outputs;
+    lt_shape *out_shape;
+    uint8_t *out_dtype;
+    int *out_donor;
+    int *out_alias;
+    int n_consts;
+    uint64_t *consts;         /* constant values stored in their dtype */
+    int n_steps;
+    lt_step *steps;
+    size_t scratch_bytes;
+    int n_kernels;
+};
+
+/* Frees a program's contents (not refcount-aware; used by release and on
+ * compile failure). NULL-safe. */
+void lt_program_destroy(lt_program *p);
+
+/* Writes value converted to dt into an 8-byte slot. */
+void lt_slot_store(uint64_t *slot, double value, lt_dtype dt);
+
+#endif

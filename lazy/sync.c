@@ -1,0 +1,474 @@
+/*
+ * lazy/sync.c — the sync pipeline: pending roots -> capture -> cache / compile
+ * -> buffers (alias, donation, allocation) -> job on the core -> roots become
+ * data. Also the recompilation analysis and the caller frame.
+ *
+ * Steps of one core's sync (lt_sync_tensors_core):
+ *   1 roots     take each tensor's pending value (under the live lock)
+ *   2 capture   lt_graph_capture
+ *   3 program   compile cache hit (CachedCompile) or lt_compile
+ *               (UncachedCompile, CompileTime, recompilation note)
+ *   4 buffers   params from the graph; outputs aliased, donated or allocated
+ *               (OOM is reported here, synchronously); scratch
+ *   5 submit    under lt_core_lock: stamp new outputs with the job's seq, queue
+ *   6 replace   each root tensor's value becomes a data node of its output
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tensor.h"
+#include "graph.h"
+#include "compile.h"
+#include "device.h"
+#include "cache.h"
+#include "diagnose.h"
+#include "graph_dump.h"
+#include "trace_events.h"
+
+/* ------------------------------------------------------------ caller frame */
+
+static _Thread_local char caller_frame[256];
+
+void lt_set_caller(const char *frame)
+{
+    if (!frame) {
+        caller_frame[0] = 0;
+        return;
+    }
+    snprintf(caller_frame, sizeof caller_frame, "%s", frame);
+}
+
+const char *lt_sync_cause_name(lt_sync_cause c)
+{
+    switch (c) {
+    case LT_SYNC_MARK_STEP: return "mark_step";
+    case LT_SYNC_OPTIMIZER_STEP: return "optimizer_step";
+    case LT_SYNC_LOADER_STEP: return "loader_step";
+    case LT_SYNC_VALUE_READ: return "value_read";
+    case LT_SYNC_SIZE_LIMIT: return "size_limit";
+    case LT_SYNC_EXPLICIT: return "explicit";
+    default: return "unknown";
+    }
+}
+
+const char *lt_caller_frame(void) { return caller_frame; }
+
+void lt_sync_state_reset(void) { lt_diagnose_reset(); }
+
+/* -------------------------------------------------------------------- jobs */
+
+typedef struct sync_job {
+    lt_job job;
+    uint64_t key;                  /* graph key (trace events) */
+    lt_program *prog;
+    lt_exec_args args;
+} sync_job;
+
+static void exec_args_release(lt_exec_args *a)
+{
+    if (a->param_bufs)
+        for (int j = 0; j < a->n_params; j++) lt_buffer_release(a->param_bufs[j]);
+    if (a->out_bufs)
+        for (int k = 0; k < a->n_outputs; k++) lt_buffer_release(a->out_bufs[k]);
+    lt_buffer_release(a->scratch);
+    free(a->param_bufs);
+    free(a->param_values);
+    free(a->out_bufs);
+    memset(a, 0, sizeof *a);
+}
+
+static lt_status job_run(lt_job *job, int core)
+{
+    sync_job *j = (sync_job *)job;
+    int64_t t0 = lt_now_ns();
+    lt_status st = lt_program_run(j->prog, &j->args, core);
+    int64_t t1 = lt_now_ns();
+    lt_metric_add(lt_fe_metrics_get()->execute_time, (double)(t1 - t0));
+    if (lt_trace_enabled()) {
+        char a[64];
+        snprintf(a, sizeof a, "\"graph\":\"%016llx\"", (unsigned long long)j->key);
+        lt_trace_event_args("execute", "execute", t0, t1 - t0, core, a);
+    }
+    return st;
+}
+
+static void job_done(lt_job *job)
+{
+    sync_job *j = (sync_job *)job;
+    exec_args_release(&j->args);
+    lt_program_release(j->prog);
+    free(j);
+}
+
+/* -------------------------------------------------------------- pipeline */
+
+/* Donation check (live lock held): param node d (at graph position pd) may
+ * give its buffer to an output when nothing outside this sync can observe
+ * it: the buffer is held only by d, d only by the graph and its in-graph
+ * users, and no computed node of the graph is held from outside (expected
+ * references = 1 graph + in-graph uses + 2 per root tensor: tensor + roots
+ * array). */
+static int graph_is_closed(const lt_graph *g, const int *expect)
+{
+    for (int i = 0; i < g->n_nodes; i++) {
+        const lt_node *n = g->nodes[i];
+        if (!lt_node_is_pending(n)) continue;
+        if (atomic_load(&n->refs) != expect[i]) return 0;
+    }
+    return 1;
+}
+
+static lt_status fail_cleanup(lt_status st, lt_graph *g, lt_program *p,
+                              lt_exec_args *a, lt_node **roots, int n)
+{
+    exec_args_release(a);
+    lt_program_release(p);
+    lt_graph_free(g);
+    for (int i = 0; i < n; i++) lt_node_release(roots[i]);
+    free(roots);
+    return st;
+}
+
+static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
+                                lt_sync_cause cause, int wait)
+{
+    const lt_fe_metrics *m = lt_fe_metrics_get();
+    lt_runtime *r = lt_rt();
+    if (!r) return LT_ERR_DEVICE;
+    lt_counter_add(m->sync_cause[(unsigned)cause < LT_NUM_SYNC_CAUSES ? cause : LT_SYNC_EXPLICIT], 1);
+    if (n == 0) return wait ? lt_core_wait(core, 0) : LT_OK;
+
+    /* 1 roots */
+    lt_node **roots = malloc((size_t)n * sizeof *roots);
+    lt_exec_args args;
+    memset(&args, 0, sizeof args);
+    if (!roots) return lt_set_error(LT_ERR_INTERNAL, "sync: out of host memory");
+    int nr = 0;
+    lt_tensor **rts = malloc((size_t)n * sizeof *rts);
+    if (!rts) {
+        free(roots);
+        return lt_set_error(LT_ERR_INTERNAL, "sync: out of host memory");
+    }
+    lt_live_lock(core);
+    for (int i = 0; i < n; i++) {
+        lt_node *v = ts[i]->value;
+        if (!v || !lt_node_is_pending(v)) continue;
+        rts[nr] = ts[i];
+        roots[nr++] = lt_node_retain(v);
+    }
+    r->live[core].traced = 0;
+    lt_live_unlock(core);
+    if (nr == 0) {
+        free(roots);
+        free(rts);
+        return wait ? lt_core_wait(core, 0) : LT_OK;
+    }
+    if (cause == LT_SYNC_VALUE_READ) lt_diagnose_value_read(core, caller_frame);
+
+    /* 2 capture */
+    lt_graph g;
+    lt_status st = lt_graph_capture(roots, nr, &g);
+    if (st != LT_OK) {
+        free(rts);
+        return fail_cleanup(st, &g, NULL, &args, roots, nr);
+    }
+    lt_metric_add(m->graph_size, (double)g.n_nodes);
+    if (lt_graph_dump_enabled()) lt_graph_dump_sync(&g, cause, caller_frame);
+
+    /* 3 program */
+    lt_program *p = lt_cache_get(r->cache, g.key);
+    if (p) {
+        lt_counter_add(m->cached, 1);
+    } else {
+        int64_t t0 = lt_now_ns();
+        st = lt_compile(&g, &p);
+        if (st != LT_OK) {
+            free(rts);
+            return fail_cleanup(st, &g, NULL, &args, roots, nr);
+        }
+        int64_t t1 = lt_now_ns();
+        lt_metric_add(m->compile_time, (double)(t1 - t0));
+        if (lt_trace_enabled()) {
+            char a[96];
+            snprintf(a, sizeof a, "\"graph\":\"%016llx\",\"nodes\":%d",
+                     (unsigned long long)g.key, g.n_nodes);
+            lt_trace_event_args("compile", "compile", t0, t1 - t0, LT_TRACE_TID_HOST, a);
+        }
+        lt_counter_add(m->uncached, 1);
+        lt_cache_put(r->cache, g.key, p);
+        lt_diagnose_compile(&g, cause, caller_frame);
+    }
+    if (lt_program_n_params(p) != g.n_params || lt_program_n_outputs(p) != g.n_outputs) {
+        free(rts);
+        return fail_cleanup(lt_set_error(LT_ERR_INTERNAL,
+                                         "sync: program has %d params/%d outputs, graph %d/%d",
+                                         lt_program_n_params(p), lt_program_n_outputs(p),
+                                         g.n_params, g.n_outputs),
+                            &g, p, &args, roots, nr);
+    }
+
+    /* 4 buffers */
+    args.n_params = g.n_params;
+    args.n_outputs = g.n_outputs;
+    args.param_bufs = calloc((size_t)(g.n_params ? g.n_params : 1), sizeof *args.param_bufs);
+    args.param_values = calloc((size_t)(g.n_params ? g.n_params : 1), sizeof *args.param_values);
+    args.out_bufs = calloc((size_t)g.n_outputs, sizeof *args.out_bufs);
+    char *fresh = calloc((size_t)g.n_outputs, 1);      /* 1 = stamp ready_seq */
+    char *donated = calloc((size_t)(g.n_params ? g.n_params : 1), 1);
+    int *expect = NULL;
+    if (!args.param_bufs || !args.param_values || !args.out_bufs || !fresh || !donated) {
+        free(fresh);
+        free(donated);
+        free(rts);
+        return fail_cleanup(lt_set_error(LT_ERR_INTERNAL, "sync: out of host memory"),
+                            &g, p, &args, roots, nr);
+    }
+
+    int any_donor = 0;
+    for (int k = 0; k < g.n_outputs; k++)
+        if (lt_program_output_alias(p, k) < 0 && lt_program_output_donor(p, k) >= 0) any_donor = 1;
+    if (any_donor) {
+        expect = calloc((size_t)g.n_nodes, sizeof *expect);
+        if (expect) {
+            for (int i = 0; i < g.n_nodes; i++) expect[i] += 1;
+            for (int e = 0; e < g.in_off[g.n_nodes]; e++) expect[g.in_pos[e]]++;
+            for (int i = 0; i < nr; i++) expect[g.output_pos[g.root_out[i]]] += 2;
+        }
+    }
+
+    lt_live_lock(core);
+    int closed = expect ? graph_is_closed(&g, expect) : 0;
+    for (int k = 0; k < g.n_outputs; k++) {
+        int j = lt_program_output_alias(p, k);
+        if (j >= 0) continue;
+        j = lt_program_output_donor(p, k);
+        if (j < 0 || j >= g.n_params || donated[j] || !closed) continue;
+        int pd = g.param_pos[j];
+        lt_node *d = g.nodes[pd];
+        if (d->op != LT_OP_data || !d->buf || g.param_alias[j] >= 0) continue;
+        if (atomic_load(&d->buf->refs) != 1 || atomic_load(&d->refs) != expect[pd]) continue;
+        /* another param aliasing the same buffer would be read after the write */
+        int shared = 0;
+        for (int q = 0; q < g.n_params; q++)
+            if (g.param_alias[q] == j) shared = 1;
+        if (shared) continue;
+        donated[j] = 1;
+        args.out_bufs[k] = lt_buffer_retain(d->buf);
+        fresh[k] = 1;
+    }
+    lt_live_unlock(core);
+    free(expect);
+
+    for (int j = 0; j < g.n_params; j++) {
+        lt_node *pn = g.nodes[g.param_pos[j]];
+        if (pn->op == LT_OP_data) args.param_bufs[j] = lt_buffer_retain(pn->buf);
+        else args.param_values[j] = pn->value;
+    }
+    for (int k = 0; k < g.n_outputs; k++) {
+        if (args.out_bufs[k]) continue;
+        int j = lt_program_output_alias(p, k);
+        if (j >= 0 && j < g.n_params && args.param_bufs[j]) {
+            args.out_bufs[k] = lt_buffer_retain(args.param_bufs[j]);
+            continue;
+        }
+        st = lt_buffer_alloc(core, lt_program_output_dtype(p, k),
+                             lt_shape_numel(lt_program_output_shape(p, k)), &args.out_bufs[k]);
+        if (st != LT_OK) {
+            free(fresh);
+            free(donated);
+            free(rts);
+            return fail_cleanup(st, &g, p, &args, roots, nr);
+        }
+        fresh[k] = 1;
+    }
+    size_t sb = lt_program_scratch_bytes(p);
+    if (sb > 0) {
+        st = lt_buffer_alloc(core, LT_BOOL, (int64_t)sb, &args.scratch);
+        if (st != LT_OK) {
+            free(fresh);
+            free(donated);
+            free(rts);
+            return fail_cleanup(st, &g, p, &args, roots, nr);
+        }
+    }
+
+    /* output data nodes, made before submitting (the job owns args after) */
+    lt_node **outn = calloc((size_t)g.n_outputs, sizeof *outn);
+    lt_node **old = malloc((size_t)nr * sizeof *old);
+    if (!outn || !old) {
+        free(old);
+        free(fresh);
+        free(donated);
+        free(rts);
+        return fail_cleanup(lt_set_error(LT_ERR_INTERNAL, "sync: out of host memory"),
+                            &g, p, &args, roots, nr);
+    }
+    for (int k = 0; k < g.n_outputs; k++) {
+        const lt_node *rn = g.nodes[g.output_pos[k]];
+        outn[k] = lt_node_new_data(lt_buffer_retain(args.out_bufs[k]), &rn->shape,
+                                   (lt_dtype)rn->dtype, core);
+        if (!outn[k]) {
+            lt_buffer_release(args.out_bufs[k]);
+            for (int q = 0; q < k; q++) lt_node_release(outn[q]);
+            free(outn);
+            free(old);
+            free(fresh);
+            free(donated);
+            free(rts);
+            return fail_cleanup(LT_ERR_INTERNAL, &g, p, &args, roots, nr);
+        }
+    }
+    sync_job *job = calloc(1, sizeof *job);
+    if (!job) {
+        for (int k = 0; k < g.n_outputs; k++) lt_node_release(outn[k]);
+        free(outn);
+        free(old);
+        free(fresh);
+        free(donated);
+        free(rts);
+        return fail_cleanup(lt_set_error(LT_ERR_INTERNAL, "sync: out of host memory"),
+                            &g, p, &args, roots, nr);
+    }
+
+    /* 5 submit */
+    job->job.run = job_run;
+    job->job.done = job_done;
+    job->prog = p;                 /* the job takes our program reference */
+    job->key = g.key;
+    job->args = args;
+    lt_core_lock(core);
+    uint64_t seq = lt_core_next_seq(core);
+    for (int k = 0; k < g.n_outputs; k++)
+        if (fresh[k]) args.out_bufs[k]->ready_seq = seq;
+    uint64_t got = lt_core_submit(core, &job->job);
+    lt_core_unlock(core);
+    (void)got;
+    free(fresh);
+    free(donated);
+
+    /* 6 replace (a tensor assigned meanwhile keeps its newer value) */
+    lt_live_lock(core);
+    for (int i = 0; i < nr; i++) {
+        lt_node *nv = outn[g.root_out[i]];
+        if (rts[i]->value == roots[i]) {
+            old[i] = rts[i]->value;
+            rts[i]->value = lt_node_retain(nv);
+        } else {
+            old[i] = NULL;
+        }
+    }
+    lt_live_unlock(core);
+    for (int i = 0; i < nr; i++) lt_node_release(old[i]);
+    free(old);
+    for (int k = 0; k < g.n_outputs; k++) lt_node_release(outn[k]);
+    free(outn);
+    free(rts);
+    lt_graph_free(&g);
+    for (int i = 0; i < nr; i++) lt_node_release(roots[i]);
+    free(roots);
+
+    if (wait) return lt_core_wait(core, seq);
+    return LT_OK;
+}
+
+lt_status lt_sync_tensors_core(int core, lt_tensor *const *ts, int n,
+                               lt_sync_cause cause, int wait)
+{
+    if (!lt_trace_enabled()) return sync_core_impl(core, ts, n, cause, wait);
+    int64_t t0 = lt_now_ns();
+    lt_core_live *L = lt_live(core);
+    pthread_mutex_lock(&L->mu);
+    int64_t prev = L->last_sync_end_ns;
+    pthread_mutex_unlock(&L->mu);
+    if (prev > 0 && prev < t0)
+        lt_trace_event("trace", "trace", prev, t0 - prev, LT_TRACE_TID_HOST);
+    lt_status st = sync_core_impl(core, ts, n, cause, wait);
+    int64_t t1 = lt_now_ns();
+    char a[64];
+    snprintf(a, sizeof a, "\"cause\":\"%s\",\"core\":%d", lt_sync_cause_name(cause), core);
+    lt_trace_event_args("sync", "sync", t0, t1 - t0, LT_TRACE_TID_HOST, a);
+    pthread_mutex_lock(&L->mu);
+    L->last_sync_end_ns = t1;
+    pthread_mutex_unlock(&L->mu);
+    return st;
+}
+
+lt_status lt_sync(lt_tensor *const *tensors, int n, lt_sync_cause cause,
+                  int wait)
+{
+    if (n < 0 || (n > 0 && !tensors))
+        return lt_set_error(LT_ERR_ARG, "sync: bad tensor list");
+    lt_runtime *r = lt_rt();
+    if (!r) return LT_ERR_DEVICE;
+    for (int i = 0; i < n; i++)
+        if (!tensors[i]) return lt_set_error(LT_ERR_ARG, "sync: tensor %d is NULL", i);
+    if (cause == LT_SYNC_MARK_STEP) lt_counter_add(lt_fe_metrics_get()->mark_step, 1);
+    /* group by core, in order of first appearance */
+    lt_tensor **grp = malloc((size_t)(n ? n : 1) * sizeof *grp);
+    if (!grp) return lt_set_error(LT_ERR_INTERNAL, "sync: out of host memory");
+    lt_status first = LT_OK;
+    char done[LT_RT_MAX_CORES] = {0};
+    for (int i = 0; i < n; i++) {
+        int core = tensors[i]->core;
+        if (done[core]) continue;
+        done[core] = 1;
+        int k = 0;
+        for (int q = i; q < n; q++)
+            if (tensors[q]->core == core) grp[k++] = tensors[q];
+        lt_status st = lt_sync_tensors_core(core, grp, k, cause, wait);
+        if (lt_cause_is_step(cause)) lt_diagnose_step(core);
+        if (st != LT_OK && first == LT_OK) first = st;
+        if (st != LT_OK) break;
+    }
+    free(grp);
+    return first;
+}
+
+lt_status lt_sync_core(int core, lt_sync_cause cause, int wait)
+{
+    lt_runtime *r = lt_rt();
+    if (!r) return LT_ERR_DEVICE;
+    if (!lt_core_valid(core))
+        return lt_set_error(LT_ERR_DEVICE, "sync: invalid core %d (have %d cores)",
+                            core, r->n_cores);
+    if (cause == LT_SYNC_MARK_STEP) lt_counter_add(lt_fe_metrics_get()->mark_step, 1);
+    lt_core_live *L = lt_live(core);
+    pthread_mutex_lock(&L->mu);
+    int64_t cap = L->count, k = 0;
+    lt_tensor **ts = malloc((size_t)(cap ? cap : 1) * sizeof *ts);
+    if (!ts) {
+        pthread_mutex_unlock(&L->mu);
+        return lt_set_error(LT_ERR_INTERNAL, "sync: out of host memory");
+    }
+    for (lt_tensor *t = L->head.next; t != &L->head; t = t->next) {
+        if (!t->value || !lt_node_is_pending(t->value)) continue;
+        /* a tensor whose count already dropped to 0 is being released: skip */
+        int c = atomic_load(&t->refs);
+        while (c > 0 && !atomic_compare_exchange_weak(&t->refs, &c, c + 1)) {}
+        if (c <= 0) continue;
+        ts[k++] = t;
+    }
+    pthread_mutex_unlock(&L->mu);
+    lt_status st = lt_sync_tensors_core(core, ts, (int)k, cause, wait);
+    if (lt_cause_is_step(cause)) lt_diagnose_step(core);
+    for (int64_t i = 0; i < k; i++) lt_tensor_release(ts[i]);
+    free(ts);
+    return st;
+}
+
+lt_status lt_wait(int core)
+{
+    lt_runtime *r = lt_rt_peek();
+    if (!r) return LT_OK;
+    if (core >= 0) {
+        if (!lt_core_valid(core))
+            return lt_set_error(LT_ERR_DEVICE, "wait: invalid core %d", core);
+        return lt_core_wait(core, 0);
+    }
+    lt_status first = LT_OK;
+    for (int c = 0; c < r->n_cores; c++) {
+        lt_status st = lt_core_wait(c, 0);
+        if (st != LT_OK && first == LT_OK) first = st;
+    }
+    return first;
+}

@@ -1,0 +1,93 @@
+/*
+ * lazy/tensor.h — tensor handles and the per-core front-end state (live
+ * tensor lists, trace counts since the last sync), plus the runtime settings
+ * read by lt_init. Internal to the C core.
+ *
+ * A tensor owns one reference to its value node (pending IR, a data leaf, or
+ * a scalar leaf). The value of a tensor is read and replaced only under its
+ * core's live lock (lt_live_lock), so a sync on one thread and tracing on
+ * another never see a freed node.
+ */
+#ifndef LT_TENSOR_H
+#define LT_TENSOR_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include "ir.h"
+
+#define LT_RT_MAX_CORES 64
+
+struct lt_tensor {
+    atomic_int refs;
+    int core;
+    lt_dtype dtype;              /* logical dtype */
+    lt_node *value;              /* owned reference; guarded by the live lock */
+    lt_shape shape;              /* copy of value's shape (stable for readers) */
+    lt_dtype storage;            /* value's storage dtype */
+    struct lt_tensor *prev, *next;   /* core's live list */
+};
+
+typedef struct lt_core_live {
+    pthread_mutex_t mu;
+    lt_tensor head;              /* sentinel of a circular list */
+    int64_t count;               /* live tensors */
+    int64_t traced;              /* nodes traced since the last sync */
+    int64_t last_sync_end_ns;    /* trace events: end of the last sync */
+} lt_core_live;
+
+/* Runtime settings, fixed by lt_init (defaults before). */
+typedef struct lt_runtime {
+    int n_cores;
+    int bf16;
+    int64_t graph_limit;
+    int64_t cache_size;
+    struct lt_cache *cache;
+    lt_core_live live[LT_RT_MAX_CORES];
+} lt_runtime;
+
+/* The runtime (initialises it lazily: lt_init). NULL when lt_init failed
+ * (error set). */
+lt_runtime *lt_rt(void);
+/* The runtime if initialised, else NULL (never initialises). */
+lt_runtime *lt_rt_peek(void);
+
+/* Initialises the live lists and locks (once; no cores, no env). */
+void lt_rt_once(void);
+
+lt_core_live *lt_live(int core);   /* core must be valid; runtime initialised */
+static inline void lt_live_lock(int core) { pthread_mutex_lock(&lt_live(core)->mu); }
+static inline void lt_live_unlock(int core) { pthread_mutex_unlock(&lt_live(core)->mu); }
+
+/* Creates a tensor holding `value` (takes over the caller's reference) and
+ * links it in the core's live list; caller must hold the live lock. Never
+ * fails (aborts only on host malloc failure, returns NULL then). */
+lt_tensor *lt_tensor_new_locked(lt_node *value, lt_dtype logical, int core);
+
+/* 1 if node is a computation (not a data or scalar leaf). */
+static inline int lt_node_is_pending(const lt_node *n)
+{
+    return n->op != LT_OP_data && n->op != LT_OP_scalar;
+}
+
+/* Retains and returns t's current value (under the live lock). */
+lt_node *lt_tensor_value(lt_tensor *t);
+
+/* Pre-resolved counters/metrics of the front end (resolved once). */
+typedef struct lt_fe_metrics {
+    lt_counter *create_tensor, *destroy_tensor, *cached, *uncached,
+        *mark_step, *size_limit_sync;
+    lt_counter *sync_cause[LT_NUM_SYNC_CAUSES];
+    lt_metric *to_dev_time, *from_dev_time, *inbound, *outbound,
+        *compile_time, *execute_time, *graph_size;
+} lt_fe_metrics;
+const lt_fe_metrics *lt_fe_metrics_get(void);
+
+/* Sync of an explicit set of pending root tensors on one core (all on
+ * `core`, retained by the caller). */
+lt_status lt_sync_tensors_core(int core, lt_tensor *const *ts, int n,
+                               lt_sync_cause cause, int wait);
+
+/* Forgets the recompilation history (lt_shutdown). */
+void lt_sync_state_reset(void);
+
+#endif

@@ -1,0 +1,157 @@
+/*
+ * spawn/world.h — the multi-process world: N processes (ranks), one per
+ * simulated core, sharing one POSIX shared-memory segment on this host.
+ *
+ * Life cycle
+ *   The launcher (spawn/launcher.h, `lazytpu-run`) calls lt_world_create()
+ *   before starting the workers and lt_world_unlink()/lt_world_close() after
+ *   reaping them. Each worker finds the segment through its environment
+ *   (LAZYTPU_SHM_NAME, LAZYTPU_ORDINAL, LAZYTPU_WORLD_SIZE) and attaches with
+ *   lt_world_attach_from_env(), or lazily through lt_world_default().
+ *
+ * Segment layout: a header (barrier words, abort flag + message, per-rank pid
+ *   and op descriptor), then N+1 equal data slots: one per rank (its input)
+ *   and one shared result slot. Data larger than a slot is processed in
+ *   chunks, so any size works with any segment size (LAZYTPU_SHM_BYTES,
+ *   default 256 MiB; pages of /dev/shm are only allocated when touched).
+ *
+ * Collectives (all ranks must call the same ones in the same order):
+ *   Before each collective every rank publishes a descriptor (op, dtype,
+ *   shape, reduce type, dim/root, tag, sequence number). After the first
+ *   barrier every rank compares all descriptors with rank 0's; on any
+ *   disagreement EVERY rank returns LT_ERR_COLLECTIVE with the same message,
+ *   e.g. "all_reduce: rank 3 sent f32 [1024] but rank 0 sent f32 [512]", and
+ *   the world stays usable.
+ *   all_reduce is bandwidth-optimal within a host: each rank copies its
+ *   input into its slot, reduces 1/N of the elements across all slots into
+ *   the result slot, and after a barrier copies the whole result out.
+ *
+ * Failure: barriers wait with futexes, checking every ~50 ms whether the
+ *   world was aborted (lt_world_abort, e.g. by the launcher when a worker
+ *   died) or a peer process died, and giving up after the timeout
+ *   (LAZYTPU_COLLECTIVE_TIMEOUT seconds, default 300). Any of these aborts
+ *   the world: the current and every later collective on every rank returns
+ *   LT_ERR_COLLECTIVE with the abort message ("rank 3 (pid 1234) died during
+ *   all_reduce", "barrier timed out after 5 s: rank 2 did not arrive").
+ *
+ * Thread-safety: a world is used by one thread at a time per process (the
+ * core's worker thread, or Python's main thread for rendezvous).
+ */
+#ifndef LT_WORLD_H
+#define LT_WORLD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "lazytpu.h"
+
+#define LT_WORLD_MAX_RANKS 64
+#define LT_WORLD_DEFAULT_SHM_BYTES ((size_t)256 << 20)
+#define LT_WORLD_DEFAULT_TIMEOUT_S 300.0
+/* Per-rank bytes moved per round (LAZYTPU_COLLECTIVE_CHUNK_BYTES): small
+ * enough that N slots' chunks stay in the last-level cache between the
+ * copy-in, reduce and copy-out phases. Fixed by the creator for everyone. */
+#define LT_WORLD_DEFAULT_CHUNK_BYTES ((size_t)128 << 10)
+
+typedef struct lt_world lt_world;
+
+/* Creates a new segment "/lazytpu-<pid>-<random>" for `size` ranks
+ * (1..LT_WORLD_MAX_RANKS) of about `bytes` bytes (0 = LAZYTPU_SHM_BYTES or
+ * the default; at least 1 MiB) and maps it. The creator is not a rank
+ * (lt_world_rank returns -1); it can abort the world and must finally call
+ * lt_world_unlink() and lt_world_close(). Caller owns *out.
+ * Fails with LT_ERR_ARG (bad size) or LT_ERR_INTERNAL (shm_open/ftruncate/
+ * mmap failed; message has strerror). */
+lt_status lt_world_create(int size, size_t bytes, lt_world **out);
+
+/* Attaches to an existing segment as `rank` of `size`. The segment's size
+ * must match. Records this process's pid for peer-death detection.
+ * Fails with LT_ERR_ARG (bad rank/size, size mismatch, not a lazytpu
+ * segment) or LT_ERR_INTERNAL (shm_open/mmap). Caller owns *out. */
+lt_status lt_world_attach(const char *shm_name, int rank, int size,
+                          lt_world **out);
+
+/* Attaches using LAZYTPU_SHM_NAME, LAZYTPU_ORDINAL, LAZYTPU_WORLD_SIZE.
+ * *out = NULL and LT_OK when LAZYTPU_SHM_NAME is unset (a world of 1).
+ * Fails like lt_world_attach, or LT_ERR_ARG for malformed variables. */
+lt_status lt_world_attach_from_env(lt_world **out);
+
+/* The calling process's world, attached from the environment on first use
+ * (thread-safe, once). *out = NULL with LT_OK when not running under the
+ * launcher. The world lives until the process exits: do not close it. */
+lt_status lt_world_default(lt_world **out);
+/* World size from LAZYTPU_WORLD_SIZE without attaching (1 if unset). For
+ * shape rules at trace time. */
+int lt_world_default_size(void);
+/* This process's ordinal from LAZYTPU_ORDINAL (0 if unset). */
+int lt_world_default_rank(void);
+
+/* Unmaps (and frees the handle). NULL-safe. Does not unlink. */
+void lt_world_close(lt_world *w);
+/* Removes the segment name (creator only; idempotent). The mapping stays
+ * valid until lt_world_close. */
+void lt_world_unlink(lt_world *w);
+/* The shm name ("/lazytpu-..."); owned by w. */
+const char *lt_world_name(const lt_world *w);
+
+int lt_world_rank(const lt_world *w);   /* 0..size-1; -1 for the creator */
+int lt_world_size(const lt_world *w);
+/* Bytes per data slot (the chunk size of collectives). */
+size_t lt_world_slot_bytes(const lt_world *w);
+/* Sets this handle's barrier timeout in seconds (<= 0: default). */
+void lt_world_set_timeout(lt_world *w, double seconds);
+
+/* Marks the world aborted with `msg` (first abort wins) and wakes every
+ * waiter: every pending and later collective fails with LT_ERR_COLLECTIVE
+ * and that message. Safe from any process attached or creating. */
+void lt_world_abort(lt_world *w, const char *msg);
+/* 1 if aborted; copies the message into buf (may be NULL). */
+int lt_world_aborted(const lt_world *w, char *buf, size_t cap);
+
+/* Waits until every rank called lt_world_barrier (a collective: checked
+ * against the other ranks' descriptors like the others). */
+lt_status lt_world_barrier(lt_world *w);
+
+/* Element-wise reduction of n elements over all ranks; every rank gets
+ * result * scale (scale ignored for bool; for integers the scaled value is
+ * truncated toward zero). send == recv is allowed (in place). bf16 is
+ * accumulated in f32 and rounded to nearest even once. For integers and/or
+ * are bitwise, for floats and bool they are logical (result 0/1).
+ * shape may be NULL (reported as [n]); it is only used in messages and in
+ * the agreement check. */
+lt_status lt_world_all_reduce(lt_world *w, const void *send, void *recv,
+                              int64_t n, lt_dtype dtype,
+                              lt_reduce_type reduce, double scale,
+                              const lt_shape *shape);
+
+/* Gathers along a dim: the input is viewed as [outer][block] (row-major,
+ * contiguous), the output as [outer][size][block], rank r's input landing
+ * at [o][r]. Flat gather: outer = 1. recv must hold size*outer*block
+ * elements and must not overlap send. */
+lt_status lt_world_all_gather(lt_world *w, const void *send, void *recv,
+                              int64_t outer, int64_t block, lt_dtype dtype,
+                              const lt_shape *shape);
+
+/* The input is viewed as [outer][size][block]; rank r receives
+ * reduce over ranks of input[:, r, :] * scale, as [outer][block]. */
+lt_status lt_world_reduce_scatter(lt_world *w, const void *send, void *recv,
+                                  int64_t outer, int64_t block, lt_dtype dtype,
+                                  lt_reduce_type reduce, double scale,
+                                  const lt_shape *shape);
+
+/* Every rank's recv gets root's send (n elements). send == recv allowed. */
+lt_status lt_world_broadcast(lt_world *w, const void *send, void *recv,
+                             int64_t n, lt_dtype dtype, int root,
+                             const lt_shape *shape);
+
+/* Rendezvous with payloads: every rank passes `tag` (<= 47 chars, must be
+ * equal on all ranks) and `len` bytes (may differ per rank, may be 0).
+ * Returns in *all a malloc'd concatenation of every rank's payload in rank
+ * order (caller frees; NULL when the total is 0) and in lens[0..size) each
+ * payload's length (caller-provided array of lt_world_size entries). */
+lt_status lt_world_exchange(lt_world *w, const char *tag, const void *payload,
+                            size_t len, void **all, size_t *lens);
+
+/* Name of a reduce type: "sum", "mul", "min", "max", "and", "or". */
+const char *lt_reduce_type_name(int reduce);
+
+#endif

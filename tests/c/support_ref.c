@@ -1,0 +1,1109 @@
+/* tests/c/support_ref.c — naive reference evaluator (see support_ref.h).
+ * Obviously-correct loops over doubles; nothing here is shared with lazy/. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "support_ref.h"
+
+/* ------------------------------------------------------------ basics */
+
+static _Thread_local char ref_msg[512];
+
+const char *ref_error(void) { return ref_msg; }
+
+static int fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ref_msg, sizeof ref_msg, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int64_t numel(const lt_shape *s)
+{
+    int64_t n = 1;
+    for (int i = 0; i < s->ndim; i++) n *= s->dims[i];
+    return n;
+}
+
+static lt_shape mkshape(int nd, const int64_t *d)
+{
+    lt_shape s;
+    memset(&s, 0, sizeof s);
+    s.ndim = nd;
+    for (int i = 0; i < nd; i++) s.dims[i] = d[i];
+    return s;
+}
+
+int ref_array_init(ref_array *a, lt_dtype dtype, const lt_shape *shape)
+{
+    memset(a, 0, sizeof *a);
+    a->shape = *shape;
+    a->dtype = dtype;
+    int64_t n = numel(shape);
+    a->v = calloc((size_t)(n ? n : 1), sizeof(double));
+    return a->v ? 0 : fail("ref: out of memory");
+}
+
+void ref_array_free(ref_array *a)
+{
+    if (!a) return;
+    free(a->v);
+    a->v = NULL;
+}
+
+float ref_bf16_round(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return f;      /* NaN */
+    uint32_t lsb = (u >> 16) & 1u;
+    u += 0x7fffu + lsb;
+    u &= 0xffff0000u;
+    float r;
+    memcpy(&r, &u, 4);
+    return r;
+}
+
+double ref_round(double v, lt_dtype dt)
+{
+    switch (dt) {
+    case LT_F32: return (double)(float)v;
+    case LT_BF16: return (double)ref_bf16_round((float)v);
+    case LT_F64: return v;
+    case LT_I64:
+    case LT_I32: return isnan(v) ? 0 : trunc(v);
+    case LT_BOOL: return v != 0;
+    default: return v;
+    }
+}
+
+static void unravel(int64_t lin, const lt_shape *s, int64_t *idx)
+{
+    for (int d = s->ndim - 1; d >= 0; d--) {
+        int64_t n = s->dims[d];
+        idx[d] = n ? lin % n : 0;
+        lin = n ? lin / n : 0;
+    }
+}
+
+static int64_t ravel(const int64_t *idx, const lt_shape *s)
+{
+    int64_t lin = 0;
+    for (int d = 0; d < s->ndim; d++) lin = lin * s->dims[d] + idx[d];
+    return lin;
+}
+
+static int is_float(lt_dtype d) { return d == LT_F32 || d == LT_BF16 || d == LT_F64; }
+
+/* order: bool < i32 < i64 < bf16 < f32 < f64 */
+static int rank(lt_dtype d)
+{
+    switch (d) {
+    case LT_BOOL: return 0;
+    case LT_I32: return 1;
+    case LT_I64: return 2;
+    case LT_BF16: return 3;
+    case LT_F32: return 4;
+    default: return 5;
+    }
+}
+
+#define UNDEF ((lt_dtype)-1)
+
+static lt_dtype promote2(lt_dtype a, lt_dtype b)
+{
+    if (a == UNDEF) return b;
+    if (b == UNDEF) return a;
+    return rank(a) >= rank(b) ? a : b;
+}
+
+static lt_dtype combine(lt_dtype higher, lt_dtype lower)
+{
+    if (higher == UNDEF) return lower;
+    if (lower == UNDEF) return higher;
+    if (is_float(higher)) return higher;
+    if (higher == LT_BOOL || is_float(lower)) return promote2(higher, lower);
+    return higher;
+}
+
+lt_dtype ref_result_type(const ref_array *in, int n)
+{
+    lt_dtype dim = UNDEF, zero = UNDEF, wrapped = UNDEF;
+    for (int i = 0; i < n; i++) {
+        lt_dtype d = in[i].dtype;
+        if (in[i].wrapped) {
+            if (is_float(d)) d = LT_F32;
+            wrapped = promote2(wrapped, d);
+        } else if (in[i].shape.ndim == 0) {
+            zero = promote2(zero, d);
+        } else {
+            dim = promote2(dim, d);
+        }
+    }
+    lt_dtype r = combine(dim, combine(zero, wrapped));
+    return r == UNDEF ? LT_F32 : r;
+}
+
+/* ---------------------------------------------------- op table readings */
+
+enum { RDT_LEAF, RDT_PROMOTE, RDT_FLOAT, RDT_BOOL, RDT_I64, RDT_SUM,
+       RDT_FIRST, RDT_WHERE, RDT_ATTR, RDT_RAND };
+
+static const int dt_rule[] = {
+#define LT_OP(name, arity, kind, shape, dtype, kernel, expr) RDT_##dtype,
+#include "ops.def"
+#undef LT_OP
+};
+
+static const int op_arity[] = {
+#define LT_OP(name, arity, kind, shape, dtype, kernel, expr) arity,
+#include "ops.def"
+#undef LT_OP
+};
+
+static const lt_op_kind op_kind[] = {
+#define LT_OP(name, arity, kind, shape, dtype, kernel, expr) kind,
+#include "ops.def"
+#undef LT_OP
+};
+
+static const char *const op_names[] = {
+#define LT_OP(name, arity, kind, shape, dtype, kernel, expr) #name,
+#include "ops.def"
+#undef LT_OP
+};
+
+static lt_dtype to_float(lt_dtype d) { return is_float(d) ? d : LT_F32; }
+
+/* Output dtype of op by the dtype column. */
+static lt_dtype out_dtype(lt_op op, const lt_attrs *at, const ref_array *in,
+                          int n)
+{
+    switch (dt_rule[op]) {
+    case RDT_PROMOTE: return ref_result_type(in, n);
+    case RDT_FLOAT: return to_float(ref_result_type(in, n));
+    case RDT_BOOL: return LT_BOOL;
+    case RDT_I64: return LT_I64;
+    case RDT_SUM: {
+        lt_dtype d = ref_result_type(in, n);
+        return is_float(d) ? d : LT_I64;
+    }
+    case RDT_FIRST: return in[0].dtype;
+    case RDT_WHERE: return ref_result_type(in + 1, 2);
+    case RDT_ATTR:
+    case RDT_RAND: return (lt_dtype)at->i[0];
+    default: return in[0].dtype;
+    }
+}
+
+/* --------------------------------------------------------- elementwise */
+
+/* The helpers the expr column uses, written here from PyTorch semantics. */
+#define T double
+#define LT_FLOOR(a) floor(a)
+#define LT_CEIL(a) ceil(a)
+#define LT_ROUND(a) nearbyint(a)                 /* half to even */
+#define LT_TRUNC(a) trunc(a)
+#define LT_POW(a, b) pow(a, b)
+#define LT_MAXIMUM(a, b) (isnan(a) || isnan(b) ? NAN : ((a) > (b) ? (a) : (b)))
+#define LT_MINIMUM(a, b) (isnan(a) || isnan(b) ? NAN : ((a) < (b) ? (a) : (b)))
+#define LT_REMAINDER(a, b) ref_py_mod(a, b)
+#define LT_FMOD(a, b) fmod(a, b)
+#define LT_FLOORDIV(a, b) floor((a) / (b))
+#define LT_CLAMP(a, lo, hi) (isnan(a) ? (a) : fmin(fmax(a, lo), hi))
+
+static double ref_py_mod(double a, double b)
+{
+    double m = fmod(a, b);
+    if (m != 0 && ((b < 0) != (m < 0))) m += b;
+    return m;
+}
+
+static double ew_eval(lt_op op, double a, double b, double c)
+{
+    (void)b;
+    (void)c;
+    switch (op) {
+#define LT_OP(name, arity, kind, shape, dtype, kernel, expr) \
+    case LT_OP_##name: return (double)(expr);
+#include "ops.def"
+#undef LT_OP
+    default: return NAN;
+    }
+}
+
+#undef T
+
+/* Broadcast shape of n arrays (right-aligned); -1 if incompatible. */
+static int broadcast(const ref_array *in, int n, lt_shape *out)
+{
+    int nd = 0;
+    for (int i = 0; i < n; i++)
+        if (in[i].shape.ndim > nd) nd = in[i].shape.ndim;
+    memset(out, 0, sizeof *out);
+    out->ndim = nd;
+    for (int d = 0; d < nd; d++) out->dims[d] = 1;
+    for (int i = 0; i < n; i++) {
+        const lt_shape *s = &in[i].shape;
+        for (int k = 0; k < s->ndim; k++) {
+            int d = nd - s->ndim + k;
+            int64_t x = s->dims[k];
+            if (x == out->dims[d] || x == 1) continue;
+            if (out->dims[d] == 1) out->dims[d] = x;
+            else return -1;
+        }
+    }
+    return 0;
+}
+
+/* Linear index into `s` (broadcast into out shape `o`) for out index idx. */
+static int64_t bidx(const lt_shape *s, const lt_shape *o, const int64_t *idx)
+{
+    int64_t lin = 0;
+    for (int k = 0; k < s->ndim; k++) {
+        int d = o->ndim - s->ndim + k;
+        lin = lin * s->dims[k] + (s->dims[k] == 1 ? 0 : idx[d]);
+    }
+    return lin;
+}
+
+static int eval_ew(lt_op op, const lt_attrs *at, const ref_array *in, int n,
+                   ref_array *out)
+{
+    lt_shape os;
+    if (broadcast(in, n, &os)) return fail("ref %s: shapes do not broadcast", op_names[op]);
+    lt_dtype od = out_dtype(op, at, in, n);
+    /* compute type: inputs are converted to it before the math */
+    lt_dtype ct;
+    if (op == LT_OP_where) ct = ref_result_type(in + 1, 2);
+    else if (op == LT_OP_cast || op == LT_OP_copy) ct = in[0].dtype;
+    else ct = ref_result_type(in, n);
+    if (dt_rule[op] == RDT_FLOAT) ct = to_float(ct);
+    if (ref_array_init(out, od, &os)) return -1;
+    int64_t idx[LT_MAX_DIMS], N = numel(&os);
+    for (int64_t i = 0; i < N; i++) {
+        unravel(i, &os, idx);
+        double x[3] = {0, 0, 0};
+        for (int k = 0; k < n; k++) {
+            x[k] = in[k].v[bidx(&in[k].shape, &os, idx)];
+            if (!(op == LT_OP_where && k == 0)) x[k] = ref_round(x[k], ct);
+        }
+        out->v[i] = ref_round(ew_eval(op, x[0], x[1], x[2]), od);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------- reductions */
+
+static int eval_reduce(lt_op op, const lt_attrs *at, const ref_array *in,
+                       ref_array *out)
+{
+    const lt_shape *s = &in->shape;
+    int64_t mask = at->i[0], keep = at->i[1];
+    if (mask >> s->ndim) return fail("ref %s: mask 0x%llx beyond ndim %d", op_names[op],
+                                     (long long)mask, s->ndim);
+    lt_shape os;
+    memset(&os, 0, sizeof os);
+    for (int d = 0; d < s->ndim; d++) {
+        if (mask >> d & 1) {
+            if (keep) os.dims[os.ndim++] = 1;
+        } else {
+            os.dims[os.ndim++] = s->dims[d];
+        }
+    }
+    lt_dtype od = out_dtype(op, at, in, 1);
+    if (ref_array_init(out, od, &os)) return -1;
+    int64_t NO = numel(&os), NI = numel(s), cnt = NO ? NI / NO : 0;
+    double init = 0;
+    if (op == LT_OP_prod || op == LT_OP_all) init = 1;
+    if (op == LT_OP_amax) init = -INFINITY;
+    if (op == LT_OP_amin) init = INFINITY;
+    for (int64_t i = 0; i < NO; i++) out->v[i] = init;
+    int64_t idx[LT_MAX_DIMS], oidx[LT_MAX_DIMS];
+    for (int64_t i = 0; i < NI; i++) {
+        unravel(i, s, idx);
+        int k = 0;
+        for (int d = 0; d < s->ndim; d++) {
+            if (mask >> d & 1) {
+                if (keep) oidx[k++] = 0;
+            } else {
+                oidx[k++] = idx[d];
+            }
+        }
+        double *o = &out->v[ravel(oidx, &os)];
+        double x = in->v[i];
+        switch (op) {
+        case LT_OP_sum: case LT_OP_mean: *o += x; break;
+        case LT_OP_prod: *o *= x; break;
+        case LT_OP_amax: if (isnan(x) || x > *o) *o = isnan(*o) ? *o : x; break;
+        case LT_OP_amin: if (isnan(x) || x < *o) *o = isnan(*o) ? *o : x; break;
+        case LT_OP_any: *o = *o || x != 0; break;
+        case LT_OP_all: *o = *o && x != 0; break;
+        default: return fail("ref: not a reduction");
+        }
+    }
+    for (int64_t i = 0; i < NO; i++) {
+        if (op == LT_OP_mean) out->v[i] /= (double)cnt;
+        out->v[i] = ref_round(out->v[i], od);
+    }
+    return 0;
+}
+
+static int eval_argreduce(lt_op op, const lt_attrs *at, const ref_array *in,
+                          ref_array *out)
+{
+    const lt_shape *s = &in->shape;
+    int64_t dim = at->i[0], keep = at->i[1];
+    lt_shape os;
+    memset(&os, 0, sizeof os);
+    lt_shape view = *s;            /* the shape reduced along `rd` */
+    int rd;
+    if (dim < 0) {
+        int64_t n = numel(s);
+        view = mkshape(1, &n);
+        rd = 0;
+        if (keep) {
+            os.ndim = s->ndim;
+            for (int d = 0; d < s->ndim; d++) os.dims[d] = 1;
+        }
+    } else {
+        if (dim >= s->ndim && !(s->ndim == 0 && dim == 0))
+            return fail("ref %s: dim %lld out of range", op_names[op], (long long)dim);
+        if (s->ndim == 0) {
+            int64_t one = 1;
+            view = mkshape(1, &one);
+            rd = 0;
+        } else {
+            rd = (int)dim;
+            for (int d = 0; d < s->ndim; d++)
+                if (d != rd) os.dims[os.ndim++] = s->dims[d];
+                else if (keep) os.dims[os.ndim++] = 1;
+        }
+    }
+    if (ref_array_init(out, LT_I64, &os)) return -1;
+    int64_t L = view.dims[rd], inner = 1, outer = 1;
+    for (int d = rd + 1; d < view.ndim; d++) inner *= view.dims[d];
+    for (int d = 0; d < rd; d++) outer *= view.dims[d];
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t q = 0; q < inner; q++) {
+            int64_t best = 0;
+            double bv = in->v[o * L * inner + q];
+            for (int64_t k = 1; k < L; k++) {
+                double x = in->v[(o * L + k) * inner + q];
+                if (isnan(bv)) break;
+                int better = op == LT_OP_argmax ? (x > bv) : (x < bv);
+                if (better || isnan(x)) {
+                    best = k;
+                    bv = x;
+                }
+            }
+            out->v[o * inner + q] = (double)best;
+        }
+    return 0;
+}
+
+/* -------------------------------------------------------------- matmul */
+
+static int eval_matmul(lt_op op, const ref_array *in, ref_array *out)
+{
+    const lt_shape *a = &in[0].shape, *b = &in[1].shape;
+    int64_t B = 1, M, K, N;
+    if (op == LT_OP_mm) {
+        if (a->ndim != 2 || b->ndim != 2 || a->dims[1] != b->dims[0])
+            return fail("ref mm: bad shapes");
+        M = a->dims[0]; K = a->dims[1]; N = b->dims[1];
+        int64_t d[2] = {M, N};
+        lt_shape os = mkshape(2, d);
+        if (ref_array_init(out, ref_result_type(in, 2), &os)) return -1;
+    } else {
+        if (a->ndim != 3 || b->ndim != 3 || a->dims[0] != b->dims[0] ||
+            a->dims[2] != b->dims[1])
+            return fail("ref bmm: bad shapes");
+        B = a->dims[0]; M = a->dims[1]; K = a->dims[2]; N = b->dims[2];
+        int64_t d[3] = {B, M, N};
+        lt_shape os = mkshape(3, d);
+        if (ref_array_init(out, ref_result_type(in, 2), &os)) return -1;
+    }
+    for (int64_t z = 0; z < B; z++)
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double acc = 0;
+                for (int64_t k = 0; k < K; k++)
+                    acc += in[0].v[(z * M + i) * K + k] * in[1].v[(z * K + k) * N + j];
+                out->v[(z * M + i) * N + j] = ref_round(acc, out->dtype);
+            }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- conv */
+
+typedef struct conv_p {
+    int64_t sh, sw, ph, pw, dh, dw, g;
+} conv_p;
+
+static conv_p conv_params(const lt_attrs *at)
+{
+    conv_p p = {at->i[0], at->i[1], at->i[2], at->i[3], at->i[4], at->i[5], at->i[6]};
+    if (p.sh <= 0) p.sh = 1;
+    if (p.sw <= 0) p.sw = 1;
+    if (p.dh <= 0) p.dh = 1;
+    if (p.dw <= 0) p.dw = 1;
+    if (p.g <= 0) p.g = 1;
+    return p;
+}
+
+/* The one loop all three conv ops share: for every (n, o, oh, ow, c, ki, kj)
+ * with a valid input position call back with the three linear indices. */
+#define CONV_LOOP(N, C, H, W, O, KH, KW, OH, OW, p, BODY)                       \
+    for (int64_t n = 0; n < N; n++)                                             \
+        for (int64_t o = 0; o < O; o++)                                         \
+            for (int64_t oh = 0; oh < OH; oh++)                                 \
+                for (int64_t ow = 0; ow < OW; ow++) {                           \
+                    int64_t Cg = C / p.g, Og = O / p.g, grp = o / Og;           \
+                    for (int64_t c = 0; c < Cg; c++)                            \
+                        for (int64_t ki = 0; ki < KH; ki++)                     \
+                            for (int64_t kj = 0; kj < KW; kj++) {               \
+                                int64_t ih = oh * p.sh - p.ph + ki * p.dh;      \
+                                int64_t iw = ow * p.sw - p.pw + kj * p.dw;      \
+                                if (ih < 0 || ih >= H || iw < 0 || iw >= W)     \
+                                    continue;                                   \
+                                int64_t xi = ((n * C + grp * Cg + c) * H + ih) * W + iw; \
+                                int64_t wi = ((o * Cg + c) * KH + ki) * KW + kj; \
+                                int64_t yi = ((n * O + o) * OH + oh) * OW + ow; \
+                                BODY;                                           \
+                            }                                                   \
+                }
+
+static int eval_conv(lt_op op, const lt_attrs *at, const ref_array *in,
+                     ref_array *out)
+{
+    conv_p p = conv_params(at);
+    lt_dtype od = ref_result_type(in, 2);
+    if (op == LT_OP_conv2d) {
+        const lt_shape *x = &in[0].shape, *w = &in[1].shape;
+        if (x->ndim != 4 || w->ndim != 4 || w->dims[1] * p.g != x->dims[1] ||
+            w->dims[0] % p.g)
+            return fail("ref conv2d: bad shapes");
+        int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
+        int64_t O = w->dims[0], KH = w->dims[2], KW = w->dims[3];
+        int64_t OH = (H + 2 * p.ph - p.dh * (KH - 1) - 1) / p.sh + 1;
+        int64_t OW = (W + 2 * p.pw - p.dw * (KW - 1) - 1) / p.sw + 1;
+        int64_t d[4] = {N, O, OH, OW};
+        lt_shape os = mkshape(4, d);
+        if (ref_array_init(out, od, &os)) return -1;
+        CONV_LOOP(N, C, H, W, O, KH, KW, OH, OW, p,
+                  out->v[yi] += in[0].v[xi] * in[1].v[wi])
+    } else if (op == LT_OP_conv2d_backward_input) {
+        const lt_shape *gy = &in[0].shape, *w = &in[1].shape;
+        if (gy->ndim != 4 || w->ndim != 4 || gy->dims[1] != w->dims[0])
+            return fail("ref conv2d_backward_input: bad shapes");
+        int64_t N = gy->dims[0], O = w->dims[0], C = w->dims[1] * p.g;
+        int64_t H = at->i[7], W = at->i[8], KH = w->dims[2], KW = w->dims[3];
+        int64_t OH = gy->dims[2], OW = gy->dims[3];
+        int64_t d[4] = {N, C, H, W};
+        lt_shape os = mkshape(4, d);
+        if (ref_array_init(out, od, &os)) return -1;
+        CONV_LOOP(N, C, H, W, O, KH, KW, OH, OW, p,
+                  out->v[xi] += in[0].v[yi] * in[1].v[wi])
+    } else {
+        const lt_shape *gy = &in[0].shape, *x = &in[1].shape;
+        if (gy->ndim != 4 || x->ndim != 4 || gy->dims[0] != x->dims[0])
+            return fail("ref conv2d_backward_weight: bad shapes");
+        int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
+        int64_t O = gy->dims[1], KH = at->i[7], KW = at->i[8];
+        int64_t OH = gy->dims[2], OW = gy->dims[3];
+        int64_t d[4] = {O, C / p.g, KH, KW};
+        lt_shape os = mkshape(4, d);
+        if (ref_array_init(out, od, &os)) return -1;
+        CONV_LOOP(N, C, H, W, O, KH, KW, OH, OW, p,
+                  out->v[wi] += in[0].v[yi] * in[1].v[xi])
+    }
+    for (int64_t i = 0; i < numel(&out->shape); i++)
+        out->v[i] = ref_round(out->v[i], od);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- pool */
+
+static int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d,
+                        int ceil_mode)
+{
+    int64_t num = in + 2 * p - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
+    int64_t o = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;
+    if (ceil_mode && (o - 1) * s >= in + p) o--;
+    return o;
+}
+
+typedef struct pool_geo {
+    int64_t NC, H, W, OH, OW;
+    int nd;
+    int64_t lead[2];
+} pool_geo;
+
+static int pool_geometry(const lt_shape *x, pool_geo *g)
+{
+    if (x->ndim != 3 && x->ndim != 4) return fail("ref pool: input must be 3-d or 4-d");
+    g->nd = x->ndim;
+    g->NC = 1;
+    for (int d = 0; d < x->ndim - 2; d++) {
+        g->NC *= x->dims[d];
+        g->lead[d] = x->dims[d];
+    }
+    g->H = x->dims[x->ndim - 2];
+    g->W = x->dims[x->ndim - 1];
+    return 0;
+}
+
+static lt_shape pool_shape(const pool_geo *g)
+{
+    lt_shape s;
+    memset(&s, 0, sizeof s);
+    s.ndim = g->nd;
+    for (int d = 0; d < g->nd - 2; d++) s.dims[d] = g->lead[d];
+    s.dims[g->nd - 2] = g->OH;
+    s.dims[g->nd - 1] = g->OW;
+    return s;
+}
+
+/* max pool over plane `pl` of x at (oh, ow): the argmax flat index h*W+w */
+static int64_t max_at(const double *x, const pool_geo *g, const int64_t *a,
+                      int64_t oh, int64_t ow, double *val)
+{
+    int64_t best = -1;
+    double bv = -INFINITY;
+    for (int64_t ki = 0; ki < a[0]; ki++)
+        for (int64_t kj = 0; kj < a[1]; kj++) {
+            int64_t h = oh * a[2] - a[4] + ki * a[6];
+            int64_t w = ow * a[3] - a[5] + kj * a[7];
+            if (h < 0 || h >= g->H || w < 0 || w >= g->W) continue;
+            double v = x[h * g->W + w];
+            if (best < 0 || v > bv || isnan(v)) {
+                if (best >= 0 && isnan(bv)) continue;
+                best = h * g->W + w;
+                bv = v;
+            }
+        }
+    *val = bv;
+    return best;
+}
+
+/* avg pool window at (oh, ow): bounds and divisor (PyTorch's rule) */
+static double avg_window(const pool_geo *g, const int64_t *a, int64_t oh,
+                         int64_t ow, int64_t *h0, int64_t *h1, int64_t *w0,
+                         int64_t *w1)
+{
+    int64_t hs = oh * a[2] - a[4], ws = ow * a[3] - a[5];
+    int64_t he = hs + a[0], we = ws + a[1];
+    if (he > g->H + a[4]) he = g->H + a[4];
+    if (we > g->W + a[5]) we = g->W + a[5];
+    int64_t pool = (he - hs) * (we - ws);
+    if (hs < 0) hs = 0;
+    if (ws < 0) ws = 0;
+    if (he > g->H) he = g->H;
+    if (we > g->W) we = g->W;
+    *h0 = hs; *h1 = he; *w0 = ws; *w1 = we;
+    if (a[8]) return (double)a[8];
+    if (a[7]) return (double)pool;
+    return (double)((he - hs) * (we - ws));
+}
+
+static int eval_pool(lt_op op, const lt_attrs *at, const ref_array *in,
+                     ref_array *out)
+{
+    const int64_t *a = at->i;
+    int bwd = op == LT_OP_max_pool2d_backward || op == LT_OP_avg_pool2d_backward ||
+              op == LT_OP_adaptive_avg_pool2d_backward;
+    const ref_array *x = bwd ? &in[1] : &in[0];
+    pool_geo g;
+    if (pool_geometry(&x->shape, &g)) return -1;
+    int is_max = op == LT_OP_max_pool2d || op == LT_OP_max_pool2d_indices ||
+                 op == LT_OP_max_pool2d_backward;
+    int is_adapt = op == LT_OP_adaptive_avg_pool2d ||
+                   op == LT_OP_adaptive_avg_pool2d_backward;
+    int64_t ma[8];
+    if (is_max) {
+        for (int k = 0; k < 8; k++) ma[k] = a[k];
+        if (ma[6] <= 0) ma[6] = 1;
+        if (ma[7] <= 0) ma[7] = 1;
+        g.OH = pool_out(g.H, a[0], a[2], a[4], ma[6], (int)a[8]);
+        g.OW = pool_out(g.W, a[1], a[3], a[5], ma[7], (int)a[8]);
+    } else if (is_adapt) {
+        g.OH = a[0];
+        g.OW = a[1];
+    } else {
+        g.OH = pool_out(g.H, a[0], a[2], a[4], 1, (int)a[6]);
+        g.OW = pool_out(g.W, a[1], a[3], a[5], 1, (int)a[6]);
+    }
+    lt_shape os = bwd ? x->shape : pool_shape(&g);
+    if (bwd) {
+        lt_shape gs = pool_shape(&g);
+        if (numel(&gs) != numel(&in[0].shape)) return fail("ref pool backward: grad shape");
+    }
+    lt_dtype od = op == LT_OP_max_pool2d_indices ? LT_I64 : in[0].dtype;
+    if (ref_array_init(out, od, &os)) return -1;
+    int64_t HW = g.H * g.W, OHW = g.OH * g.OW;
+    for (int64_t pl = 0; pl < g.NC; pl++) {
+        const double *xp = x->v + pl * HW;
+        for (int64_t oh = 0; oh < g.OH; oh++)
+            for (int64_t ow = 0; ow < g.OW; ow++) {
+                int64_t oi = pl * OHW + oh * g.OW + ow;
+                double gv = bwd ? in[0].v[oi] : 0;
+                if (is_max) {
+                    double v;
+                    int64_t k = max_at(xp, &g, ma, oh, ow, &v);
+                    if (op == LT_OP_max_pool2d) out->v[oi] = v;
+                    else if (op == LT_OP_max_pool2d_indices) out->v[oi] = (double)k;
+                    else if (k >= 0) out->v[pl * HW + k] += gv;
+                    continue;
+                }
+                int64_t h0, h1, w0, w1;
+                double div;
+                if (is_adapt) {
+                    h0 = oh * g.H / g.OH;
+                    h1 = ((oh + 1) * g.H + g.OH - 1) / g.OH;
+                    w0 = ow * g.W / g.OW;
+                    w1 = ((ow + 1) * g.W + g.OW - 1) / g.OW;
+                    div = (double)((h1 - h0) * (w1 - w0));
+                } else {
+                    div = avg_window(&g, a, oh, ow, &h0, &h1, &w0, &w1);
+                }
+                double s = 0;
+                for (int64_t h = h0; h < h1; h++)
+                    for (int64_t w = w0; w < w1; w++) {
+                        if (bwd) out->v[pl * HW + h * g.W + w] += gv / div;
+                        else s += xp[h * g.W + w];
+                    }
+                if (!bwd) out->v[oi] = s / div;
+            }
+    }
+    for (int64_t i = 0; i < numel(&os); i++) out->v[i] = ref_round(out->v[i], od);
+    return 0;
+}
+
+/* --------------------------------------------------------------- norms */
+
+static int eval_norm(lt_op op, const lt_attrs *at, const ref_array *in,
+                     ref_array *out)
+{
+    const lt_shape *s = &in[0].shape;
+    int64_t dim = at->i[0];
+    if (s->ndim == 0 ? dim != 0 : (dim < 0 || dim >= s->ndim))
+        return fail("ref %s: bad dim %lld", op_names[op], (long long)dim);
+    lt_dtype od = out_dtype(op, at, in, op == LT_OP_softmax || op == LT_OP_log_softmax ? 1 : 2);
+    if (ref_array_init(out, od, s)) return -1;
+    int64_t L = s->ndim ? s->dims[dim] : 1, inner = 1, outer = 1;
+    for (int d = (int)dim + 1; d < s->ndim; d++) inner *= s->dims[d];
+    for (int d = 0; d < dim; d++) outer *= s->dims[d];
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t q = 0; q < inner; q++) {
+#define AT(k) ((o * L + (k)) * inner + q)
+            if (op == LT_OP_softmax || op == LT_OP_log_softmax) {
+                double mx = -INFINITY, sum = 0;
+                for (int64_t k = 0; k < L; k++) mx = fmax(mx, in[0].v[AT(k)]);
+                for (int64_t k = 0; k < L; k++) sum += exp(in[0].v[AT(k)] - mx);
+                for (int64_t k = 0; k < L; k++) {
+                    double z = in[0].v[AT(k)] - mx;
+                    out->v[AT(k)] = op == LT_OP_softmax ? exp(z) / sum : z - log(sum);
+                }
+            } else if (op == LT_OP_softmax_backward) {
+                double dot = 0;
+                for (int64_t k = 0; k < L; k++) dot += in[0].v[AT(k)] * in[1].v[AT(k)];
+                for (int64_t k = 0; k < L; k++)
+                    out->v[AT(k)] = in[1].v[AT(k)] * (in[0].v[AT(k)] - dot);
+            } else {
+                double sum = 0;
+                for (int64_t k = 0; k < L; k++) sum += in[0].v[AT(k)];
+                for (int64_t k = 0; k < L; k++)
+                    out->v[AT(k)] = in[0].v[AT(k)] - exp(in[1].v[AT(k)]) * sum;
+            }
+#undef AT
+        }
+    for (int64_t i = 0; i < numel(s); i++) out->v[i] = ref_round(out->v[i], od);
+    return 0;
+}
+
+/* ------------------------------------------------------ views, scatters */
+
+/* For a view op over base shape bs: the view's shape and, for each view
+ * element, the base linear index (map, malloc'd). */
+static int view_map(lt_op op, const lt_attrs *at, const lt_shape *bs,
+                    lt_shape *vs, int64_t **map_out)
+{
+    const int64_t *a = at->i;
+    int64_t bstr[LT_MAX_DIMS];
+    int64_t st = 1;
+    for (int d = bs->ndim - 1; d >= 0; d--) {
+        bstr[d] = st;
+        st *= bs->dims[d];
+    }
+    int64_t vstr[LT_MAX_DIMS], off = 0;   /* view = strided window of base */
+    memset(vs, 0, sizeof *vs);
+    switch (op) {
+    case LT_OP_reshape: {
+        vs->ndim = at->n;
+        int64_t known = 1, neg = -1;
+        for (int d = 0; d < at->n; d++) {
+            if (a[d] < 0) neg = d;
+            else known *= a[d];
+            vs->dims[d] = a[d];
+        }
+        if (neg >= 0) vs->dims[neg] = known ? numel(bs) / known : 0;
+        if (numel(vs) != numel(bs)) return fail("ref reshape: numel differs");
+        st = 1;
+        for (int d = vs->ndim - 1; d >= 0; d--) {
+            vstr[d] = st;
+            st *= vs->dims[d];
+        }
+        break;
+    }
+    case LT_OP_permute: {
+        if (at->n != bs->ndim) return fail("ref permute: %d dims for ndim %d", at->n, bs->ndim);
+        vs->ndim = at->n;
+        int seen = 0;
+        for (int d = 0; d < at->n; d++) {
+            if (a[d] < 0 || a[d] >= bs->ndim || (seen >> a[d] & 1))
+                return fail("ref permute: bad perm");
+            seen |= 1 << a[d];
+            vs->dims[d] = bs->dims[a[d]];
+            vstr[d] = bstr[a[d]];
+        }
+        break;
+    }
+    case LT_OP_expand: {
+        if (at->n < bs->ndim) return fail("ref expand: fewer dims");
+        vs->ndim = at->n;
+        int lead = at->n - bs->ndim;
+        for (int d = 0; d < at->n; d++) {
+            int bd = d - lead;
+            int64_t want = a[d];
+            if (bd < 0) {
+                if (want < 0) return fail("ref expand: -1 on a new dim");
+                vs->dims[d] = want;
+                vstr[d] = 0;
+            } else {
+                int64_t have = bs->dims[bd];
+                if (want < 0) want = have;
+                if (have != want && have != 1) return fail("ref expand: %lld -> %lld",
+                                                           (long long)have, (long long)want);
+                vs->dims[d] = want;
+                vstr[d] = have == want ? bstr[bd] : 0;
+            }
+        }
+        break;
+    }
+    case LT_OP_slice: case LT_OP_slice_scatter: {
+        int64_t dim = a[0], s0 = a[1], e = a[2], step = a[3] ? a[3] : 1;
+        if (dim < 0 || dim >= bs->ndim) return fail("ref slice: bad dim");
+        int64_t n = bs->dims[dim];
+        if (s0 < 0) s0 += n;
+        if (e < 0) e += n;
+        if (s0 < 0) s0 = 0;
+        if (e > n) e = n;
+        if (s0 > n) s0 = n;
+        *vs = *bs;
+        vs->dims[dim] = e > s0 ? (e - s0 + step - 1) / step : 0;
+        for (int d = 0; d < bs->ndim; d++) vstr[d] = bstr[d];
+        vstr[dim] = bstr[dim] * step;
+        off = s0 * bstr[dim];
+        break;
+    }
+    case LT_OP_select: case LT_OP_select_scatter: {
+        int64_t dim = a[0], ix = a[1];
+        if (dim < 0 || dim >= bs->ndim) return fail("ref select: bad dim");
+        if (ix < 0) ix += bs->dims[dim];
+        if (ix < 0 || ix >= bs->dims[dim]) return fail("ref select: index out of range");
+        for (int d = 0; d < bs->ndim; d++)
+            if (d != dim) {
+                vstr[vs->ndim] = bstr[d];
+                vs->dims[vs->ndim++] = bs->dims[d];
+            }
+        off = ix * bstr[dim];
+        break;
+    }
+    case LT_OP_diagonal: case LT_OP_diagonal_scatter: {
+        int64_t offs = a[0], d1 = a[1], d2 = a[2];
+        if (d1 < 0 || d2 < 0 || d1 >= bs->ndim || d2 >= bs->ndim || d1 == d2)
+            return fail("ref diagonal: bad dims");
+        for (int d = 0; d < bs->ndim; d++)
+            if (d != d1 && d != d2) {
+                vstr[vs->ndim] = bstr[d];
+                vs->dims[vs->ndim++] = bs->dims[d];
+            }
+        int64_t len;
+        if (offs >= 0) {
+            len = bs->dims[d1] < bs->dims[d2] - offs ? bs->dims[d1] : bs->dims[d2] - offs;
+            off = offs * bstr[d2];
+        } else {
+            len = bs->dims[d1] + offs < bs->dims[d2] ? bs->dims[d1] + offs : bs->dims[d2];
+            off = -offs * bstr[d1];
+        }
+        if (len < 0) len = 0;
+        if (len == 0) off = 0;
+        vstr[vs->ndim] = bstr[d1] + bstr[d2];
+        vs->dims[vs->ndim++] = len;
+        break;
+    }
+    case LT_OP_as_strided: case LT_OP_as_strided_scatter: {
+        int nd = (int)a[0];
+        if (nd < 0 || nd > LT_MAX_DIMS || at->n < 2 + 2 * nd) return fail("ref as_strided: attrs");
+        vs->ndim = nd;
+        for (int d = 0; d < nd; d++) {
+            vs->dims[d] = a[1 + d];
+            vstr[d] = a[1 + nd + d];
+        }
+        off = a[1 + 2 * nd];
+        break;
+    }
+    default:
+        return fail("ref: %s is not a view", op_names[op]);
+    }
+    int64_t n = numel(vs), idx[LT_MAX_DIMS], bn = numel(bs);
+    int64_t *map = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+    if (!map) return fail("ref: out of memory");
+    for (int64_t i = 0; i < n; i++) {
+        unravel(i, vs, idx);
+        int64_t lin = off;
+        for (int d = 0; d < vs->ndim; d++) lin += idx[d] * vstr[d];
+        if (lin < 0 || lin >= bn) {
+            free(map);
+            return fail("ref %s: view reaches outside the base", op_names[op]);
+        }
+        map[i] = lin;
+    }
+    *map_out = map;
+    return 0;
+}
+
+static int eval_view(lt_op op, const lt_attrs *at, const ref_array *in,
+                     ref_array *out)
+{
+    lt_shape vs;
+    int64_t *map;
+    if (view_map(op, at, &in[0].shape, &vs, &map)) return -1;
+    if (ref_array_init(out, in[0].dtype, &vs)) {
+        free(map);
+        return -1;
+    }
+    for (int64_t i = 0; i < numel(&vs); i++) out->v[i] = in[0].v[map[i]];
+    free(map);
+    return 0;
+}
+
+static int eval_scatter(lt_op op, const lt_attrs *at, const ref_array *in,
+                        ref_array *out)
+{
+    lt_shape vs;
+    int64_t *map;
+    if (view_map(op, at, &in[0].shape, &vs, &map)) return -1;
+    if (!(numel(&vs) == numel(&in[1].shape) && vs.ndim == in[1].shape.ndim &&
+          !memcmp(vs.dims, in[1].shape.dims, sizeof(int64_t) * (size_t)vs.ndim))) {
+        free(map);
+        return fail("ref %s: src shape does not match the view", op_names[op]);
+    }
+    lt_dtype od = ref_result_type(in, 2);
+    if (ref_array_init(out, od, &in[0].shape)) {
+        free(map);
+        return -1;
+    }
+    for (int64_t i = 0; i < numel(&in[0].shape); i++) out->v[i] = ref_round(in[0].v[i], od);
+    for (int64_t i = 0; i < numel(&vs); i++) out->v[map[i]] = ref_round(in[1].v[i], od);
+    free(map);
+    return 0;
+}
+
+/* ----------------------------------------------------------------- cat */
+
+static int eval_cat(const lt_attrs *at, const ref_array *in, int n,
+                    ref_array *out)
+{
+    if (n < 1) return fail("ref cat: no inputs");
+    int64_t dim = at->i[0];
+    const lt_shape *s0 = &in[0].shape;
+    if (dim < 0 || dim >= s0->ndim) return fail("ref cat: bad dim");
+    lt_shape os = *s0;
+    os.dims[dim] = 0;
+    for (int k = 0; k < n; k++) {
+        if (in[k].shape.ndim != s0->ndim) return fail("ref cat: ndim differs");
+        for (int d = 0; d < s0->ndim; d++)
+            if (d != dim && in[k].shape.dims[d] != s0->dims[d])
+                return fail("ref cat: dim %d differs", d);
+        os.dims[dim] += in[k].shape.dims[dim];
+    }
+    lt_dtype od = ref_result_type(in, n);
+    if (ref_array_init(out, od, &os)) return -1;
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < dim; d++) outer *= os.dims[d];
+    for (int d = (int)dim + 1; d < os.ndim; d++) inner *= os.dims[d];
+    int64_t at_dim = 0;
+    for (int k = 0; k < n; k++) {
+        int64_t L = in[k].shape.dims[dim];
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t l = 0; l < L; l++)
+                for (int64_t q = 0; q < inner; q++)
+                    out->v[(o * os.dims[dim] + at_dim + l) * inner + q] =
+                        ref_round(in[k].v[(o * L + l) * inner + q], od);
+        at_dim += L;
+    }
+    return 0;
+}
+
+/* --------------------------------------------------------------- index */
+
+static int eval_index(lt_op op, const lt_attrs *at, const ref_array *in,
+                      ref_array *out)
+{
+    int64_t dim = at->i[0], idx[LT_MAX_DIMS];
+    if (op == LT_OP_arange) {
+        int64_t n = at->i[1];
+        lt_shape os = mkshape(1, &n);
+        lt_dtype od = (lt_dtype)at->i[0];
+        if (ref_array_init(out, od, &os)) return -1;
+        for (int64_t k = 0; k < n; k++)
+            out->v[k] = ref_round(in[0].v[0] + (double)k * in[1].v[0], od);
+        return 0;
+    }
+    if (op == LT_OP_embedding_backward) {
+        const lt_shape *g = &in[0].shape, *ix = &in[1].shape;
+        if (g->ndim != ix->ndim + 1) return fail("ref embedding_backward: grad must be idx shape + [D]");
+        int64_t D = g->dims[g->ndim - 1], NW = at->i[0], pad = at->i[1];
+        int64_t d[2] = {NW, D};
+        lt_shape os = mkshape(2, d);
+        if (ref_array_init(out, in[0].dtype, &os)) return -1;
+        for (int64_t p = 0; p < numel(ix); p++) {
+            int64_t r = (int64_t)in[1].v[p];
+            if (r == pad) continue;
+            if (r < 0 || r >= NW) return fail("ref embedding_backward: index %lld", (long long)r);
+            for (int64_t k = 0; k < D; k++) out->v[r * D + k] += in[0].v[p * D + k];
+        }
+        for (int64_t i = 0; i < NW * D; i++) out->v[i] = ref_round(out->v[i], out->dtype);
+        return 0;
+    }
+    const lt_shape *s = &in[0].shape;
+    if (dim < 0 || dim >= (s->ndim ? s->ndim : 1)) return fail("ref %s: bad dim", op_names[op]);
+    int64_t L = s->ndim ? s->dims[dim] : 1;
+    if (op == LT_OP_index_select) {
+        lt_shape os = *s;
+        int64_t ni = numel(&in[1].shape);
+        if (s->ndim) os.dims[dim] = ni;
+        if (ref_array_init(out, in[0].dtype, &os)) return -1;
+        for (int64_t i = 0; i < numel(&os); i++) {
+            unravel(i, &os, idx);
+            int64_t r = (int64_t)in[1].v[s->ndim ? idx[dim] : 0];
+            if (r < 0 || r >= L) return fail("ref index_select: index %lld", (long long)r);
+            if (s->ndim) idx[dim] = r;
+            out->v[i] = in[0].v[ravel(idx, s)];
+        }
+        return 0;
+    }
+    const lt_shape *is = &in[1].shape;
+    if (is->ndim != s->ndim) return fail("ref %s: idx ndim differs", op_names[op]);
+    if (op == LT_OP_gather) {
+        if (ref_array_init(out, in[0].dtype, is)) return -1;
+        for (int64_t i = 0; i < numel(is); i++) {
+            unravel(i, is, idx);
+            int64_t r = (int64_t)in[1].v[i];
+            if (r < 0 || r >= L) return fail("ref gather: index %lld", (long long)r);
+            if (s->ndim) idx[dim] = r;
+            out->v[i] = in[0].v[ravel(idx, s)];
+        }
+        return 0;
+    }
+    /* scatter_add (base, idx, src) */
+    if (ref_array_init(out, in[0].dtype, s)) return -1;
+    memcpy(out->v, in[0].v, sizeof(double) * (size_t)numel(s));
+    for (int64_t i = 0; i < numel(is); i++) {
+        unravel(i, is, idx);
+        int64_t r = (int64_t)in[1].v[i];
+        if (r < 0 || r >= L) return fail("ref scatter_add: index %lld", (long long)r);
+        double sv = in[2].v[ravel(idx, &in[2].shape)];
+        if (s->ndim) idx[dim] = r;
+        out->v[ravel(idx, s)] += sv;
+    }
+    for (int64_t i = 0; i < numel(s); i++) out->v[i] = ref_round(out->v[i], out->dtype);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- loss */
+
+static int eval_loss(lt_op op, const lt_attrs *at, const ref_array *in, int n,
+                     ref_array *out)
+{
+    int bwd = op == LT_OP_nll_loss_backward;
+    const ref_array *lp = &in[bwd], *tg = &in[bwd + 1];
+    const ref_array *wt = n > bwd + 2 ? &in[bwd + 2] : NULL;
+    int64_t red = at->i[0], ign = at->i[1];
+    if (lp->shape.ndim != 1 && lp->shape.ndim != 2) return fail("ref nll: logp must be 1-d or 2-d");
+    int64_t N = lp->shape.ndim == 2 ? lp->shape.dims[0] : 1;
+    int64_t C = lp->shape.dims[lp->shape.ndim - 1];
+    if (numel(&tg->shape) != N) return fail("ref nll: target size");
+    double total_w = 0;
+    for (int64_t i = 0; i < N; i++) {
+        int64_t t = (int64_t)tg->v[i];
+        if (t == ign) continue;
+        if (t < 0 || t >= C) return fail("ref nll: target %lld", (long long)t);
+        total_w += wt ? wt->v[t] : 1.0;
+    }
+    lt_dtype od = in[0].dtype;
+    if (!bwd) {
+        lt_shape os;
+        memset(&os, 0, sizeof os);
+        if (red == 0 && lp->shape.ndim == 2) {
+            os.ndim = 1;
+            os.dims[0] = N;
+        }
+        if (ref_array_init(out, od, &os)) return -1;
+        double acc = 0;
+        for (int64_t i = 0; i < N; i++) {
+            int64_t t = (int64_t)tg->v[i];
+            double l = t == ign ? 0 : -(wt ? wt->v[t] : 1.0) * lp->v[i * C + t];
+            if (red == 0) out->v[lp->shape.ndim == 2 ? i : 0] = ref_round(l, od);
+            acc += l;
+        }
+        if (red == 1) out->v[0] = ref_round(acc / total_w, od);
+        if (red == 2) out->v[0] = ref_round(acc, od);
+        return 0;
+    }
+    if (ref_array_init(out, od, &lp->shape)) return -1;
+    for (int64_t i = 0; i < N; i++) {
+        int64_t t = (int64_t)tg->v[i];
+        if (t == ign) continue;
+        double g = red == 0 ? in[0].v[numel(&in[0].shape) > 1 ? i : 0] : in[0].v[0];
+        if (red == 1) g /= total_w;
+        out->v[i * C + t] = ref_round(-(wt ? wt->v[t] : 1.0) * g, od);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- main */
+
+int ref_eval(lt_op op, const lt_attrs *attrs, const ref_array *in, int n_in,
+             ref_array *out)
+{
+    static const lt_attrs none;
+    const lt_attrs *at = attrs ? attrs : &none;
+    memset(out, 0, sizeof *out);
+    if ((int)op < 0 || op >= LT_NUM_OPS) return fail("ref: bad op %d", (int)op);
+    if (op_arity[op] >= 0 && n_in != op_arity[op])
+        return fail("ref %s: %d inputs, arity %d", op_names[op], n_in, op_arity[op]);
+    switch (op_kind[op]) {
+    case LT_KIND_UNARY: case LT_KIND_BINARY: case LT_KIND_TERNARY:
+        return eval_ew(op, at, in, n_in, out);
+    case LT_KIND_REDUCE:
+        if (op == LT_OP_argmax || op == LT_OP_argmin) return eval_argreduce(op, at, in, out);
+        return eval_reduce(op, at, in, out);
+    case LT_KIND_MATMUL: return eval_matmul(op, in, out);
+    case LT_KIND_CONV: return eval_conv(op, at, in, out);
+    case LT_KIND_POOL: return eval_pool(op, at, in, out);
+    case LT_KIND_NORM: return eval_norm(op, at, in, out);
+    case LT_KIND_MOVEMENT: return eval_view(op, at, in, out);
+    case LT_KIND_SCATTER: return eval_scatter(op, at, in, out);
+    case LT_KIND_CONCAT: return eval_cat(at, in, n_in, out);
+    case LT_KIND_INDEX: return eval_index(op, at, in, out);
+    case LT_KIND_LOSS: return eval_loss(op, at, in, n_in, out);
+    default: return fail("ref: %s is not covered (leaf/random/collective)", op_names[op]);
+    }
+}

@@ -1,0 +1,505 @@
+/* tests/c/test_compile.c — the compiler + executor on hand-built graphs:
+ * CSE/DCE, fusion counts, reductions over fused producers, views folded
+ * into consumers, donation, aliasing, scratch reuse; results checked against
+ * plain loops. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "compile.h"
+
+/* ---- harness ---- */
+static lt_shape S(int nd, ...)
+{
+    lt_shape s;
+    memset(&s, 0, sizeof s);
+    s.ndim = nd;
+    va_list ap;
+    va_start(ap, nd);
+    for (int k = 0; k < nd; k++)
+        s.dims[k] = va_arg(ap, int);
+    va_end(ap);
+    return s;
+}
+
+static size_t esz(lt_dtype dt) { return dt == LT_BF16 ? 2 : dt == LT_BOOL ? 1 : (dt == LT_F32 || dt == LT_I32) ? 4 : 8; }
+
+static lt_node *P(lt_dtype dt, lt_shape s, const void *data)
+{
+    lt_buffer *b;
+    assert_int_equal(lt_buffer_alloc(0, dt, lt_shape_numel(&s), &b), LT_OK);
+    memcpy(b->data, data, lt_shape_numel(&s) * esz(dt));
+    return lt_node_new_data(b, &s, dt, 0);
+}
+
+static lt_node *N(lt_op op, lt_dtype dt, lt_shape s, const lt_attrs *a, int n, ...)
+{
+    lt_node *in[4];
+    va_list ap;
+    va_start(ap, n);
+    for (int k = 0; k < n; k++)
+        in[k] = va_arg(ap, lt_node *);
+    va_end(ap);
+    lt_node *r = lt_node_new(op, in, n, a, &s, dt, 0, 0);
+    for (int k = 0; k < n; k++)
+        lt_node_release(in[k]);   /* the new node holds them */
+    return r;
+}
+
+static lt_attrs __attribute__((unused)) A(int n, ...)
+{
+    lt_attrs a;
+    memset(&a, 0, sizeof a);
+    a.n = n;
+    va_list ap;
+    va_start(ap, n);
+    for (int k = 0; k < n; k++)
+        a.i[k] = va_arg(ap, int);
+    va_end(ap);
+    return a;
+}
+
+typedef struct run_out {
+    lt_program *p;
+    lt_buffer *out[8];
+    int n_out;
+} run_out;
+
+/* Captures roots, compiles, runs (donating when asked), releases roots. */
+static run_out run(lt_node **roots, int n, int donate)
+{
+    run_out r;
+    memset(&r, 0, sizeof r);
+    lt_graph g;
+    assert_int_equal(lt_graph_capture(roots, n, &g), LT_OK);
+    lt_status st = lt_compile(&g, &r.p);
+    if (st != LT_OK)
+        fail_msg("compile: %s", lt_last_error());
+    lt_exec_args a;
+    memset(&a, 0, sizeof a);
+    a.n_params = g.n_params;
+    a.param_bufs = calloc(g.n_params + 1, sizeof(lt_buffer *));
+    a.param_values = calloc(g.n_params + 1, sizeof(double));
+    for (int j = 0; j < g.n_params; j++) {
+        lt_node *pn = g.nodes[g.param_pos[j]];
+        if (pn->op == LT_OP_data)
+            a.param_bufs[j] = pn->buf;
+        else
+            a.param_values[j] = pn->value;
+    }
+    a.n_outputs = g.n_outputs;
+    a.out_bufs = calloc(g.n_outputs + 1, sizeof(lt_buffer *));
+    for (int k = 0; k < g.n_outputs; k++) {
+        int al = lt_program_output_alias(r.p, k), dn = lt_program_output_donor(r.p, k);
+        if (al >= 0)
+            a.out_bufs[k] = lt_buffer_retain(a.param_bufs[al]);
+        else if (donate && dn >= 0)
+            a.out_bufs[k] = lt_buffer_retain(a.param_bufs[dn]);
+        else
+            assert_int_equal(lt_buffer_alloc(0, lt_program_output_dtype(r.p, k),
+                             lt_shape_numel(lt_program_output_shape(r.p, k)), &a.out_bufs[k]), LT_OK);
+    }
+    if (lt_program_scratch_bytes(r.p))
+        assert_int_equal(lt_buffer_alloc(0, LT_BOOL, lt_program_scratch_bytes(r.p), &a.scratch), LT_OK);
+    st = lt_program_run(r.p, &a, 0);
+    if (st != LT_OK)
+        fail_msg("run: %s", lt_last_error());
+    for (int k = 0; k < n; k++)
+        r.out[k] = lt_buffer_retain(a.out_bufs[g.root_out[k]]);
+    r.n_out = n;
+    for (int k = 0; k < g.n_outputs; k++)
+        lt_buffer_release(a.out_bufs[k]);
+    lt_buffer_release(a.scratch);
+    free(a.out_bufs);
+    free(a.param_bufs);
+    free(a.param_values);
+    lt_graph_free(&g);
+    for (int k = 0; k < n; k++)
+        lt_node_release(roots[k]);
+    return r;
+}
+
+static void run_free(run_out *r)
+{
+    for (int k = 0; k < r->n_out; k++)
+        lt_buffer_release(r->out[k]);
+    lt_program_release(r->p);
+}
+
+static void fill(float *x, int n, float a, float b)
+{
+    for (int i = 0; i < n; i++)
+        x[i] = a + b * (float)((i * 7919) % 101) / 101.0f;
+}
+
+static void near(const float *got, const float *want, int n, double rtol)
+{
+    for (int i = 0; i < n; i++) {
+        double tol = rtol * (fabs(want[i]) + 1e-6) + 1e-6;
+        if (!(fabs((double)got[i] - want[i]) <= tol))
+            fail_msg("element %d: got %.9g want %.9g", i, got[i], want[i]);
+    }
+}
+
+/* ---- tests ---- */
+
+static void test_cse_dce(void **state)
+{
+    enum { N0 = 64 };
+    float x[N0], want[N0];
+    fill(x, N0, -1, 2);
+    lt_shape s = S(1, N0);
+    /* duplicate subexpressions: exp(x) twice, tanh(exp(x)) twice */
+    lt_node *xp = P(LT_F32, s, x);
+    lt_node *e1 = N(LT_OP_exp, LT_F32, s, NULL, 1, lt_node_retain(xp));
+    lt_node *e2 = N(LT_OP_exp, LT_F32, s, NULL, 1, lt_node_retain(xp));
+    lt_node *t1 = N(LT_OP_tanh, LT_F32, s, NULL, 1, e1);
+    lt_node *t2 = N(LT_OP_tanh, LT_F32, s, NULL, 1, e2);
+    lt_node *m = N(LT_OP_mm, LT_F32, S(2, 1, 1), NULL, 2,
+                   N(LT_OP_reshape, LT_F32, S(2, 1, N0), &(lt_attrs){.n = 2, .i = {1, N0}}, 1, t1),
+                   N(LT_OP_reshape, LT_F32, S(2, N0, 1), &(lt_attrs){.n = 2, .i = {N0, 1}}, 1, t2));
+    lt_node_release(xp);
+    run_out r = run(&m, 1, 0);
+    /* the duplicate exp/tanh chain is compiled once: exp+tanh (fused or
+     * not) plus the matmul; never the two copies */
+    lt_node *xp2 = P(LT_F32, s, x);
+    lt_node *t3 = N(LT_OP_tanh, LT_F32, s, NULL, 1, N(LT_OP_exp, LT_F32, s, NULL, 1, xp2));
+    lt_node *m2 = N(LT_OP_mm, LT_F32, S(2, 1, 1), NULL, 2,
+                    N(LT_OP_reshape, LT_F32, S(2, 1, N0), &(lt_attrs){.n = 2, .i = {1, N0}}, 1, lt_node_retain(t3)),
+                    N(LT_OP_reshape, LT_F32, S(2, N0, 1), &(lt_attrs){.n = 2, .i = {N0, 1}}, 1, t3));
+    run_out r2 = run(&m2, 1, 0);
+    assert_int_equal(lt_program_n_kernels(r.p), lt_program_n_kernels(r2.p));
+    double acc = 0;
+    for (int i = 0; i < N0; i++) {
+        double t = tanh(exp((double)x[i]));
+        acc += t * t;
+    }
+    want[0] = (float)acc;
+    near(r.out[0]->data, want, 1, 1e-5);
+    run_free(&r);
+    run_free(&r2);
+}
+
+static void test_chain_one_kernel(void **state)
+{
+    enum { N0 = 5000 };
+    float *x = malloc(N0 * 4), *y = malloc(N0 * 4), *want = malloc(N0 * 4);
+    fill(x, N0, -2, 4);
+    fill(y, N0, 0.5f, 1);
+    lt_shape s = S(2, 50, 100);
+    lt_node *a = P(LT_F32, s, x), *b = P(LT_F32, s, y);
+    lt_node *v = N(LT_OP_mul, LT_F32, s, NULL, 2, lt_node_retain(a), lt_node_retain(b));
+    v = N(LT_OP_add, LT_F32, s, NULL, 2, v, lt_node_retain(a));
+    v = N(LT_OP_tanh, LT_F32, s, NULL, 1, v);
+    v = N(LT_OP_mul, LT_F32, s, NULL, 2, v, lt_node_retain(b));
+    v = N(LT_OP_relu, LT_F32, s, NULL, 1, v);
+    v = N(LT_OP_sub, LT_F32, s, NULL, 2, v, lt_node_retain(a));
+    v = N(LT_OP_abs, LT_F32, s, NULL, 1, v);
+    v = N(LT_OP_sqrt, LT_F32, s, NULL, 1, v);
+    lt_node_release(a);
+    lt_node_release(b);
+    run_out r = run(&v, 1, 0);
+    assert_int_equal(lt_program_n_kernels(r.p), 1);
+    assert_int_equal(lt_program_scratch_bytes(r.p), 0);
+    for (int i = 0; i < N0; i++) {
+        float t = tanhf(x[i] * y[i] + x[i]) * y[i];
+        t = t < 0 ? 0 : t;
+        want[i] = sqrtf(fabsf(t - x[i]));
+    }
+    near(r.out[0]->data, want, N0, 1e-6);
+    run_free(&r);
+    free(x); free(y); free(want);
+}
+
+static void test_reduce_fused(void **state)
+{
+    enum { R = 40, C = 300 };
+    float *x = malloc(R * C * 4), *t = malloc(R * C * 4);
+    fill(x, R * C, -1, 2);
+    fill(t, R * C, 0, 1);
+    lt_shape s = S(2, R, C);
+    /* mean((x - t)^2) over all dims: one kernel */
+    lt_node *xp = P(LT_F32, s, x), *tp = P(LT_F32, s, t);
+    lt_node *d = N(LT_OP_sub, LT_F32, s, NULL, 2, xp, tp);
+    lt_node *sq = N(LT_OP_mul, LT_F32, s, NULL, 2, lt_node_retain(d), d);
+    lt_node *m = N(LT_OP_mean, LT_F32, S(0), &(lt_attrs){.n = 2, .i = {3, 0}}, 1, sq);
+    run_out r = run(&m, 1, 0);
+    assert_int_equal(lt_program_n_kernels(r.p), 1);
+    double acc = 0;
+    for (int i = 0; i < R * C; i++)
+        acc += (double)(x[i] - t[i]) * (x[i] - t[i]);
+    float want = (float)(acc / (R * C));
+    near(r.out[0]->data, &want, 1, 1e-5);
+    run_free(&r);
+
+    /* sum over dim 0 (outer) and amax over dim 1 (inner) of exp(x), keepdim */
+    xp = P(LT_F32, s, x);
+    lt_node *e = N(LT_OP_exp, LT_F32, s, NULL, 1, xp);
+    lt_node *roots[2];
+    roots[0] = N(LT_OP_sum, LT_F32, S(2, 1, C), &(lt_attrs){.n = 2, .i = {1, 1}}, 1, lt_node_retain(e));
+    roots[1] = N(LT_OP_amax, LT_F32, S(1, R), &(lt_attrs){.n = 2, .i = {2, 0}}, 1, e);
+    r = run(roots, 2, 0);
+    float *w0 = malloc(C * 4), w1[R];
+    for (int j = 0; j < C; j++) {
+        double a = 0;
+        for (int i = 0; i < R; i++) a += exp((double)x[i * C + j]);
+        w0[j] = (float)a;
+    }
+    for (int i = 0; i < R; i++) {
+        float mx = -INFINITY;
+        for (int j = 0; j < C; j++) mx = fmaxf(mx, expf(x[i * C + j]));
+        w1[i] = mx;
+    }
+    near(r.out[0]->data, w0, C, 1e-5);
+    near(r.out[1]->data, w1, R, 1e-6);
+    run_free(&r);
+    free(w0);
+    free(x);
+    free(t);
+}
+
+static void test_reduce_kinds(void **state)
+{
+    /* [2,3,4] with a NaN: sum over dims {0,2}, argmax dim 1, any/all, prod */
+    float x[24];
+    for (int i = 0; i < 24; i++) x[i] = (float)((i * 5) % 7) - 3;
+    x[13] = NAN;
+    lt_shape s = S(3, 2, 3, 4);
+    lt_node *roots[5];
+    lt_node *xp = P(LT_F32, s, x);
+    roots[0] = N(LT_OP_sum, LT_F32, S(1, 3), &(lt_attrs){.n = 2, .i = {5, 0}}, 1, lt_node_retain(xp));
+    roots[1] = N(LT_OP_argmax, LT_I64, S(2, 2, 4), &(lt_attrs){.n = 2, .i = {1, 0}}, 1, lt_node_retain(xp));
+    roots[2] = N(LT_OP_argmin, LT_I64, S(0), &(lt_attrs){.n = 2, .i = {-1, 0}}, 1, lt_node_retain(xp));
+    lt_node *gt = N(LT_OP_gt, LT_BOOL, s, NULL, 2, lt_node_retain(xp), lt_node_new_scalar(1, LT_F64, 0, LT_NODE_WRAPPED));
+    roots[3] = N(LT_OP_any, LT_BOOL, S(1, 2), &(lt_attrs){.n = 2, .i = {6, 0}}, 1, gt);
+    roots[4] = N(LT_OP_prod, LT_F32, S(1, 4), &(lt_attrs){.n = 2, .i = {6, 0}}, 1,
+                 N(LT_OP_permute, LT_F32, S(3, 4, 2, 3), &(lt_attrs){.n = 3, .i = {2, 0, 1}}, 1, xp));
+    run_out r = run(roots, 5, 0);
+    const float *o0 = r.out[0]->data;
+    for (int j = 0; j < 3; j++) {
+        double a = 0;
+        for (int i = 0; i < 2; i++) for (int k = 0; k < 4; k++) a += x[i * 12 + j * 4 + k];
+        if (isnan(a)) assert_true(isnan(o0[j])); else assert_float_equal(o0[j], a, 1e-5);
+    }
+    const int64_t *o1 = r.out[1]->data;
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 4; k++) {
+            int best = 0;
+            for (int j = 1; j < 3; j++) {
+                float v = x[i * 12 + j * 4 + k], b = x[i * 12 + best * 4 + k];
+                if (isnan(b)) break;
+                if (isnan(v) || v > b) best = j;
+            }
+            assert_int_equal(o1[i * 4 + k], best);
+        }
+    assert_int_equal(*(int64_t *)r.out[2]->data, 13);   /* NaN wins */
+    const uint8_t *o3 = r.out[3]->data;
+    for (int i = 0; i < 2; i++) {
+        int any = 0;
+        for (int j = 0; j < 12; j++) any |= x[i * 12 + j] > 1;
+        assert_int_equal(o3[i], any);
+    }
+    const float *o4 = r.out[4]->data;
+    for (int k = 0; k < 4; k++) {
+        double p = 1;
+        for (int i = 0; i < 2; i++) for (int j = 0; j < 3; j++) p *= x[i * 12 + j * 4 + k];
+        if (isnan(p)) assert_true(isnan(o4[k])); else assert_float_equal(o4[k], p, 1e-3);
+    }
+    run_free(&r);
+}
+
+static void test_views(void **state)
+{
+    /* y = x[:, 1:5:2].T (expand to [3, 2, 4]) + b ; z = reshape(permute(x)) */
+    float x[4 * 6], b[4];
+    for (int i = 0; i < 24; i++) x[i] = (float)i;
+    for (int i = 0; i < 4; i++) b[i] = 100.0f * i;
+    lt_node *xp = P(LT_F32, S(2, 4, 6), x);
+    lt_node *bp = P(LT_F32, S(1, 4), b);
+    lt_node *sl = N(LT_OP_slice, LT_F32, S(2, 4, 2), &(lt_attrs){.n = 4, .i = {1, 1, 5, 2}}, 1, lt_node_retain(xp));
+    lt_node *tr = N(LT_OP_permute, LT_F32, S(2, 2, 4), &(lt_attrs){.n = 2, .i = {1, 0}}, 1, sl);
+    lt_node *ex = N(LT_OP_expand, LT_F32, S(3, 3, 2, 4), &(lt_attrs){.n = 3, .i = {3, 2, 4}}, 1, tr);
+    lt_node *roots[3];
+    roots[0] = N(LT_OP_add, LT_F32, S(3, 3, 2, 4), NULL, 2, ex, bp);
+    lt_node *pm = N(LT_OP_permute, LT_F32, S(2, 6, 4), &(lt_attrs){.n = 2, .i = {1, 0}}, 1, lt_node_retain(xp));
+    roots[1] = N(LT_OP_reshape, LT_F32, S(1, 24), &(lt_attrs){.n = 1, .i = {24}}, 1, pm);
+    roots[2] = N(LT_OP_select, LT_F32, S(1, 4), &(lt_attrs){.n = 2, .i = {1, 3}}, 1, xp);
+    run_out r = run(roots, 3, 0);
+    const float *o = r.out[0]->data;
+    for (int e = 0; e < 3; e++)
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 4; j++)
+                assert_float_equal(o[e * 8 + i * 4 + j], x[j * 6 + 1 + 2 * i] + b[j], 0);
+    o = r.out[1]->data;
+    for (int i = 0; i < 6; i++)
+        for (int j = 0; j < 4; j++)
+            assert_float_equal(o[i * 4 + j], x[j * 6 + i], 0);
+    o = r.out[2]->data;
+    for (int j = 0; j < 4; j++)
+        assert_float_equal(o[j], x[j * 6 + 3], 0);
+    run_free(&r);
+}
+
+static void test_transpose_mm(void **state)
+{
+    enum { M = 5, K = 7, Nn = 3 };
+    float a[K * M], w[Nn * K], want[M * Nn];
+    fill(a, K * M, -1, 2);
+    fill(w, Nn * K, -0.5f, 1);
+    lt_node *ap = P(LT_F32, S(2, K, M), a), *wp = P(LT_F32, S(2, Nn, K), w);
+    lt_node *at = N(LT_OP_permute, LT_F32, S(2, M, K), &(lt_attrs){.n = 2, .i = {1, 0}}, 1, ap);
+    lt_node *wt = N(LT_OP_permute, LT_F32, S(2, K, Nn), &(lt_attrs){.n = 2, .i = {1, 0}}, 1, wp);
+    lt_node *mm = N(LT_OP_mm, LT_F32, S(2, M, Nn), NULL, 2, at, wt);
+    run_out r = run(&mm, 1, 0);
+    assert_int_equal(lt_program_n_kernels(r.p), 1);   /* no copy kernels */
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < Nn; j++) {
+            double acc = 0;
+            for (int k = 0; k < K; k++) acc += (double)a[k * M + i] * w[j * K + k];
+            want[i * Nn + j] = (float)acc;
+        }
+    near(r.out[0]->data, want, M * Nn, 1e-5);
+    run_free(&r);
+}
+
+static void test_donation_alias(void **state)
+{
+    enum { N0 = 1000 };
+    float p[N0], g[N0], want[N0];
+    fill(p, N0, -1, 2);
+    fill(g, N0, 0, 1);
+    lt_node *pp = P(LT_F32, S(2, 10, 100), p), *gp = P(LT_F32, S(2, 10, 100), g);
+    lt_buffer *pbuf = pp->buf;
+    lt_node *lr = lt_node_new_scalar(0.125, LT_F64, 0, LT_NODE_WRAPPED);
+    lt_node *upd = N(LT_OP_sub, LT_F32, S(2, 10, 100), NULL, 2, lt_node_retain(pp),
+                     N(LT_OP_mul, LT_F32, S(2, 10, 100), NULL, 2, gp, lr));
+    lt_node *roots[3] = {upd, lt_node_retain(pp),
+                         N(LT_OP_reshape, LT_F32, S(1, 1000), &(lt_attrs){.n = 1, .i = {1000}}, 1, pp)};
+    /* with p also an output (alias) p cannot be donated */
+    run_out r = run(roots, 3, 1);
+    assert_int_not_equal(lt_program_output_donor(r.p, 0), 0);  /* p is aliased */
+    assert_true(r.out[1] == pbuf && r.out[2] == pbuf);
+    assert_int_equal(lt_program_n_kernels(r.p), 1);
+    run_free(&r);
+
+    pp = P(LT_F32, S(2, 10, 100), p);
+    gp = P(LT_F32, S(2, 10, 100), g);
+    pbuf = pp->buf;
+    lr = lt_node_new_scalar(0.125, LT_F64, 0, LT_NODE_WRAPPED);
+    upd = N(LT_OP_sub, LT_F32, S(2, 10, 100), NULL, 2, pp,
+            N(LT_OP_mul, LT_F32, S(2, 10, 100), NULL, 2, gp, lr));
+    r = run(&upd, 1, 1);
+    assert_int_equal(lt_program_output_donor(r.p, 0), 0);
+    assert_true(r.out[0] == pbuf);
+    for (int i = 0; i < N0; i++) want[i] = p[i] - g[i] * 0.125f;
+    near(r.out[0]->data, want, N0, 1e-6);
+    run_free(&r);
+}
+
+static void test_scratch_reuse(void **state)
+{
+    enum { D = 32 };
+    float x[D * D];
+    fill(x, D * D, -0.1f, 0.2f);
+    lt_shape s = S(2, D, D);
+    lt_node *xp = P(LT_F32, s, x);
+    lt_node *v = lt_node_retain(xp);
+    for (int k = 0; k < 6; k++)
+        v = N(LT_OP_mm, LT_F32, s, NULL, 2, v, lt_node_retain(xp));
+    lt_node_release(xp);
+    run_out r = run(&v, 1, 0);
+    /* 5 intermediates of 4 KiB; at most 2 live at once */
+    assert_true(lt_program_scratch_bytes(r.p) <= 2 * D * D * 4);
+    assert_int_equal(lt_program_n_kernels(r.p), 6);
+    /* reference */
+    double cur[D * D], nxt[D * D];
+    for (int i = 0; i < D * D; i++) cur[i] = x[i];
+    for (int k = 0; k < 6; k++) {
+        for (int i = 0; i < D; i++)
+            for (int j = 0; j < D; j++) {
+                double a = 0;
+                for (int q = 0; q < D; q++) a += cur[i * D + q] * x[q * D + j];
+                nxt[i * D + j] = a;
+            }
+        memcpy(cur, nxt, sizeof cur);
+    }
+    const float *o = r.out[0]->data;
+    for (int i = 0; i < D * D; i++)
+        assert_true(fabs(o[i] - cur[i]) <= 1e-4 * fabs(cur[i]) + 1e-9);
+    run_free(&r);
+}
+
+static void test_softmax_primitives(void **state)
+{
+    /* softmax from primitives: exercises fusion across reductions without
+     * cycles (e = exp(x - max) feeds sum, and e / sum needs both) */
+    enum { R = 7, C = 33 };
+    float x[R * C], want[R * C];
+    fill(x, R * C, -3, 6);
+    lt_shape s = S(2, R, C), sk = S(2, R, 1);
+    lt_node *xp = P(LT_F32, s, x);
+    lt_node *mx = N(LT_OP_amax, LT_F32, sk, &(lt_attrs){.n = 2, .i = {2, 1}}, 1, lt_node_retain(xp));
+    lt_node *e = N(LT_OP_exp, LT_F32, s, NULL, 1, N(LT_OP_sub, LT_F32, s, NULL, 2, xp, mx));
+    lt_node *sm = N(LT_OP_sum, LT_F32, sk, &(lt_attrs){.n = 2, .i = {2, 1}}, 1, lt_node_retain(e));
+    lt_node *y = N(LT_OP_div, LT_F32, s, NULL, 2, e, sm);
+    /* and a matmul feeding back into an elementwise sibling of its input */
+    lt_node *sq = N(LT_OP_mul, LT_F32, s, NULL, 2, lt_node_retain(y), lt_node_retain(y));
+    float wv[C * C];
+    fill(wv, C * C, -1, 2);
+    lt_node *w = P(LT_F32, S(2, C, C), wv);
+    lt_node *mm = N(LT_OP_mm, LT_F32, s, NULL, 2, lt_node_retain(sq), w);
+    lt_node *z = N(LT_OP_add, LT_F32, s, NULL, 2, sq, mm);
+    lt_node *roots[2] = {y, z};
+    run_out r = run(roots, 2, 0);
+    for (int i = 0; i < R; i++) {
+        double m = -INFINITY, a = 0;
+        for (int j = 0; j < C; j++) m = fmax(m, x[i * C + j]);
+        for (int j = 0; j < C; j++) a += exp(x[i * C + j] - m);
+        for (int j = 0; j < C; j++) want[i * C + j] = (float)(exp(x[i * C + j] - m) / a);
+    }
+    near(r.out[0]->data, want, R * C, 1e-5);
+    float zw[R * C];
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < C; j++) {
+            double acc = 0;
+            for (int k = 0; k < C; k++)
+                acc += (double)want[i * C + k] * want[i * C + k] * wv[k * C + j];
+            zw[i * C + j] = (float)(want[i * C + j] * want[i * C + j] + acc);
+        }
+    near(r.out[1]->data, zw, R * C, 1e-4);
+    /* amax, exp+sum (absorbed), div+mul (fused), mm, add */
+    assert_true(lt_program_n_kernels(r.p) <= 5);
+    run_free(&r);
+}
+
+static int setup(void **state)
+{
+    setenv("LAZYTPU_NUM_CORES", "2", 1);
+    return lt_devices_init() == LT_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    lt_devices_shutdown();
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cse_dce),
+        cmocka_unit_test(test_chain_one_kernel),
+        cmocka_unit_test(test_reduce_fused),
+        cmocka_unit_test(test_reduce_kinds),
+        cmocka_unit_test(test_views),
+        cmocka_unit_test(test_transpose_mm),
+        cmocka_unit_test(test_donation_alias),
+        cmocka_unit_test(test_scratch_reuse),
+        cmocka_unit_test(test_softmax_primitives),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,311 @@
+/*
+ * tests/c/test_kernels_conv.c — conv2d (forward, backward input, backward
+ * weight) and pooling kernels against naive double loops written here.
+ */
+#include "kt_test.h"
+
+/* ---------------------------------------------------------------- conv2d */
+
+typedef struct conv_case {
+    int64_t N, C, H, W, O, kh, kw, sh, sw, ph, pw, dh, dw, g;
+} conv_case;
+
+static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d)
+{
+    return (in + 2 * p - d * (k - 1) - 1) / s + 1;
+}
+
+/* y, dx, dw references from x, w, gy (all logical row-major). */
+static void conv_ref(const conv_case *q, const double *x, const double *w, const double *gy,
+                     double *y, double *dx, double *dw)
+{
+    int64_t oh = conv_out(q->H, q->kh, q->sh, q->ph, q->dh), ow = conv_out(q->W, q->kw, q->sw, q->pw, q->dw);
+    int64_t Cg = q->C / q->g, Og = q->O / q->g;
+    memset(y, 0, (size_t)(q->N * q->O * oh * ow) * sizeof(double));
+    memset(dx, 0, (size_t)(q->N * q->C * q->H * q->W) * sizeof(double));
+    memset(dw, 0, (size_t)(q->O * Cg * q->kh * q->kw) * sizeof(double));
+    for (int64_t n = 0; n < q->N; n++)
+        for (int64_t o = 0; o < q->O; o++)
+            for (int64_t oy = 0; oy < oh; oy++)
+                for (int64_t ox = 0; ox < ow; ox++) {
+                    int64_t yi = ((n * q->O + o) * oh + oy) * ow + ox;
+                    for (int64_t c = 0; c < Cg; c++)
+                        for (int64_t i = 0; i < q->kh; i++)
+                            for (int64_t j = 0; j < q->kw; j++) {
+                                int64_t iy = oy * q->sh - q->ph + i * q->dh;
+                                int64_t ix = ox * q->sw - q->pw + j * q->dw;
+                                if (iy < 0 || iy >= q->H || ix < 0 || ix >= q->W) continue;
+                                int64_t ci = (o / Og) * Cg + c;
+                                int64_t xi = ((n * q->C + ci) * q->H + iy) * q->W + ix;
+                                int64_t wi = ((o * Cg + c) * q->kh + i) * q->kw + j;
+                                y[yi] += x[xi] * w[wi];
+                                dx[xi] += gy[yi] * w[wi];
+                                dw[wi] += gy[yi] * x[xi];
+                            }
+                }
+}
+
+static void run_conv_case(const conv_case *q, lt_dtype dt, int nhwc, const lt_kernel_ctx *ctx)
+{
+    int64_t oh = conv_out(q->H, q->kh, q->sh, q->ph, q->dh), ow = conv_out(q->W, q->kw, q->sw, q->pw, q->dw);
+    int64_t Cg = q->C / q->g;
+    int64_t nx = q->N * q->C * q->H * q->W, nw = q->O * Cg * q->kh * q->kw, ny = q->N * q->O * oh * ow;
+    double *x = kt_rvals(nx, dt), *w = kt_rvals(nw, dt), *gy = kt_rvals(ny, dt);
+    double *y = kt_talloc((size_t)ny * 8), *dx = kt_talloc((size_t)nx * 8), *dw = kt_talloc((size_t)nw * 8);
+    conv_ref(q, x, w, gy, y, dx, dw);
+    double atol = dt == LT_BF16 ? 2e-2 : dt == LT_F32 ? 1e-4 : 1e-11;
+    double rtol = dt == LT_BF16 ? 1.0 / 64 : dt == LT_F32 ? 1e-4 : 1e-11;
+    if (dt == LT_BF16) {
+        for (int64_t i = 0; i < ny; i++) y[i] = kt_round_bf16(y[i]);
+        for (int64_t i = 0; i < nx; i++) dx[i] = kt_round_bf16(dx[i]);
+        for (int64_t i = 0; i < nw; i++) dw[i] = kt_round_bf16(dw[i]);
+    }
+    int64_t xd[4] = {q->N, q->C, q->H, q->W};
+    int64_t xs_nhwc[4] = {q->H * q->W * q->C, 1, q->W * q->C, q->C};
+    lt_view xv = kt_view(dt, 4, xd, nhwc ? xs_nhwc : NULL, 0, x);
+    /* weight given as a permuted view too when nhwc: storage [O, kh, kw, Cg] */
+    int64_t wd[4] = {q->O, Cg, q->kh, q->kw};
+    int64_t ws_perm[4] = {q->kh * q->kw * Cg, 1, q->kw * Cg, Cg};
+    lt_view wv = kt_view(dt, 4, wd, nhwc ? ws_perm : NULL, 0, w);
+    int64_t yd[4] = {q->N, q->O, oh, ow};
+    lt_view gv = kt_view(dt, 4, yd, NULL, 0, gy);
+    lt_attrs at = KATTR(q->sh, q->sw, q->ph, q->pw, q->dh, q->dw, q->g);
+    char what[96];
+    snprintf(what, sizeof what, "conv N%lld C%lld O%lld k%lldx%lld g%lld dt%d nhwc%d nt%d",
+             (long long)q->N, (long long)q->C, (long long)q->O, (long long)q->kh, (long long)q->kw,
+             (long long)q->g, (int)dt, nhwc, ctx->nthreads);
+
+    lt_view in[2] = {xv, wv};
+    lt_view out = kt_out(dt, 4, yd);
+    assert_int_equal(lt_kernel_conv(LT_OP_conv2d, &at, in, 2, &out, ctx), LT_OK);
+    kt_check(what, &out, y, ny, atol, rtol);
+
+    lt_attrs atb = at;
+    atb.i[7] = q->H; atb.i[8] = q->W; atb.n = 9;
+    in[0] = gv; in[1] = wv;
+    out = kt_out(dt, 4, xd);
+    assert_int_equal(lt_kernel_conv(LT_OP_conv2d_backward_input, &atb, in, 2, &out, ctx), LT_OK);
+    kt_check(what, &out, dx, nx, atol, rtol);
+
+    atb.i[7] = q->kh; atb.i[8] = q->kw;
+    in[0] = gv; in[1] = xv;
+    out = kt_out(dt, 4, wd);
+    assert_int_equal(lt_kernel_conv(LT_OP_conv2d_backward_weight, &atb, in, 2, &out, ctx), LT_OK);
+    kt_check(what, &out, dw, nw, atol * 4, rtol);
+}
+
+static const conv_case conv_cases[] = {
+    /* N  C  H   W  O kh kw sh sw ph pw dh dw g */
+    {2, 3, 9, 8, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+    {3, 4, 10, 11, 6, 3, 2, 2, 3, 1, 2, 2, 1, 2},
+    {4, 6, 7, 7, 6, 1, 1, 1, 1, 0, 0, 1, 1, 3},     /* pointwise path */
+    {1, 2, 5, 6, 2, 1, 1, 2, 2, 0, 0, 1, 1, 1},     /* 1x1 strided, N < threads */
+    {3, 4, 8, 8, 8, 3, 3, 2, 2, 1, 1, 1, 1, 4},     /* depthwise x2 */
+    {2, 2, 6, 5, 3, 2, 3, 1, 2, 2, 0, 2, 2, 1},     /* padding larger than half kernel */
+};
+
+static void test_conv_f32(void **state)
+{
+    for (size_t k = 0; k < sizeof conv_cases / sizeof *conv_cases; k++) {
+        run_conv_case(&conv_cases[k], LT_F32, 0, &kt_ctx1);
+        run_conv_case(&conv_cases[k], LT_F32, 1, &kt_ctx2);
+        kt_tfree_all();
+    }
+}
+
+static void test_conv_f64_bf16(void **state)
+{
+    for (size_t k = 0; k < sizeof conv_cases / sizeof *conv_cases; k++) {
+        run_conv_case(&conv_cases[k], LT_F64, k & 1, &kt_ctx2);
+        run_conv_case(&conv_cases[k], LT_BF16, !(k & 1), &kt_ctx2);
+        kt_tfree_all();
+    }
+}
+
+static void test_conv_errors(void **state)
+{
+    lt_view in[2] = {kt_view(LT_I64, 4, DIMS(1, 1, 3, 3), NULL, 0, NULL),
+                     kt_view(LT_I64, 4, DIMS(1, 1, 2, 2), NULL, 0, NULL)};
+    lt_view out = kt_out(LT_I64, 4, DIMS(1, 1, 2, 2));
+    lt_attrs at = KATTR(1, 1, 0, 0, 1, 1, 1);
+    assert_int_equal(lt_kernel_conv(LT_OP_conv2d, &at, in, 2, &out, &kt_ctx1), LT_ERR_DTYPE);
+    assert_non_null(strstr(lt_last_error(), "conv2d"));
+    assert_non_null(strstr(lt_last_error(), "i64"));
+}
+
+/* ------------------------------------------------------------------ pool */
+
+static int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, int ceil_mode)
+{
+    int64_t num = in + 2 * p - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
+    int64_t o = num / s + 1;
+    if (ceil_mode && (o - 1) * s >= in + p) o--;
+    return o;
+}
+
+static void test_max_pool(void **state)
+{
+    const int64_t P0 = 2, P1 = 3, H = 9, W = 10;
+    const int64_t kh = 3, kw = 2, sh = 2, sw = 3, ph = 1, pw = 1, dh = 2, dw = 1;
+    int64_t n = P0 * P1 * H * W;
+    double *x = kt_rvals(n, LT_F32);
+    for (int64_t i = 0; i < n; i++) x[i] = floor(x[i] * 4) / 4;   /* many ties */
+    x[W + 5] = NAN;      /* row 1: inside windows */
+    x[H * W + 3] = -INFINITY;
+    for (int ceil_mode = 0; ceil_mode < 2; ceil_mode++) {
+        int64_t oh = pool_out(H, kh, sh, ph, dh, ceil_mode), ow = pool_out(W, kw, sw, pw, dw, ceil_mode);
+        int64_t no = P0 * P1 * oh * ow;
+        double *ry = kt_talloc((size_t)no * 8), *ri = kt_talloc((size_t)no * 8);
+        double *g = kt_rvals(no, LT_F32), *rdx = kt_talloc((size_t)n * 8);
+        for (int64_t p = 0; p < P0 * P1; p++)
+            for (int64_t oy = 0; oy < oh; oy++)
+                for (int64_t ox = 0; ox < ow; ox++) {
+                    double m = -INFINITY;
+                    int64_t best = -1;
+                    for (int64_t i = 0; i < kh; i++)
+                        for (int64_t j = 0; j < kw; j++) {
+                            int64_t iy = oy * sh - ph + i * dh, ix = ox * sw - pw + j * dw;
+                            if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+                            double v = x[p * H * W + iy * W + ix];
+                            if (best < 0) best = iy * W + ix;   /* first valid element */
+                            if (v > m || isnan(v)) { m = v; best = iy * W + ix; }
+                        }
+                    int64_t o = (p * oh + oy) * ow + ox;
+                    ry[o] = m;
+                    ri[o] = (double)best;
+                    rdx[p * H * W + best] += g[o];
+                }
+        for (int c = 0; c < 2; c++) {
+            const lt_kernel_ctx *ctx = c ? &kt_ctx2 : &kt_ctx1;
+            int64_t xd[4] = {P0, P1, H, W}, od[4] = {P0, P1, oh, ow};
+            int64_t xs[4] = {H * W, P0 * H * W, 1, H};   /* [P1, P0, W, H] storage */
+            lt_view xv = kt_view(LT_F32, 4, xd, c ? xs : NULL, 0, x);
+            lt_attrs at = KATTR(kh, kw, sh, sw, ph, pw, dh, dw, ceil_mode);
+            lt_view y = kt_out(LT_F32, 4, od), yi = kt_out(LT_I64, 4, od), dx = kt_out(LT_F32, 4, xd);
+            assert_int_equal(lt_kernel_pool(LT_OP_max_pool2d, &at, &xv, 1, &y, ctx), LT_OK);
+            kt_check("max_pool2d", &y, ry, no, 0, 0);
+            assert_int_equal(lt_kernel_pool(LT_OP_max_pool2d_indices, &at, &xv, 1, &yi, ctx), LT_OK);
+            kt_check("max_pool2d_indices", &yi, ri, no, 0, 0);
+            lt_view bin[2] = {kt_view(LT_F32, 4, od, NULL, 0, g), xv};
+            assert_int_equal(lt_kernel_pool(LT_OP_max_pool2d_backward, &at, bin, 2, &dx, ctx), LT_OK);
+            kt_check("max_pool2d_backward", &dx, rdx, n, 1e-6, 1e-6);
+        }
+        kt_tfree_all();
+        x = kt_rvals(n, LT_F32);
+        for (int64_t i = 0; i < n; i++) x[i] = floor(x[i] * 4) / 4;
+        x[W + 5] = NAN;      /* row 1: inside windows */
+        x[H * W + 3] = -INFINITY;
+    }
+    /* bf16, 3-D input [C,H,W] with the default (kernel-sized) stride */
+    double *xb = kt_rvals(3 * 6 * 6, LT_BF16), rb[3 * 3 * 3];
+    for (int64_t c = 0; c < 3; c++)
+        for (int64_t oy = 0; oy < 3; oy++)
+            for (int64_t ox = 0; ox < 3; ox++) {
+                double m = -INFINITY;
+                for (int i = 0; i < 2; i++)
+                    for (int j = 0; j < 2; j++) {
+                        double v = xb[(c * 6 + oy * 2 + i) * 6 + ox * 2 + j];
+                        if (v > m) m = v;
+                    }
+                rb[(c * 3 + oy) * 3 + ox] = m;
+            }
+    lt_view xv = kt_view(LT_BF16, 3, DIMS(3, 6, 6), NULL, 0, xb);
+    lt_view y = kt_out(LT_BF16, 3, DIMS(3, 3, 3));
+    lt_attrs at = KATTR(2, 2, 2, 2, 0, 0, 1, 1, 0);
+    assert_int_equal(lt_kernel_pool(LT_OP_max_pool2d, &at, &xv, 1, &y, &kt_ctx1), LT_OK);
+    kt_check("max_pool2d bf16 3-D", &y, rb, 27, 0, 0);
+}
+
+static void test_avg_pool(void **state)
+{
+    const int64_t P = 4, H = 10, W = 7, k = 3, s = 2, p = 1;  /* H: ceil window clipped at H+p */
+    int64_t n = P * H * W;
+    double *x = kt_rvals(n, LT_F64);
+    for (int ceil_mode = 0; ceil_mode < 2; ceil_mode++)
+        for (int cip = 0; cip < 2; cip++)
+            for (int divo = 0; divo <= 5; divo += 5) {
+                int64_t oh = pool_out(H, k, s, p, 1, ceil_mode), ow = pool_out(W, k, s, p, 1, ceil_mode);
+                int64_t no = P * oh * ow;
+                double *ry = kt_talloc((size_t)no * 8), *g = kt_rvals(no, LT_F64);
+                double *rdx = kt_talloc((size_t)n * 8);
+                for (int64_t q = 0; q < P; q++)
+                    for (int64_t oy = 0; oy < oh; oy++)
+                        for (int64_t ox = 0; ox < ow; ox++) {
+                            /* window in padded coordinates, clipped to the padded input */
+                            int64_t y0 = oy * s - p, x0 = ox * s - p;
+                            int64_t y1 = y0 + k < H + p ? y0 + k : H + p;
+                            int64_t x1 = x0 + k < W + p ? x0 + k : W + p;
+                            int64_t padded = (y1 - y0) * (x1 - x0), valid = 0;
+                            double sum = 0;
+                            for (int64_t iy = y0; iy < y1; iy++)
+                                for (int64_t ix = x0; ix < x1; ix++)
+                                    if (iy >= 0 && iy < H && ix >= 0 && ix < W) {
+                                        sum += x[(q * H + iy) * W + ix];
+                                        valid++;
+                                    }
+                            double div = divo ? divo : cip ? (double)padded : (double)valid;
+                            int64_t o = (q * oh + oy) * ow + ox;
+                            ry[o] = valid ? sum / div : 0;
+                            for (int64_t iy = y0; iy < y1; iy++)
+                                for (int64_t ix = x0; ix < x1; ix++)
+                                    if (valid && iy >= 0 && iy < H && ix >= 0 && ix < W)
+                                        rdx[(q * H + iy) * W + ix] += g[o] / div;
+                        }
+                /* storage [W, P, H] */
+                lt_view xv = kt_view(LT_F64, 3, DIMS(P, H, W), DIMS(H, 1, P * H), 0, x);
+                lt_attrs at = KATTR(k, k, s, s, p, p, ceil_mode, cip, divo);
+                lt_view y = kt_out(LT_F64, 3, DIMS(P, oh, ow)), dx = kt_out(LT_F64, 3, DIMS(P, H, W));
+                assert_int_equal(lt_kernel_pool(LT_OP_avg_pool2d, &at, &xv, 1, &y, &kt_ctx2), LT_OK);
+                kt_check("avg_pool2d", &y, ry, no, 1e-12, 1e-12);
+                lt_view bin[2] = {kt_view(LT_F64, 3, DIMS(P, oh, ow), NULL, 0, g), xv};
+                assert_int_equal(lt_kernel_pool(LT_OP_avg_pool2d_backward, &at, bin, 2, &dx, &kt_ctx1), LT_OK);
+                kt_check("avg_pool2d_backward", &dx, rdx, n, 1e-12, 1e-12);
+            }
+}
+
+static void test_adaptive_avg_pool(void **state)
+{
+    const int64_t N = 2, C = 3, H = 10, W = 7;
+    int64_t outs[3][2] = {{3, 4}, {1, 1}, {10, 7}};
+    int64_t n = N * C * H * W;
+    double *x = kt_rvals(n, LT_F32);
+    for (int t = 0; t < 3; t++) {
+        int64_t oh = outs[t][0], ow = outs[t][1], no = N * C * oh * ow;
+        double *ry = kt_talloc((size_t)no * 8), *g = kt_rvals(no, LT_F32), *rdx = kt_talloc((size_t)n * 8);
+        for (int64_t p = 0; p < N * C; p++)
+            for (int64_t oy = 0; oy < oh; oy++)
+                for (int64_t ox = 0; ox < ow; ox++) {
+                    int64_t y0 = (int64_t)floor((double)oy * H / oh), y1 = (int64_t)ceil((double)(oy + 1) * H / oh);
+                    int64_t x0 = (int64_t)floor((double)ox * W / ow), x1 = (int64_t)ceil((double)(ox + 1) * W / ow);
+                    double s = 0, cnt = (double)((y1 - y0) * (x1 - x0));
+                    int64_t o = (p * oh + oy) * ow + ox;
+                    for (int64_t iy = y0; iy < y1; iy++)
+                        for (int64_t ix = x0; ix < x1; ix++) {
+                            s += x[(p * H + iy) * W + ix];
+                            rdx[(p * H + iy) * W + ix] += g[o] / cnt;
+                        }
+                    ry[o] = s / cnt;
+                }
+        lt_view xv = kt_view(LT_F32, 4, DIMS(N, C, H, W), NULL, 0, x);
+        lt_attrs at = KATTR(oh, ow);
+        lt_view y = kt_out(LT_F32, 4, DIMS(N, C, oh, ow)), dx = kt_out(LT_F32, 4, DIMS(N, C, H, W));
+        assert_int_equal(lt_kernel_pool(LT_OP_adaptive_avg_pool2d, &at, &xv, 1, &y, &kt_ctx2), LT_OK);
+        kt_check("adaptive_avg_pool2d", &y, ry, no, 1e-6, 1e-5);
+        lt_view bin[2] = {kt_view(LT_F32, 4, DIMS(N, C, oh, ow), NULL, 0, g), xv};
+        assert_int_equal(lt_kernel_pool(LT_OP_adaptive_avg_pool2d_backward, &at, bin, 2, &dx, &kt_ctx1), LT_OK);
+        kt_check("adaptive_avg_pool2d_backward", &dx, rdx, n, 1e-6, 1e-5);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_conv_f32, kt_teardown),
+        cmocka_unit_test_teardown(test_conv_f64_bf16, kt_teardown),
+        cmocka_unit_test_teardown(test_conv_errors, kt_teardown),
+        cmocka_unit_test_teardown(test_max_pool, kt_teardown),
+        cmocka_unit_test_teardown(test_avg_pool, kt_teardown),
+        cmocka_unit_test_teardown(test_adaptive_avg_pool, kt_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
