@@ -336,9 +336,8 @@ lt_status lt_cc_emit(lt_cctx *c)
     for (int i = 0; i < c->n && st == LT_OK; i++) {
         lt_cnode *cn = &c->cn[i];
         if (cn->kind == CN_EW && tail[i] >= 0 && cn->absorbed_by < 0) {
-            /* i is a group root: emit when its last member is reached? The
-             * plan orders steps topologically, so emit here, anchored at
-             * the last member. */
+            /* i is a group root; the step is anchored at its last member
+             * and lt_cc_plan orders steps topologically */
             lt_step s;
             memset(&s, 0, sizeof s);
             s.kind = LT_STEP_FUSED;

@@ -89,11 +89,14 @@ typedef struct site {
 static pthread_mutex_t recomp_mu = PTHREAD_MUTEX_INITIALIZER;
 static recomp_entry *recomp_tab[RECOMP_BUCKETS];
 static int recomp_count;
+static size_t sig_bytes;               /* signature memory, bounded */
+#define SIG_BYTES_MAX ((size_t)64 << 20)
 static site sites[N_SITES];
 static int64_t site_clock;
 
 static void entry_free(recomp_entry *e)
 {
+    if (e->n_nodes > 0) sig_bytes -= (size_t)e->n_nodes * 6;
     free(e->shapes);
     free(e->dtypes);
     free(e->ops);
@@ -125,17 +128,25 @@ static void entry_fill(recomp_entry *e, const lt_graph *g)
     free(e->dtypes);
     free(e->ops);
     free(e->ahash);
+    if (e->n_nodes > 0) sig_bytes -= (size_t)e->n_nodes * 6;
+    e->ops = NULL;
+    e->ahash = NULL;
     e->key = g->key;
     e->n_params = g->n_params;
     e->shapes = malloc((size_t)(g->n_params ? g->n_params : 1) * sizeof *e->shapes);
     e->dtypes = malloc((size_t)(g->n_params ? g->n_params : 1));
     int nn = g->n_nodes < SIG_MAX_NODES ? g->n_nodes : SIG_MAX_NODES;
-    e->n_nodes = nn;
-    e->ops = malloc((size_t)(nn ? nn : 1) * sizeof *e->ops);
-    e->ahash = malloc((size_t)(nn ? nn : 1) * sizeof *e->ahash);
-    if (!e->shapes || !e->dtypes || !e->ops || !e->ahash) {
+    e->n_nodes = -1;                    /* no signature kept */
+    if (sig_bytes + (size_t)nn * 6 <= SIG_BYTES_MAX) {
+        e->ops = malloc((size_t)(nn ? nn : 1) * sizeof *e->ops);
+        e->ahash = malloc((size_t)(nn ? nn : 1) * sizeof *e->ahash);
+        if (e->ops && e->ahash) {
+            e->n_nodes = nn;
+            sig_bytes += (size_t)nn * 6;
+        }
+    }
+    if (!e->shapes || !e->dtypes) {
         e->n_params = -1;
-        e->n_nodes = 0;
         return;
     }
     for (int k = 0; k < g->n_params; k++) {
@@ -143,7 +154,7 @@ static void entry_fill(recomp_entry *e, const lt_graph *g)
         e->shapes[k] = n->shape;
         e->dtypes[k] = n->dtype;
     }
-    for (int i = 0; i < nn; i++) {
+    for (int i = 0; i < e->n_nodes; i++) {
         e->ops[i] = g->nodes[i]->op;
         e->ahash[i] = attr_hash(g->nodes[i]);
     }
@@ -153,6 +164,11 @@ static void entry_fill(recomp_entry *e, const lt_graph *g)
 static void describe_struct_diff(const recomp_entry *e, const lt_graph *g,
                                  char *out, size_t cap)
 {
+    if (e->n_nodes < 0 || e->n_nodes >= SIG_MAX_NODES) {
+        snprintf(out, cap, "structure changed (graph of %d nodes; no signature kept)",
+                 g->n_nodes);
+        return;
+    }
     int nn = g->n_nodes < e->n_nodes ? g->n_nodes : e->n_nodes;
     for (int i = 0; i < nn; i++) {
         const lt_node *n = g->nodes[i];
@@ -482,7 +498,8 @@ void lt_diagnose_step(int core)
     int64_t now = lt_now_ns();
     double wait_acc = 0;
     int64_t wn = 0;
-    lt_metric_data("LoaderWaitTime", &wn, &wait_acc);
+    int on = lt_debug_enabled();
+    if (on) lt_metric_data("LoaderWaitTime", &wn, &wait_acc);
     char lines[3][768];
     int nl = 0;
 
@@ -491,16 +508,16 @@ void lt_diagnose_step(int core)
     int slot = (int)(st->steps % LT_DIAG_WINDOW);
     st->win_compiles[slot] = st->cur_compiles;
     st->win_reads[slot] = st->cur_reads;
-    st->win_wait[slot] = st->steps ? wait_acc - st->last_wait_acc : 0;
+    st->win_wait[slot] = st->steps && st->last_step_ns ? wait_acc - st->last_wait_acc : 0;
     if (st->win_wait[slot] < 0) st->win_wait[slot] = 0;   /* metrics were cleared */
     st->win_wall[slot] = st->last_step_ns ? (double)(now - st->last_step_ns) : 0;
     st->last_wait_acc = wait_acc;
-    st->last_step_ns = now;
+    st->last_step_ns = on ? now : 0;   /* off: no baseline for rates */
     st->cur_compiles = st->cur_reads = 0;
     st->steps++;
     int after = (int)(st->steps - LT_DIAG_WARMUP_STEPS);
     int check_fb = 0;
-    if (lt_debug_enabled() && after > 0) {
+    if (on && after > 0) {
         int nw = after < LT_DIAG_WINDOW ? after : LT_DIAG_WINDOW;
         int64_t c = 0, r = 0;
         double w = 0, wall = 0;
@@ -603,6 +620,7 @@ void lt_diagnose_reset(void)
         recomp_tab[b] = NULL;
     }
     recomp_count = 0;
+    sig_bytes = 0;
     memset(sites, 0, sizeof sites);
     site_clock = 0;
     pthread_mutex_unlock(&recomp_mu);

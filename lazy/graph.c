@@ -8,14 +8,18 @@
 
 /* ---------------------------------------------- pointer -> int hash map */
 
+typedef struct pm_slot {
+    const void *key;       /* NULL = empty */
+    int val;
+} pm_slot;
+
 typedef struct ptrmap {
     size_t cap;            /* power of two */
     size_t count;
-    const void **keys;
-    int *vals;
+    pm_slot *slots;
 } ptrmap;
 
-static size_t ptr_slot(const void *p, size_t cap)
+static inline size_t ptr_slot(const void *p, size_t cap)
 {
     uint64_t k = (uint64_t)(uintptr_t)p;
     k ^= k >> 33;
@@ -27,25 +31,24 @@ static size_t ptr_slot(const void *p, size_t cap)
 static int ptrmap_init(ptrmap *m, size_t expect)
 {
     size_t cap = 64;
-    while (cap < expect * 2) cap <<= 1;
+    while (cap < expect + expect / 2) cap <<= 1;   /* load <= 2/3 after `expect` puts */
     m->cap = cap;
     m->count = 0;
-    m->keys = calloc(cap, sizeof *m->keys);
-    m->vals = malloc(cap * sizeof *m->vals);
-    return m->keys && m->vals;
+    m->slots = calloc(cap, sizeof *m->slots);
+    return m->slots != NULL;
 }
 
 static void ptrmap_free(ptrmap *m)
 {
-    free(m->keys);
-    free(m->vals);
+    free(m->slots);
+    m->slots = NULL;
 }
 
-static int ptrmap_get(const ptrmap *m, const void *k)
+static inline int ptrmap_get(const ptrmap *m, const void *k)
 {
     size_t i = ptr_slot(k, m->cap);
-    while (m->keys[i]) {
-        if (m->keys[i] == k) return m->vals[i];
+    while (m->slots[i].key) {
+        if (m->slots[i].key == k) return m->slots[i].val;
         i = (i + 1) & (m->cap - 1);
     }
     return -1;
@@ -53,32 +56,27 @@ static int ptrmap_get(const ptrmap *m, const void *k)
 
 static int ptrmap_put(ptrmap *m, const void *k, int v)
 {
-    if ((m->count + 1) * 2 > m->cap) {
+    if ((m->count + 1) * 10 > m->cap * 7) {        /* keep the load under 0.7 */
         ptrmap n;
         n.cap = m->cap * 2;
         n.count = 0;
-        n.keys = calloc(n.cap, sizeof *n.keys);
-        n.vals = malloc(n.cap * sizeof *n.vals);
-        if (!n.keys || !n.vals) {
-            ptrmap_free(&n);
-            return 0;
-        }
+        n.slots = calloc(n.cap, sizeof *n.slots);
+        if (!n.slots) return 0;
         for (size_t i = 0; i < m->cap; i++)
-            if (m->keys[i]) {
-                size_t j = ptr_slot(m->keys[i], n.cap);
-                while (n.keys[j]) j = (j + 1) & (n.cap - 1);
-                n.keys[j] = m->keys[i];
-                n.vals[j] = m->vals[i];
+            if (m->slots[i].key) {
+                size_t j = ptr_slot(m->slots[i].key, n.cap);
+                while (n.slots[j].key) j = (j + 1) & (n.cap - 1);
+                n.slots[j] = m->slots[i];
                 n.count++;
             }
         ptrmap_free(m);
         *m = n;
     }
     size_t i = ptr_slot(k, m->cap);
-    while (m->keys[i] && m->keys[i] != k) i = (i + 1) & (m->cap - 1);
-    if (!m->keys[i]) m->count++;
-    m->keys[i] = k;
-    m->vals[i] = v;
+    while (m->slots[i].key && m->slots[i].key != k) i = (i + 1) & (m->cap - 1);
+    if (!m->slots[i].key) m->count++;
+    m->slots[i].key = k;
+    m->slots[i].val = v;
     return 1;
 }
 
@@ -119,6 +117,12 @@ static lt_status oom(lt_graph *g, ptrmap *pos, frame *stack)
 
 lt_status lt_graph_capture(lt_node *const *roots, int n_roots, lt_graph *g)
 {
+    return lt_graph_capture_sized(roots, n_roots, g, 0);
+}
+
+lt_status lt_graph_capture_sized(lt_node *const *roots, int n_roots, lt_graph *g,
+                                 int64_t size_hint)
+{
     memset(g, 0, sizeof *g);
     if (n_roots < 1 || !roots)
         return lt_set_error(LT_ERR_ARG, "capture: no roots");
@@ -131,12 +135,16 @@ lt_status lt_graph_capture(lt_node *const *roots, int n_roots, lt_graph *g)
     }
     g->core = core;
 
+    /* the hint counts traced ops; leaves (data, scalars) come on top */
+    size_t hint = size_hint > 0 && size_hint < ((int64_t)1 << 26)
+                      ? (size_t)size_hint + (size_t)size_hint / 4 + 16 : 256;
+    if (hint < 256) hint = 256;
     ptrmap pos;
-    if (!ptrmap_init(&pos, 256)) {
+    if (!ptrmap_init(&pos, hint)) {
         ptrmap_free(&pos);
         return lt_set_error(LT_ERR_INTERNAL, "capture: out of host memory");
     }
-    size_t ncap = 256, ecap = 512, scap = 64;
+    size_t ncap = hint, ecap = hint * 2, scap = 64;
     int n_edges = 0;
     g->nodes = malloc(ncap * sizeof *g->nodes);
     g->in_pos = malloc(ecap * sizeof *g->in_pos);
@@ -145,6 +153,22 @@ lt_status lt_graph_capture(lt_node *const *roots, int n_roots, lt_graph *g)
     if (!g->nodes || !g->in_pos || !g->in_off || !stack) return oom(g, &pos, stack);
     g->in_off[0] = 0;
 
+    /* Operand positions wait on an edge stack until their user is emitted:
+     * each edge costs one map lookup. A node cannot be on the DFS path twice
+     * (no cycles), so an emitted node is never emitted again. */
+    size_t escap = 256, etop = 0;
+    int *es = malloc(escap * sizeof *es);
+    if (!es) return oom(g, &pos, stack);
+#define ES_PUSH(v)                                                      \
+    do {                                                                \
+        if (etop == escap) {                                            \
+            int *ne_ = realloc(es, escap * 2 * sizeof *es);             \
+            if (!ne_) { free(es); return oom(g, &pos, stack); }         \
+            es = ne_;                                                   \
+            escap *= 2;                                                 \
+        }                                                               \
+        es[etop++] = (v);                                               \
+    } while (0)
     for (int r = 0; r < n_roots; r++) {
         if (ptrmap_get(&pos, roots[r]) >= 0) continue;
         size_t top = 0;
@@ -153,11 +177,15 @@ lt_status lt_graph_capture(lt_node *const *roots, int n_roots, lt_graph *g)
             frame *f = &stack[top - 1];
             if (f->next < f->n->n_in) {
                 lt_node *c = f->n->in[f->next++];
-                if (ptrmap_get(&pos, c) >= 0) continue;
+                int cp = ptrmap_get(&pos, c);
+                if (cp >= 0) {
+                    ES_PUSH(cp);
+                    continue;
+                }
                 if (top == scap) {
                     scap *= 2;
                     frame *ns = realloc(stack, scap * sizeof *stack);
-                    if (!ns) return oom(g, &pos, stack);
+                    if (!ns) { free(es); return oom(g, &pos, stack); }
                     stack = ns;
                 }
                 stack[top++] = (frame){c, 0};
@@ -166,30 +194,33 @@ lt_status lt_graph_capture(lt_node *const *roots, int n_roots, lt_graph *g)
             /* all operands placed: emit */
             lt_node *n = f->n;
             top--;
-            if (ptrmap_get(&pos, n) >= 0) continue;   /* reached twice on the stack */
             if ((size_t)g->n_nodes == ncap) {
                 ncap *= 2;
                 lt_node **nn = realloc(g->nodes, ncap * sizeof *nn);
-                if (!nn) return oom(g, &pos, stack);
+                if (!nn) { free(es); return oom(g, &pos, stack); }
                 g->nodes = nn;
                 int *no = realloc(g->in_off, (ncap + 1) * sizeof *no);
-                if (!no) return oom(g, &pos, stack);
+                if (!no) { free(es); return oom(g, &pos, stack); }
                 g->in_off = no;
             }
             while ((size_t)(n_edges + n->n_in) > ecap) {
                 ecap *= 2;
                 int *ne = realloc(g->in_pos, ecap * sizeof *ne);
-                if (!ne) return oom(g, &pos, stack);
+                if (!ne) { free(es); return oom(g, &pos, stack); }
                 g->in_pos = ne;
             }
             int id = g->n_nodes;
-            for (int k = 0; k < n->n_in; k++) g->in_pos[n_edges++] = ptrmap_get(&pos, n->in[k]);
+            etop -= (size_t)n->n_in;
+            for (int k = 0; k < n->n_in; k++) g->in_pos[n_edges++] = es[etop + (size_t)k];
             g->nodes[id] = lt_node_retain(n);
             g->n_nodes++;
             g->in_off[id + 1] = n_edges;
-            if (!ptrmap_put(&pos, n, id)) return oom(g, &pos, stack);
+            if (!ptrmap_put(&pos, n, id)) { free(es); return oom(g, &pos, stack); }
+            if (top > 0) ES_PUSH(id);
         }
     }
+#undef ES_PUSH
+    free(es);
     free(stack);
 
     /* parameters and their aliasing */
@@ -245,28 +276,28 @@ lt_status lt_graph_capture(lt_node *const *roots, int n_roots, lt_graph *g)
     ptrmap_free(&pos);
 
     /* keys */
-    uint64_t k = lt_hash_mix(0x4B4559u, (uint64_t)g->n_nodes);
-    uint64_t s = lt_hash_mix(0x53545255u, (uint64_t)g->n_nodes);
+    uint64_t k = lt_hash_mix_inline(0x4B4559u, (uint64_t)g->n_nodes);
+    uint64_t s = lt_hash_mix_inline(0x53545255u, (uint64_t)g->n_nodes);
     for (int i = 0; i < g->n_nodes; i++) {
         lt_node *n = g->nodes[i];
-        k = lt_hash_mix(k, n->hash);
-        s = lt_hash_mix(s, n->struct_hash);
+        k = lt_hash_mix_inline(k, n->hash);
+        s = lt_hash_mix_inline(s, n->struct_hash);
         for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++) {
-            k = lt_hash_mix(k, (uint64_t)g->in_pos[e]);
-            s = lt_hash_mix(s, (uint64_t)g->in_pos[e]);
+            k = lt_hash_mix_inline(k, (uint64_t)g->in_pos[e]);
+            s = lt_hash_mix_inline(s, (uint64_t)g->in_pos[e]);
         }
     }
-    k = lt_hash_mix(k, (uint64_t)g->n_params);
-    s = lt_hash_mix(s, (uint64_t)g->n_params);
+    k = lt_hash_mix_inline(k, (uint64_t)g->n_params);
+    s = lt_hash_mix_inline(s, (uint64_t)g->n_params);
     for (int j = 0; j < g->n_params; j++) {
-        k = lt_hash_mix(k, (uint64_t)(int64_t)g->param_alias[j]);
-        s = lt_hash_mix(s, (uint64_t)(int64_t)g->param_alias[j]);
+        k = lt_hash_mix_inline(k, (uint64_t)(int64_t)g->param_alias[j]);
+        s = lt_hash_mix_inline(s, (uint64_t)(int64_t)g->param_alias[j]);
     }
-    k = lt_hash_mix(k, (uint64_t)g->n_outputs);
-    s = lt_hash_mix(s, (uint64_t)g->n_outputs);
+    k = lt_hash_mix_inline(k, (uint64_t)g->n_outputs);
+    s = lt_hash_mix_inline(s, (uint64_t)g->n_outputs);
     for (int o = 0; o < g->n_outputs; o++) {
-        k = lt_hash_mix(k, (uint64_t)g->output_pos[o]);
-        s = lt_hash_mix(s, (uint64_t)g->output_pos[o]);
+        k = lt_hash_mix_inline(k, (uint64_t)g->output_pos[o]);
+        s = lt_hash_mix_inline(s, (uint64_t)g->output_pos[o]);
     }
     g->key = k;
     g->struct_key = s;

@@ -39,6 +39,10 @@ typedef struct lt_graph {
  * already data leaves are still outputs (the program copies nothing for
  * them: see compile). Returns LT_OK, or LT_ERR_* with a message. */
 lt_status lt_graph_capture(lt_node *const *roots, int n_roots, lt_graph *g);
+/* lt_graph_capture with the expected node count (e.g. nodes traced since
+ * the last sync) to size its tables once; any hint <= 0 is fine. */
+lt_status lt_graph_capture_sized(lt_node *const *roots, int n_roots, lt_graph *g,
+                                 int64_t size_hint);
 void lt_graph_free(lt_graph *g);   /* releases node references */
 
 #endif

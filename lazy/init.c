@@ -9,6 +9,11 @@
  *   LAZYTPU_USE_BF16 / XLA_USE_BF16   store f32 as bf16 (default 0)
  *   LAZYTPU_GRAPH_LIMIT          nodes traced on a core before a forced sync
  *                                (default 200000)
+ *   LAZYTPU_DEBUG / PT_XLA_DEBUG step warnings on stderr (lazy/diagnose.c)
+ *   LAZYTPU_SAVE_GRAPHS=<file>   append every synced graph (text, or DOT
+ *                                for *.dot) (lazy/graph_dump.c)
+ *   LAZYTPU_TRACE=<file.json>    Chrome/Perfetto trace events
+ *                                (metrics/trace_events.c)
  * lt_init may run again after lt_shutdown (the env is then re-read).
  */
 #include <stdio.h>

@@ -8,21 +8,10 @@
 
 /* ------------------------------------------------------------------ hashing */
 
-static inline uint64_t fmix64(uint64_t k)
-{
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdULL;
-    k ^= k >> 33;
-    k *= 0xc4ceb9fe1a85ec53ULL;
-    k ^= k >> 33;
-    return k;
-}
-
 uint64_t lt_hash_mix(uint64_t h, uint64_t v)
 {
     /* order-dependent: rotate the state, add the mixed value */
-    h = (h << 27 | h >> 37) * 0x9E3779B97F4A7C15ULL;
-    return h ^ fmix64(v + 0x632BE59BD9B4E019ULL);
+    return lt_hash_mix_inline(h, v);
 }
 
 uint64_t lt_hash_bytes(uint64_t h, const void *p, size_t n)
@@ -54,31 +43,31 @@ static uint64_t dbl_bits(double d)
 static void node_hashes(lt_node *n)
 {
     uint64_t h = 0x4C54u;   /* "LT" */
-    h = lt_hash_mix(h, n->op);
-    h = lt_hash_mix(h, n->dtype);
-    h = lt_hash_mix(h, n->flags);
-    h = lt_hash_mix(h, (uint64_t)n->attrs.n);
-    for (int i = 0; i < n->attrs.n; i++) h = lt_hash_mix(h, (uint64_t)n->attrs.i[i]);
-    h = lt_hash_mix(h, dbl_bits(n->attrs.f[0]));
-    h = lt_hash_mix(h, dbl_bits(n->attrs.f[1]));
+    h = lt_hash_mix_inline(h, n->op);
+    h = lt_hash_mix_inline(h, n->dtype);
+    h = lt_hash_mix_inline(h, n->flags);
+    h = lt_hash_mix_inline(h, (uint64_t)n->attrs.n);
+    for (int i = 0; i < n->attrs.n; i++) h = lt_hash_mix_inline(h, (uint64_t)n->attrs.i[i]);
+    h = lt_hash_mix_inline(h, dbl_bits(n->attrs.f[0]));
+    h = lt_hash_mix_inline(h, dbl_bits(n->attrs.f[1]));
     if (n->op == LT_OP_scalar && (n->flags & LT_NODE_CONST))
-        h = lt_hash_mix(h, dbl_bits(n->value));
+        h = lt_hash_mix_inline(h, dbl_bits(n->value));
     /* struct part: everything above except shapes and attributes (attrs of
      * views and conv backward carry sizes) */
     uint64_t s = 0x5354u;
-    s = lt_hash_mix(s, n->op);
-    s = lt_hash_mix(s, n->dtype);
-    s = lt_hash_mix(s, n->flags);
+    s = lt_hash_mix_inline(s, n->op);
+    s = lt_hash_mix_inline(s, n->dtype);
+    s = lt_hash_mix_inline(s, n->flags);
     if (n->op == LT_OP_scalar && (n->flags & LT_NODE_CONST))
-        s = lt_hash_mix(s, dbl_bits(n->value));
-    h = lt_hash_mix(h, (uint64_t)n->shape.ndim);
-    for (int d = 0; d < n->shape.ndim; d++) h = lt_hash_mix(h, (uint64_t)n->shape.dims[d]);
+        s = lt_hash_mix_inline(s, dbl_bits(n->value));
+    h = lt_hash_mix_inline(h, (uint64_t)n->shape.ndim);
+    for (int d = 0; d < n->shape.ndim; d++) h = lt_hash_mix_inline(h, (uint64_t)n->shape.dims[d]);
     n->hash = h;
-    uint64_t dh = lt_hash_mix(h, (uint64_t)n->n_in);
-    uint64_t sh = lt_hash_mix(s, (uint64_t)n->n_in);
+    uint64_t dh = lt_hash_mix_inline(h, (uint64_t)n->n_in);
+    uint64_t sh = lt_hash_mix_inline(s, (uint64_t)n->n_in);
     for (int i = 0; i < n->n_in; i++) {
-        dh = lt_hash_mix(dh, n->in[i]->dag_hash);
-        sh = lt_hash_mix(sh, n->in[i]->struct_hash);
+        dh = lt_hash_mix_inline(dh, n->in[i]->dag_hash);
+        sh = lt_hash_mix_inline(sh, n->in[i]->struct_hash);
     }
     n->dag_hash = dh;
     n->struct_hash = sh;

@@ -60,6 +60,18 @@ void lt_node_release(lt_node *n);
 
 /* 64-bit hash mixing used everywhere (stable across runs). */
 uint64_t lt_hash_mix(uint64_t h, uint64_t v);
+/* The same function, inlined for hot loops (capture, node creation). */
+static inline uint64_t lt_hash_mix_inline(uint64_t h, uint64_t v)
+{
+    uint64_t k = v + 0x632BE59BD9B4E019ULL;
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    k *= 0xc4ceb9fe1a85ec53ULL;
+    k ^= k >> 33;
+    h = (h << 27 | h >> 37) * 0x9E3779B97F4A7C15ULL;
+    return h ^ k;
+}
 uint64_t lt_hash_bytes(uint64_t h, const void *p, size_t n);
 
 #endif

@@ -60,6 +60,10 @@ void lt_sync_state_reset(void) { lt_diagnose_reset(); }
 typedef struct sync_job {
     lt_job job;
     uint64_t key;                  /* graph key (trace events) */
+    lt_node **nodes;               /* the graph's node references, released on
+                                      the worker: freeing the IR is off the
+                                      host's path */
+    int n_nodes;
     lt_program *prog;
     lt_exec_args args;
 } sync_job;
@@ -96,6 +100,8 @@ static void job_done(lt_job *job)
 {
     sync_job *j = (sync_job *)job;
     exec_args_release(&j->args);
+    for (int i = j->n_nodes - 1; i >= 0; i--) lt_node_release(j->nodes[i]);
+    free(j->nodes);
     lt_program_release(j->prog);
     free(j);
 }
@@ -156,6 +162,7 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
         rts[nr] = ts[i];
         roots[nr++] = lt_node_retain(v);
     }
+    int64_t traced = r->live[core].traced;
     r->live[core].traced = 0;
     lt_live_unlock(core);
     if (nr == 0) {
@@ -167,7 +174,7 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
 
     /* 2 capture */
     lt_graph g;
-    lt_status st = lt_graph_capture(roots, nr, &g);
+    lt_status st = lt_graph_capture_sized(roots, nr, &g, traced);
     if (st != LT_OK) {
         free(rts);
         return fail_cleanup(st, &g, NULL, &args, roots, nr);
@@ -336,6 +343,10 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
     job->prog = p;                 /* the job takes our program reference */
     job->key = g.key;
     job->args = args;
+    job->nodes = g.nodes;          /* the job takes the graph's node references */
+    job->n_nodes = g.n_nodes;
+    g.nodes = NULL;
+    g.n_nodes = 0;
     lt_core_lock(core);
     uint64_t seq = lt_core_next_seq(core);
     for (int k = 0; k < g.n_outputs; k++)

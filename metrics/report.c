@@ -10,6 +10,7 @@
  *     Value: 12
  *   == recompilation ==
  *   <note lines>
+ *   == fallback ==            (lazy/diagnose.c: op, calls, time, frames, hint)
  *
  * Metrics come in report order (registry.h), counters by name. Metrics with
  * no sample and counters at 0 (e.g. after lt_metrics_clear_all) are left out.
@@ -83,5 +84,10 @@ char *lt_metrics_report(void)
     free(cs);
 
     lt_notes_walk(note_section, note_line, &sb);
+    char *fb = lt_fallback_report();   /* "" when nothing fell back */
+    if (fb) {
+        lt_sb_puts(&sb, fb);
+        free(fb);
+    }
     return lt_sb_take(&sb);
 }

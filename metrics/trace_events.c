@@ -133,12 +133,15 @@ static void thread_meta(lt_sb *sb, int tid, const char *name, int sort)
                  "\"tid\":%d,\"args\":{\"sort_index\":%d}}", tr_pid, tid, sort);
 }
 
-/* Path with the ordinal (world size > 1): "%d" replaced, else inserted
- * before the extension. */
+/* Path with the ordinal: "{ordinal}" or "%d" replaced; else, when the world
+ * size > 1, ".<ordinal>" inserted before the extension. */
 static void make_path(const char *p, int ordinal, int world)
 {
     const char *pct = strstr(p, "%d");
-    if (pct) {
+    const char *brace = strstr(p, "{ordinal}");
+    if (brace) {
+        snprintf(tr_path, sizeof tr_path, "%.*s%d%s", (int)(brace - p), p, ordinal, brace + 9);
+    } else if (pct) {
         snprintf(tr_path, sizeof tr_path, "%.*s%d%s", (int)(pct - p), p, ordinal, pct + 2);
     } else if (world > 1) {
         const char *dot = strrchr(p, '.');

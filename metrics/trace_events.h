@@ -11,8 +11,9 @@
  * buffered in memory and written in batches; after every batch the file
  * ends with the closing "]}" again, so it is valid JSON whenever no write is
  * in progress (flushed at lt_shutdown and at exit). Under spawn (world size
- * > 1) each process writes its own file: "%d" in the path is replaced by the
- * ordinal, else ".<ordinal>" is inserted before the extension.
+ * > 1) each process writes its own file: "{ordinal}" or "%d" in the path is
+ * replaced by the ordinal, else ".<ordinal>" is inserted before the
+ * extension.
  */
 #ifndef LT_TRACE_EVENTS_H
 #define LT_TRACE_EVENTS_H

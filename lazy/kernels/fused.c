@@ -254,6 +254,11 @@ lt_status lt_fused_finish(lt_fused *f)
         if (last[k] == k)            /* dead value: free at once */
             free_regs[n_free++] = reg[k];
     }
+    for (int k = 0; k < f->n_out && k < 255; k++) {
+        lt_fused_ins *in = &f->ins[f->out_val[k]];
+        if (in->op != LT_FUSED_LOAD && in->direct == 0)
+            in->direct = (uint8_t)(k + 1);
+    }
     for (int k = 0; k < f->n_out; k++)
         f->out_val[k] = reg[f->out_val[k]];
     if (f->result >= 0)
@@ -311,6 +316,8 @@ static void bind_load(lt_fload *l, const lt_view *v, const lt_shape *shape)
 struct lt_fused_bound {
     const lt_fused *f;
     const lt_view *out;     /* contiguous outputs or NULL */
+    uint8_t direct_ok[256]; /* output k may be written before the block ends
+                               (no input reads its buffer) */
     lt_fload loads[];
 };
 
@@ -325,6 +332,14 @@ lt_fused_bound *lt_fused_bind(const lt_fused *f, const lt_view *in,
     b->out = out;
     for (int k = 0; k < f->n_in; k++)
         bind_load(&b->loads[k], &in[k], &f->shape);
+    memset(b->direct_ok, 0, sizeof b->direct_ok);
+    for (int k = 0; out && k < f->n_out && k < 255; k++) {
+        int ok = out[k].dtype == f->ctype;
+        for (int q = 0; q < f->n_in && ok; q++)
+            if (in[q].data == out[k].data)   /* donated: same buffer */
+                ok = 0;
+        b->direct_ok[k] = (uint8_t)ok;
+    }
     return b;
 }
 
@@ -333,6 +348,18 @@ void lt_fused_unbind(lt_fused_bound *b) { free(b); }
 size_t lt_fused_regs_bytes(const lt_fused *f)
 {
     return (size_t)f->n_regs * LT_FUSED_BLOCK * ctype_size(f->ctype);
+}
+
+void *lt_fused_regs_alloc(size_t bytes)
+{
+    char *p = aligned_alloc(4096, ((bytes + 4095) & ~(size_t)4095) + 4096);
+    return p ? p + 2048 : NULL;
+}
+
+void lt_fused_regs_free(void *regs)
+{
+    if (regs)
+        free((char *)regs - 2048);
 }
 
 void lt_fused_store_block(const void *src, lt_dtype ctype, void *dst,
@@ -351,19 +378,29 @@ const void *lt_fused_eval(const lt_fused_bound *b, int64_t i0, int n,
 {
     const lt_fused *f = b->f;
     void *rp[f->n_regs];
+    const uint8_t *dok = b->out ? b->direct_ok : NULL;
     if (f->ctype == LT_F32)
-        exec_f32(f, b->loads, i0, n, regs, (float **)rp);
+        exec_f32(f, b->loads, b->out, dok, i0, n, regs, (float **)rp);
     else if (f->ctype == LT_F64)
-        exec_f64(f, b->loads, i0, n, regs, (double **)rp);
+        exec_f64(f, b->loads, b->out, dok, i0, n, regs, (double **)rp);
     else
-        exec_i64(f, b->loads, i0, n, regs, (int64_t **)rp);
-    if (b->out)
+        exec_i64(f, b->loads, b->out, dok, i0, n, regs, (int64_t **)rp);
+    if (b->out) {
+        uint8_t done[256] = {0};
+        for (int k = 0; k < f->n_ins; k++) {
+            int d = f->ins[k].direct;
+            if (d && dok[d - 1])
+                done[d - 1] = 1;
+        }
         for (int k = 0; k < f->n_out; k++) {
+            if (k < 255 && done[k])
+                continue;
             const lt_view *o = &b->out[k];
             lt_fused_store_block(rp[f->out_val[k]], f->ctype,
                                  (char *)o->data + (size_t)(o->offset + i0) *
                                  esize_of(o->dtype), o->dtype, n);
         }
+    }
     if (f->result < 0)
         return NULL;
     return rp[f->result];
@@ -385,7 +422,7 @@ lt_status lt_fused_run(const lt_fused *f, const lt_view *in,
         nt = (int)nblk;
     int failed = 0;
     if (nt <= 1) {
-        void *regs = aligned_alloc(64, rb);
+        void *regs = lt_fused_regs_alloc(rb);
         if (!regs)
             failed = 1;
         else
@@ -394,11 +431,11 @@ lt_status lt_fused_run(const lt_fused *f, const lt_view *in,
                 int n = (int)(total - i0 < LT_FUSED_BLOCK ? total - i0 : LT_FUSED_BLOCK);
                 lt_fused_eval(b, i0, n, regs);
             }
-        free(regs);
+        lt_fused_regs_free(regs);
     } else {
 #pragma omp parallel num_threads(nt)
         {
-            void *regs = aligned_alloc(64, rb);
+            void *regs = lt_fused_regs_alloc(rb);
             if (!regs) {
 #pragma omp atomic write
                 failed = 1;
@@ -411,7 +448,7 @@ lt_status lt_fused_run(const lt_fused *f, const lt_view *in,
                 int n = (int)(total - i0 < LT_FUSED_BLOCK ? total - i0 : LT_FUSED_BLOCK);
                 lt_fused_eval(b, i0, n, regs);
             }
-            free(regs);
+            lt_fused_regs_free(regs);
         }
     }
     lt_fused_unbind(b);

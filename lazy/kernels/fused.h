@@ -29,7 +29,8 @@
 typedef struct lt_fused_ins {
     uint16_t op;        /* lt_op or LT_FUSED_LOAD */
     uint8_t narrow;     /* node dtype (lt_dtype) for post-op narrowing */
-    uint8_t pad;
+    uint8_t direct;     /* after finish: 1 + output written straight by
+                           this op when its dtype is the compute type */
     int32_t dst;        /* SSA value before finish, register after */
     int32_t a, b, c;    /* operands (-1 none); LOAD: a = input index */
 } lt_fused_ins;
@@ -85,6 +86,11 @@ lt_fused_bound *lt_fused_bind(const lt_fused *f, const lt_view *in,
 void lt_fused_unbind(lt_fused_bound *b);
 /* Bytes of register space one thread needs for lt_fused_eval. */
 size_t lt_fused_regs_bytes(const lt_fused *f);
+/* Allocates register space placed half a page off page alignment, so
+ * register stores never 4K-alias with loads from (page-aligned) buffers.
+ * NULL on failure. Free with lt_fused_regs_free. */
+void *lt_fused_regs_alloc(size_t bytes);
+void lt_fused_regs_free(void *regs);
 /* Evaluates positions [i0, i0 + n) (n <= LT_FUSED_BLOCK) of the iteration
  * shape into regs (lt_fused_regs_bytes, 64-byte aligned), performs stores if
  * bound with outputs, and returns a pointer to the n values of f->result as

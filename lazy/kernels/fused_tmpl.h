@@ -84,18 +84,31 @@ static void FN(load)(T *restrict dst, const lt_fload *l, int64_t i0, int n)
     }
 }
 
-/* Runs every instruction of f on positions [i0, i0 + n). rp[r] receives
+/* Runs every instruction of f on positions [i0, i0 + n). Op loops carry
+ * "ivdep": a destination register may be one of its operands (in place,
+ * same index), which is safe to vectorise but defeats GCC's alias check.
+ * An op whose value is stored to an output of the compute type writes
+ * there directly (no copy). rp[r] receives
  * where register r's values are: its own block in regs, or straight in the
  * input's memory for a contiguous load already of the compute type. */
-static void FN(exec)(const lt_fused *f, const lt_fload *ld, int64_t i0,
+static void FN(exec)(const lt_fused *f, const lt_fload *ld,
+                     const lt_view *out, const uint8_t *dok, int64_t i0,
                      int n, T *regs, T **rp)
 {
     for (int k = 0; k < f->n_ins; k++) {
         const lt_fused_ins *in = &f->ins[k];
         T *d = regs + (size_t)in->dst * LT_FUSED_BLOCK;
+        if (in->direct && dok && dok[in->direct - 1])
+            d = (T *)out[in->direct - 1].data + out[in->direct - 1].offset + i0;
         if (in->op == LT_FUSED_LOAD) {
             const lt_fload *l = &ld[in->a];
-            if (getenv("NOZC") == NULL && l->kind == LT_FL_CONTIG && l->dtype == T_DT) {
+            if (l->kind == LT_FL_CONTIG) {
+                /* the next block of this stream: overlap memory with math */
+                const char *nx = l->base + (size_t)(i0 + n) * l->esize;
+                for (size_t o = 0; o < (size_t)n * l->esize; o += 64)
+                    __builtin_prefetch(nx + o, 0, 3);
+            }
+            if (l->kind == LT_FL_CONTIG && l->dtype == T_DT) {
                 rp[in->dst] = (T *)(void *)l->base + i0;
                 continue;
             }
@@ -110,6 +123,7 @@ static void FN(exec)(const lt_fused *f, const lt_fload *ld, int64_t i0,
         switch (in->op) {
 #define LT_OP(name, arity, kind, shape, dtype, kernel, expr)               \
         case LT_OP_##name:                                                 \
+            _Pragma("GCC ivdep")                                           \
             for (int i = 0; i < n; i++) {                                  \
                 const T a = pa[i], b = pb[i], c = pc[i];                   \
                 (void)a; (void)b; (void)c;                                 \

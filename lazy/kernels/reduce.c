@@ -204,7 +204,7 @@ static lt_status run_inner_short(lt_op op, const lt_reduce_plan *pl,
     int failed = 0;
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
-        void *regs = aligned_alloc(64, rb);
+        void *regs = lt_fused_regs_alloc(rb);
         if (!regs) {
 #pragma omp atomic write
             failed = 1;
@@ -227,7 +227,7 @@ static lt_status run_inner_short(lt_op op, const lt_reduce_plan *pl,
                 res[o0 + q] = a;
             }
         }
-        free(regs);
+        lt_fused_regs_free(regs);
     }
     if (!failed)
         finish_store(op, is_int, res, n_out, r, out, 0);
@@ -262,7 +262,7 @@ static lt_status run_inner(lt_op op, const lt_reduce_plan *pl,
     int failed = 0;
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
-        void *regs = aligned_alloc(64, rb);
+        void *regs = lt_fused_regs_alloc(rb);
         if (!regs) {
 #pragma omp atomic write
             failed = 1;
@@ -278,7 +278,7 @@ static lt_status run_inner(lt_op op, const lt_reduce_plan *pl,
                 a = fold_range(op, b, ct, a, o * r + s, e - s, regs);
             part[t] = a;
         }
-        free(regs);
+        lt_fused_regs_free(regs);
     }
     if (failed) {
         free(part);
@@ -322,7 +322,7 @@ static lt_status run_outer(lt_op op, const lt_reduce_plan *pl,
     int failed = 0;
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
-        void *regs = aligned_alloc(64, rb);
+        void *regs = lt_fused_regs_alloc(rb);
         if (!regs) {
 #pragma omp atomic write
             failed = 1;
@@ -352,7 +352,7 @@ static lt_status run_outer(lt_op op, const lt_reduce_plan *pl,
                              (int)w);
             }
         }
-        free(regs);
+        lt_fused_regs_free(regs);
     }
     if (failed) {
         free(part);
@@ -384,7 +384,7 @@ static lt_status run_arg(lt_op op, const lt_reduce_plan *pl,
     int failed = 0;
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
-        void *regs = aligned_alloc(64, rb);
+        void *regs = lt_fused_regs_alloc(rb);
         if (!regs) {
 #pragma omp atomic write
             failed = 1;
@@ -407,7 +407,7 @@ static lt_status run_arg(lt_op op, const lt_reduce_plan *pl,
             }
             res[o] = bi < 0 ? 0 : bi;
         }
-        free(regs);
+        lt_fused_regs_free(regs);
     }
     if (!failed)
         lt_fused_store_block(res, LT_I64, (char *)out->data +

@@ -281,6 +281,57 @@ static void test_structure_change_named(void **st)
     lt_tensor_release(x); lt_tensor_release(y);
 }
 
+/* Same structure and input shapes, other attributes: the op is named with
+ * its new attributes. */
+static void test_attribute_change_named(void **st)
+{
+    (void)st;
+    lt_set_caller("eval.py:3 in stats");
+    lt_tensor *x = host_fill(2, 3, 1.0f), *a, *b;
+    lt_attrs d0 = {.n = 2, .i = {1, 0}}, d1 = {.n = 2, .i = {2, 0}};
+    assert_int_equal(lt_trace1(LT_OP_sum, x, &d0, &a), LT_OK);
+    assert_int_equal(lt_sync(&a, 1, LT_SYNC_VALUE_READ, 1), LT_OK);
+    assert_int_equal(lt_trace1(LT_OP_sum, x, &d1, &b), LT_OK);
+    assert_int_equal(lt_sync(&b, 1, LT_SYNC_VALUE_READ, 1), LT_OK);
+    char *rep = lt_metrics_report();
+    if (!strstr(rep, " structure changed: first differing op at position 1: sum vs sum "
+                     "(attributes now [2, 0]); cause value_read; at eval.py:3 in stats\n"))
+        fail_msg("no attribute-change note:\n%s", rep);
+    free(rep);
+    assert_int_equal(lt_counter_value("Recompilation::value_read"), 1);
+    lt_tensor_release(a); lt_tensor_release(b); lt_tensor_release(x);
+}
+
+/* A graph compiled again after eviction from a 1-entry cache says so. */
+static void test_cache_eviction_named(void **st)
+{
+    (void)st;
+    lt_shutdown();
+    setenv("LAZYTPU_COMPILE_CACHE_SIZE", "1", 1);
+    assert_int_equal(lt_init(), LT_OK);
+    unsetenv("LAZYTPU_COMPILE_CACHE_SIZE");
+    lt_metrics_clear_all();
+    lt_tensor *x = host_fill(2, 3, 1.0f);
+    lt_op ops[3] = {LT_OP_exp, LT_OP_neg, LT_OP_exp};
+    const char *frames[3] = {"a.py:1 in f", "b.py:2 in g", "a.py:1 in f"};
+    for (int i = 0; i < 3; i++) {
+        lt_tensor *y;
+        lt_set_caller(frames[i]);
+        assert_int_equal(lt_trace1(ops[i], x, NULL, &y), LT_OK);
+        assert_int_equal(lt_sync(&y, 1, LT_SYNC_MARK_STEP, 1), LT_OK);
+        lt_tensor_release(y);
+    }
+    assert_int_equal(lt_counter_value("UncachedCompile"), 3);
+    char *rep = lt_metrics_report();
+    if (!strstr(rep, " evicted from the compile cache (LAZYTPU_COMPILE_CACHE_SIZE); "
+                     "cause mark_step; at a.py:1 in f\n"))
+        fail_msg("no eviction note:\n%s", rep);
+    /* b.py's graph is new at its own site: not a recompilation */
+    assert_null(strstr(rep, "at b.py:2 in g"));
+    free(rep);
+    lt_tensor_release(x);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -293,6 +344,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_input_wait_warns, setup, teardown),
         cmocka_unit_test_setup_teardown(test_size_limit_cause, setup, teardown),
         cmocka_unit_test_setup_teardown(test_structure_change_named, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_attribute_change_named, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cache_eviction_named, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

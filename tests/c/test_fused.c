@@ -185,6 +185,33 @@ static void test_nan_propagation(void **state)
     lt_fused_free(f);
 }
 
+static void test_inplace_donated(void **state)
+{
+    /* out[0] is the input buffer itself (donation): o0 = x * 2, o1 = o0 + x
+     * must still read the old x for o1 */
+    enum { N = 5000 };
+    float *x = malloc(N * 4), *o1 = malloc(N * 4), *orig = malloc(N * 4);
+    for (int i = 0; i < N; i++) orig[i] = x[i] = (float)i - 7;
+    int64_t dn[1] = {N};
+    lt_shape s = lt_shape_make(1, dn);
+    float two = 2;
+    lt_view in[2] = {V(x, LT_F32, 1, dn), V(&two, LT_F32, 0, NULL)};
+    lt_view o[2] = {V(x, LT_F32, 1, dn), V(o1, LT_F32, 1, dn)};
+    lt_fused *f = lt_fused_new(LT_F32, &s, 2);
+    int a = lt_fused_load(f, 0), b = lt_fused_load(f, 1);
+    int m = lt_fused_op(f, LT_OP_mul, LT_F32, a, b, -1);
+    lt_fused_store(f, m);
+    lt_fused_store(f, lt_fused_op(f, LT_OP_add, LT_F32, m, a, -1));
+    assert_int_equal(lt_fused_finish(f), LT_OK);
+    assert_int_equal(lt_fused_run(f, in, o, &CTX), LT_OK);
+    for (int i = 0; i < N; i++) {
+        assert_float_equal(x[i], orig[i] * 2, 0);
+        assert_float_equal(o1[i], orig[i] * 3, 0);
+    }
+    lt_fused_free(f);
+    free(x); free(o1); free(orig);
+}
+
 static double now_s(void)
 {
     struct timespec t;
@@ -277,6 +304,7 @@ int main(void)
         cmocka_unit_test(test_int_bool_types),
         cmocka_unit_test(test_nan_propagation),
         cmocka_unit_test(test_reduce_outer_small),
+        cmocka_unit_test(test_inplace_donated),
         cmocka_unit_test(test_chain_speed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
