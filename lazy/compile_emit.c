@@ -92,7 +92,7 @@ static lt_status build_group(lt_cctx *c, emit_state *es, int root, int red,
         lt_fused_set_result(f, es->val[lt_cc_in(c, red, 0)]);
     /* donation hints: follow operand 0 from each stored member to the input
      * it updates (p - lr * g -> p; m * b + g * (1 - b) -> m) */
-    if (red < 0 && s->n_out) {
+    if (s->n_out) {
         s->hint = malloc(s->n_out * sizeof *s->hint);
         if (!s->hint)
             return oom;
@@ -157,11 +157,19 @@ static lt_status emit_reduce(lt_cctx *c, emit_state *es, int i)
                     memcpy(s.out + 1, g.out, g.n_out * sizeof *no);
                     s.n_out = 1 + g.n_out;
                 }
+                /* donation hints of the stores (out[0]: the result) */
+                if (st == LT_OK && g.hint &&
+                    (s.hint = malloc((1 + g.n_out) * sizeof *s.hint))) {
+                    s.hint[0] = -1;
+                    memcpy(s.hint + 1, g.hint, g.n_out * sizeof *s.hint);
+                }
             }
             free(g.out);
+            free(g.hint);
         } else {
             free(g.in);
             free(g.out);
+            free(g.hint);
             lt_fused_free(g.fused);
         }
     } else {
@@ -191,6 +199,7 @@ static lt_status emit_reduce(lt_cctx *c, emit_state *es, int i)
     if (st != LT_OK) {
         free(s.in);
         free(s.out);
+        free(s.hint);
         lt_fused_free(s.fused);
     }
     return st;

@@ -7,7 +7,10 @@
  * cycle between steps (a path leaving one group through a non-member and
  * re-entering the other), checked by a bounded backwards search. Groups are
  * multi-output: a member that is also consumed outside the group (or is a
- * graph output) is stored, the rest stays in registers.
+ * graph output) is stored, the rest stays in registers. A small, cheap
+ * group of a smaller (broadcast) shape used only by one consumer is
+ * recomputed inside the consumer's group instead of being materialised:
+ * its loads are broadcast to the consumer's shape.
  *
  * Reductions: a reduce whose input is a member of a group absorbs the whole
  * group (one pass: evaluate the producer block-wise and accumulate) when the
@@ -24,7 +27,16 @@
 typedef struct fuse_state {
     int *head, *tail, *nxt;     /* member lists per root (unordered) */
     int *minpos;                /* per root */
+    uint8_t *mixed;             /* per root: holds an inlined broadcast
+                                   producer (members of other shapes) */
 } fuse_state;
+
+/* A broadcast producer is recomputed inside its consumer's group when its
+ * (members x consumer elements) stays below this: then that costs less
+ * than a step of its own plus a buffer round trip (~0.1 ns per op and
+ * element vs a few microseconds per step). */
+#define LT_FUSE_RECOMPUTE_MAX 65536
+#define LT_FUSE_RECOMPUTE_MEMBERS 4
 
 /* Compute type of elementwise node i: f64 if any tensor input or the output
  * is f64, else f32 if any is a float, else i64. Wrapped (Python) scalars do
@@ -110,6 +122,53 @@ static int merge(lt_cctx *c, fuse_state *fs, int a, int b)
     return a;
 }
 
+/* Cheap to recompute: no transcendental or division-like op. */
+static int cheap_op(lt_op op)
+{
+    switch (op) {
+    case LT_OP_neg: case LT_OP_abs: case LT_OP_relu: case LT_OP_sign:
+    case LT_OP_copy: case LT_OP_cast: case LT_OP_logical_not:
+    case LT_OP_isnan: case LT_OP_add: case LT_OP_sub: case LT_OP_mul:
+    case LT_OP_maximum: case LT_OP_minimum: case LT_OP_eq: case LT_OP_ne:
+    case LT_OP_lt: case LT_OP_le: case LT_OP_gt: case LT_OP_ge:
+    case LT_OP_logical_and: case LT_OP_logical_or: case LT_OP_logical_xor:
+    case LT_OP_where: case LT_OP_clamp: case LT_OP_lerp:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* 1 if group g (a pure group of a smaller shape than consumer i) may be
+ * recomputed inside i's group `me` (which i is a member of): small and
+ * cheap, of i's compute type, and every use of its members is inside g or
+ * `me`, so nothing of g is stored or needed elsewhere (its values then
+ * exist only broadcast). */
+static int can_inline_bcast(lt_cctx *c, fuse_state *fs, int g, int i, int me)
+{
+    const lt_node *nd = lt_cc_node(c, i);
+    int64_t n_cons = lt_shape_numel(&nd->shape);
+    if (fs->mixed[g] || c->cn[g].ctype != c->cn[i].ctype ||
+        c->gsize[g] > LT_FUSE_RECOMPUTE_MEMBERS ||
+        (int64_t)c->gsize[g] * n_cons > LT_FUSE_RECOMPUTE_MAX ||
+        lt_shape_numel(&lt_cc_node(c, g)->shape) >= n_cons ||
+        c->gsize[g] + c->gsize[me] > LT_FUSE_MAX_GROUP)
+        return 0;
+    for (int m = fs->head[g]; m >= 0; m = fs->nxt[m]) {
+        if (!cheap_op(lt_cc_node(c, m)->op) || c->cn[m].output >= 0 ||
+            c->cn[m].has_pv)
+            return 0;
+        int uses = 0;
+        for (int pass = 0; pass < 2; pass++)
+            for (int m2 = fs->head[pass ? g : me]; m2 >= 0; m2 = fs->nxt[m2])
+                for (int k = 0; k < lt_cc_nin(c, m2); k++)
+                    uses += lt_cc_in(c, m2, k) == m;
+        if (uses != c->cn[m].n_users)
+            return 0;
+    }
+    return !ext_depends(c, fs, me, g) && !ext_depends(c, fs, g, me);
+}
+
 static void form_groups(lt_cctx *c, fuse_state *fs)
 {
     for (int i = 0; i < c->n; i++) {
@@ -119,6 +178,7 @@ static void form_groups(lt_cctx *c, fuse_state *fs)
         fs->head[i] = fs->tail[i] = i;
         fs->nxt[i] = -1;
         fs->minpos[i] = i;
+        fs->mixed[i] = 0;
         const lt_node *nd = lt_cc_node(c, i);
         int me = i;
         for (int k = 0; k < lt_cc_nin(c, i) && k < 3; k++) {
@@ -128,13 +188,24 @@ static void form_groups(lt_cctx *c, fuse_state *fs)
             int g = lt_cc_group(c, q);
             if (g == lt_cc_group(c, me))
                 continue;
+            if (!lt_shape_equal(&lt_cc_node(c, q)->shape, &nd->shape)) {
+                /* a broadcast producer: recompute it here (the group
+                 * keeps i's shape: i's group stays the root) */
+                int r = lt_cc_group(c, me);
+                if (can_inline_bcast(c, fs, g, i, r)) {
+                    me = merge(c, fs, r, g);
+                    fs->mixed[me] = 1;
+                }
+                continue;
+            }
             if (c->cn[g].ctype != c->cn[i].ctype ||
-                !lt_shape_equal(&lt_cc_node(c, q)->shape, &nd->shape) ||
                 c->gsize[g] + c->gsize[me] > LT_FUSE_MAX_GROUP)
                 continue;
             if (ext_depends(c, fs, me, g) || ext_depends(c, fs, g, me))
                 continue;
+            int mx = fs->mixed[g] | fs->mixed[lt_cc_group(c, me)];
             me = merge(c, fs, g, lt_cc_group(c, me));
+            fs->mixed[me] = (uint8_t)mx;
         }
     }
 }
@@ -204,9 +275,10 @@ lt_status lt_cc_fuse(lt_cctx *c)
     fs.tail = malloc(n1 * sizeof(int));
     fs.nxt = malloc(n1 * sizeof(int));
     fs.minpos = malloc(n1 * sizeof(int));
+    fs.mixed = calloc(n1, 1);
     int *n_int = calloc(n1, sizeof(int));
     lt_status st = LT_OK;
-    if (!fs.head || !fs.tail || !fs.nxt || !fs.minpos || !n_int) {
+    if (!fs.head || !fs.tail || !fs.nxt || !fs.minpos || !fs.mixed || !n_int) {
         st = lt_set_error(LT_ERR_OOM, "compile: out of host memory");
         goto done;
     }
@@ -225,6 +297,7 @@ done:
     free(fs.tail);
     free(fs.nxt);
     free(fs.minpos);
+    free(fs.mixed);
     free(n_int);
     return st;
 }

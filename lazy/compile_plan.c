@@ -304,7 +304,13 @@ static void plan_donation(lt_cctx *c)
                     wk = q;
                     break;
                 }
-        if (ws < 0 || c->steps[ws].kind != LT_STEP_FUSED)
+        /* fused steps, and the stores of a reduction's producer (out[0]
+         * is the reduction's result): a store is made per evaluated block
+         * after that block's loads, blocks are disjoint, and stores only
+         * exist in natural iteration order (identity permutation), so an
+         * input of the same view may be overwritten in place */
+        if (ws < 0 || !(c->steps[ws].kind == LT_STEP_FUSED ||
+                        (c->steps[ws].kind == LT_STEP_REDUCE && wk >= 1)))
             continue;
         const lt_step *st = &c->steps[ws];
         int hint = st->hint ? st->hint[wk] : -1;

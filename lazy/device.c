@@ -15,10 +15,12 @@
 #include <string.h>
 #include <unistd.h>
 #include "device.h"
+#include "kernels/par.h"
 
 #define LT_MAX_CORES 64
 #define LT_DEFAULT_CORES 8
 #define LT_DEFAULT_HBM (16ull << 30)
+#define LT_DEFAULT_BUFFER_CACHE ((size_t)1 << 30)
 
 typedef struct lt_job_error {
     uint64_t seq;
@@ -42,6 +44,12 @@ typedef struct lt_core {
     int n_errs, cap_errs;
     atomic_size_t bytes_in_use;
     size_t budget;
+    lt_par_pool *pool;           /* helper threads (worker thread only) */
+    /* freed device memory kept for reuse (see buffer cache below) */
+    pthread_mutex_t cache_mu;
+    struct { void *data; size_t alloc; } cache[32];
+    int n_cached;
+    size_t cached_bytes;
 } lt_core;
 
 static lt_core g_cores[LT_MAX_CORES];
@@ -49,6 +57,7 @@ static int g_n_cores;            /* cores created (records initialised) */
 static atomic_int g_cores_in_use;
 static int g_nproc = 1;
 static int g_omp_override;       /* LAZYTPU_OMP_THREADS, 0 = none */
+static size_t g_cache_limit;     /* LAZYTPU_BUFFER_CACHE_BYTES per core */
 static pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
 static int g_records_ready;      /* mutexes etc initialised once */
 
@@ -179,6 +188,14 @@ lt_status lt_devices_init(void)
     g_nproc = np > 0 ? (int)np : 1;
     e = getenv("LAZYTPU_OMP_THREADS");
     g_omp_override = (e && atoi(e) > 0) ? atoi(e) : 0;
+#if defined(__SANITIZE_ADDRESS__)
+    g_cache_limit = 0;    /* ASan must see every free (use-after-free) */
+#else
+    g_cache_limit = LT_DEFAULT_BUFFER_CACHE;
+#endif
+    e = getenv("LAZYTPU_BUFFER_CACHE_BYTES");
+    if (e && *e)
+        g_cache_limit = strcmp(e, "0") == 0 ? 0 : parse_bytes(e);
 
     if (!g_records_ready) {
         for (int i = 0; i < LT_MAX_CORES; i++) {
@@ -189,6 +206,7 @@ lt_status lt_devices_init(void)
             pthread_mutex_init(&c->submit_mu, &a);
             pthread_mutexattr_destroy(&a);
             pthread_mutex_init(&c->mu, NULL);
+            pthread_mutex_init(&c->cache_mu, NULL);
             pthread_cond_init(&c->cv_work, NULL);
             pthread_cond_init(&c->cv_done, NULL);
             atomic_init(&c->bytes_in_use, 0);
@@ -223,6 +241,83 @@ lt_status lt_devices_init(void)
     return LT_OK;
 }
 
+/* ------------------------------------------------------- buffer cache
+ *
+ * Each core keeps up to 32 freed blocks of >= 64 KiB (at most
+ * LAZYTPU_BUFFER_CACHE_BYTES, default 1 GiB, per core) for reuse: a step
+ * that allocates the same output sizes every time then never goes back to
+ * the kernel (large malloc blocks are mmap'd, and every first touch of a
+ * fresh page faults and is zeroed; for a 16 MiB output that costs more than
+ * a fused 8-op kernel). Sizes are rounded up to one of 8 classes per power
+ * of two (waste < 12.5%) so that similar sizes share blocks. Cached bytes
+ * are not "in use" for the device budget. Disabled under ASan. */
+#define LT_CACHE_MIN ((size_t)64 << 10)
+
+static size_t cache_class(size_t bytes)
+{
+    if (bytes < LT_CACHE_MIN)
+        return (bytes + 63) & ~(size_t)63;
+    size_t p = (size_t)1 << (63 - __builtin_clzll((unsigned long long)bytes));
+    size_t q = p / 8;
+    return (bytes + q - 1) / q * q;
+}
+
+/* A cached block of exactly `alloc` bytes (most recently freed first), or
+ * NULL. */
+static void *cache_take(lt_core *c, size_t alloc)
+{
+    if (alloc < LT_CACHE_MIN || g_cache_limit == 0)
+        return NULL;
+    void *p = NULL;
+    pthread_mutex_lock(&c->cache_mu);
+    for (int k = c->n_cached - 1; k >= 0; k--)
+        if (c->cache[k].alloc == alloc) {
+            p = c->cache[k].data;
+            c->cached_bytes -= alloc;
+            memmove(&c->cache[k], &c->cache[k + 1],
+                    (size_t)(c->n_cached - k - 1) * sizeof c->cache[0]);
+            c->n_cached--;
+            break;
+        }
+    pthread_mutex_unlock(&c->cache_mu);
+    return p;
+}
+
+/* Keeps data (alloc bytes) for reuse, evicting the oldest blocks; frees it
+ * instead when it is small, too big, or the core is not running. */
+static void cache_put(lt_core *c, void *data, size_t alloc)
+{
+    if (alloc < LT_CACHE_MIN || alloc > g_cache_limit || !c->running) {
+        free(data);
+        return;
+    }
+    int cap = (int)(sizeof c->cache / sizeof c->cache[0]);
+    pthread_mutex_lock(&c->cache_mu);
+    while (c->n_cached > 0 && (c->n_cached == cap ||
+                               c->cached_bytes + alloc > g_cache_limit)) {
+        free(c->cache[0].data);
+        c->cached_bytes -= c->cache[0].alloc;
+        memmove(&c->cache[0], &c->cache[1],
+                (size_t)(c->n_cached - 1) * sizeof c->cache[0]);
+        c->n_cached--;
+    }
+    c->cache[c->n_cached].data = data;
+    c->cache[c->n_cached].alloc = alloc;
+    c->n_cached++;
+    c->cached_bytes += alloc;
+    pthread_mutex_unlock(&c->cache_mu);
+}
+
+static void cache_flush(lt_core *c)
+{
+    pthread_mutex_lock(&c->cache_mu);
+    for (int k = 0; k < c->n_cached; k++)
+        free(c->cache[k].data);
+    c->n_cached = 0;
+    c->cached_bytes = 0;
+    pthread_mutex_unlock(&c->cache_mu);
+}
+
 void lt_devices_shutdown(void)
 {
     pthread_mutex_lock(&g_init_mu);
@@ -244,6 +339,9 @@ void lt_devices_shutdown(void)
         c->n_errs = c->cap_errs = 0;
         c->reported_seq = c->done_seq = c->last_seq;
         pthread_mutex_unlock(&c->mu);
+        cache_flush(c);
+        lt_par_pool_free(c->pool);   /* the worker is joined: no user */
+        c->pool = NULL;
     }
     pthread_mutex_unlock(&g_init_mu);
 }
@@ -251,6 +349,20 @@ void lt_devices_shutdown(void)
 int lt_devices_count(void) { return g_n_cores; }
 
 int lt_core_valid(int core) { return core >= 0 && core < g_n_cores; }
+
+void *lt_core_par_pool(int core)
+{
+    if (core < 0 || core >= LT_MAX_CORES || !g_records_ready)
+        return NULL;
+    lt_core *c = &g_cores[core];
+    /* one issuing thread per pool: other callers (programs run inline
+     * after shutdown, tests calling the executor directly) get none */
+    if (!c->running || !pthread_equal(pthread_self(), c->thread))
+        return NULL;
+    if (!c->pool)
+        c->pool = lt_par_pool_new();
+    return c->pool;
+}
 
 int lt_core_omp_threads(int core)
 {
@@ -304,11 +416,18 @@ lt_status lt_buffer_alloc(int core, lt_dtype dt, int64_t numel,
                                          in_use + bytes))
             break;
     }
-    size_t alloc = (bytes + 63) & ~(size_t)63;
+    size_t alloc = cache_class(bytes);
     if (alloc == 0)
         alloc = 64;
     lt_buffer *b = malloc(sizeof *b);
-    void *data = aligned_alloc(64, alloc);
+    void *data = cache_take(c, alloc);
+    if (!data)
+        data = aligned_alloc(64, alloc);
+    if (!data) {                     /* give cached memory back, retry */
+        for (int k = 0; k < g_n_cores; k++)
+            cache_flush(&g_cores[k]);
+        data = aligned_alloc(64, alloc);
+    }
     if (!b || !data) {
         free(b);
         free(data);
@@ -341,7 +460,7 @@ void lt_buffer_release(lt_buffer *b)
     if (!b || atomic_fetch_sub(&b->refs, 1) != 1)
         return;
     atomic_fetch_sub(&g_cores[b->core].bytes_in_use, b->bytes);
-    free(b->data);
+    cache_put(&g_cores[b->core], b->data, cache_class(b->bytes));
     free(b);
 }
 

@@ -32,6 +32,11 @@ void lt_devices_shutdown(void);
 int lt_devices_count(void);
 int lt_core_valid(int core);            /* 1 if 0 <= core < count */
 int lt_core_omp_threads(int core);      /* OpenMP budget of the core */
+/* The core's helper-thread pool (an lt_par_pool, kernels/par.h), created on
+ * first use, when called from the core's running worker thread (the pool
+ * serves one issuing thread); NULL from any other thread or on malloc
+ * failure. Freed by lt_devices_shutdown. */
+void *lt_core_par_pool(int core);
 
 /* Allocates numel elements of dt on core. Fails with LT_ERR_OOM when the
  * core's budget would be exceeded; the message names the core, the request

@@ -93,11 +93,11 @@ static void FN(load)(T *restrict dst, const lt_fload *l, int64_t i0, int n)
  * input's memory for a contiguous load already of the compute type. */
 static void FN(exec)(const lt_fused *f, const lt_fload *ld,
                      const lt_view *out, const uint8_t *dok, int64_t i0,
-                     int n, T *regs, T **rp)
+                     int n, int stride, T *regs, T **rp)
 {
     for (int k = 0; k < f->n_ins; k++) {
         const lt_fused_ins *in = &f->ins[k];
-        T *d = regs + (size_t)in->dst * LT_FUSED_BLOCK;
+        T *d = regs + (size_t)in->dst * stride;
         if (in->direct && dok && dok[in->direct - 1])
             d = (T *)out[in->direct - 1].data + out[in->direct - 1].offset + i0;
         if (in->op == LT_FUSED_LOAD) {
@@ -110,6 +110,10 @@ static void FN(exec)(const lt_fused *f, const lt_fload *ld,
             }
             if (l->kind == LT_FL_CONTIG && l->dtype == T_DT) {
                 rp[in->dst] = (T *)(void *)l->base + i0;
+                continue;
+            }
+            if (l->block) {          /* broadcast, spread at bind time */
+                rp[in->dst] = (T *)l->block;
                 continue;
             }
             FN(load)(d, l, i0, n);

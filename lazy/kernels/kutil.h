@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "kernel.h"
+#include "vmath.h"   /* lt_vexpf & co: vectorisable f32 math */
 
 /* bf16 <-> f32, round to nearest even; NaN stays (quiet) NaN. */
 static inline uint16_t kt_f32_to_bf16(float f)
@@ -32,33 +33,6 @@ static inline float kt_bf16_to_f32(uint16_t h)
     float f;
     memcpy(&f, &u, 4);
     return f;
-}
-
-/* exp for f32 kernels, written to vectorise (no libm call): range
- * reduction x = n*ln2 + r, |r| <= ln2/2, then a degree-7 Taylor polynomial
- * (truncation error < 1e-8 relative, result within ~2 ulp of expf).
- * exp(-inf) = 0, exp(+inf) = inf, NaN propagates. */
-static inline float kt_expf(float x)
-{
-    float xc = x < -87.5f ? -87.5f : x > 88.5f ? 88.5f : x;
-    float n = __builtin_rintf(xc * 1.44269504088896341f);
-    float r = xc - n * 0.693359375f;          /* ln2 split: exact high part */
-    r = r + n * 2.12194440e-4f;               /* low part (ln2_hi - ln2) */
-    float p = 1.0f / 5040;
-    p = p * r + 1.0f / 720;
-    p = p * r + 1.0f / 120;
-    p = p * r + 1.0f / 24;
-    p = p * r + 1.0f / 6;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, 4);
-    float y = p * scale;
-    y = x < -87.5f ? 0.0f : y;
-    y = x > 88.5f ? INFINITY : y;
-    return x != x ? x : y;
 }
 
 static inline const char *kt_dtname(lt_dtype dt)

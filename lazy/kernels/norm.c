@@ -5,7 +5,12 @@
  * The input is seen as [outer, D, inner]; rows along D are processed in
  * blocks of up to NORM_BLOCK neighbouring inner positions so that strided
  * rows still stream through memory. Numerically stable (max subtracted).
- * f32/bf16 compute in f32, f64 in f64; bf16 rounds when stored.
+ * f32/bf16 compute in f32 (exp: vmath.h's vectorised lt_vexpf), f64 in
+ * f64; bf16 rounds when stored. Row sums (of exp, of grad, of grad * out)
+ * accumulate in double: the backward results are differences of terms as
+ * large as the sum, so an f32 sum's rounding (growing with D and with the
+ * summation order) would show as a large relative error wherever the
+ * difference is small.
  *   softmax_backward(g, y)     = y * (g - sum(g * y))
  *   log_softmax_backward(g, y) = g - exp(y) * sum(g)
  */
@@ -15,47 +20,49 @@
 
 enum { NK_SOFTMAX, NK_LOG_SOFTMAX, NK_SOFTMAX_BWD, NK_LOG_SOFTMAX_BWD };
 
-/* One block: element (d, j) at d*inner + j, j < nb. a = x (or grad), b = out
- * (backward only). */
-#define NORM_IMPL(T, SUF, EXP, LOG)                                                                \
+/* One row (inner == 1) or one block: element (d, j) at d*inner + j, j < nb.
+ * a = x (or grad), b = out (backward only). */
+#define NORM_IMPL(T, SUF, EXP)                                                           \
 static void norm_row_##SUF(int kind, const T *a, const T *b, T *y, int64_t D)            \
 {                                                                                        \
+    double s = 0;                                                                        \
     if (kind == NK_SOFTMAX || kind == NK_LOG_SOFTMAX) {                                  \
-        T m = -INFINITY, s = 0;                                                          \
+        T m = -INFINITY;                                                                 \
         _Pragma("omp simd reduction(max : m)")                                          \
         for (int64_t d = 0; d < D; d++) m = a[d] > m ? a[d] : m;                         \
         if (isinf(m) && m < 0) m = 0; /* all -inf: keep NaN-free shift */               \
         if (kind == NK_SOFTMAX) {                                                        \
             _Pragma("omp simd reduction(+ : s)")                                        \
             for (int64_t d = 0; d < D; d++) { y[d] = EXP(a[d] - m); s += y[d]; }         \
-            T r = 1 / s;                                                                 \
+            T r = (T)(1 / s);                                                            \
             _Pragma("omp simd")                                                         \
             for (int64_t d = 0; d < D; d++) y[d] *= r;                                   \
         } else {                                                                         \
             _Pragma("omp simd reduction(+ : s)")                                        \
             for (int64_t d = 0; d < D; d++) s += EXP(a[d] - m);                          \
-            T l = m + LOG(s);                                                            \
+            T l = m + (T)log(s);                                                         \
             _Pragma("omp simd")                                                         \
             for (int64_t d = 0; d < D; d++) y[d] = a[d] - l;                             \
         }                                                                                \
     } else if (kind == NK_SOFTMAX_BWD) {                                                 \
-        T s = 0;                                                                         \
         _Pragma("omp simd reduction(+ : s)")                                            \
-        for (int64_t d = 0; d < D; d++) s += a[d] * b[d];                                \
+        for (int64_t d = 0; d < D; d++) s += (double)a[d] * b[d];                        \
+        T st = (T)s;                                                                     \
         _Pragma("omp simd")                                                             \
-        for (int64_t d = 0; d < D; d++) y[d] = b[d] * (a[d] - s);                        \
+        for (int64_t d = 0; d < D; d++) y[d] = b[d] * (a[d] - st);                       \
     } else {                                                                             \
-        T s = 0;                                                                         \
         _Pragma("omp simd reduction(+ : s)")                                            \
         for (int64_t d = 0; d < D; d++) s += a[d];                                       \
+        T st = (T)s;                                                                     \
         _Pragma("omp simd")                                                             \
-        for (int64_t d = 0; d < D; d++) y[d] = a[d] - EXP(b[d]) * s;                     \
+        for (int64_t d = 0; d < D; d++) y[d] = a[d] - EXP(b[d]) * st;                    \
     }                                                                                    \
 }                                                                                        \
 static void norm_block_##SUF(int kind, const T *a, const T *b, T *y, int64_t D,          \
                              int64_t inner, int64_t nb)                                  \
 {                                                                                        \
-    T m[NORM_BLOCK], s[NORM_BLOCK];                                                      \
+    T m[NORM_BLOCK], st[NORM_BLOCK];                                                     \
+    double s[NORM_BLOCK];                                                                \
     for (int64_t j = 0; j < nb; j++) { m[j] = -INFINITY; s[j] = 0; }                     \
     if (kind == NK_SOFTMAX || kind == NK_LOG_SOFTMAX) {                                  \
         for (int64_t d = 0; d < D; d++)                                                  \
@@ -73,24 +80,26 @@ static void norm_block_##SUF(int kind, const T *a, const T *b, T *y, int64_t D, 
                 s[j] += e;                                                               \
             }                                                                            \
         if (kind == NK_SOFTMAX) {                                                        \
-            for (int64_t j = 0; j < nb; j++) s[j] = 1 / s[j];                            \
+            for (int64_t j = 0; j < nb; j++) st[j] = (T)(1 / s[j]);                      \
             for (int64_t d = 0; d < D; d++)                                              \
-                for (int64_t j = 0; j < nb; j++) y[d * inner + j] *= s[j];               \
+                for (int64_t j = 0; j < nb; j++) y[d * inner + j] *= st[j];              \
         } else {                                                                         \
-            for (int64_t j = 0; j < nb; j++) s[j] = m[j] + LOG(s[j]);                    \
+            for (int64_t j = 0; j < nb; j++) st[j] = m[j] + (T)log(s[j]);                \
             for (int64_t d = 0; d < D; d++)                                              \
                 for (int64_t j = 0; j < nb; j++)                                         \
-                    y[d * inner + j] = a[d * inner + j] - s[j];                          \
+                    y[d * inner + j] = a[d * inner + j] - st[j];                         \
         }                                                                                \
     } else {                                                                             \
         int sm = kind == NK_SOFTMAX_BWD;                                                 \
         for (int64_t d = 0; d < D; d++)                                                  \
             for (int64_t j = 0; j < nb; j++)                                             \
-                s[j] += sm ? a[d * inner + j] * b[d * inner + j] : a[d * inner + j];     \
+                s[j] += sm ? (double)a[d * inner + j] * b[d * inner + j]                 \
+                           : (double)a[d * inner + j];                                   \
+        for (int64_t j = 0; j < nb; j++) st[j] = (T)s[j];                                \
         for (int64_t d = 0; d < D; d++)                                                  \
             for (int64_t j = 0; j < nb; j++) {                                           \
                 int64_t k = d * inner + j;                                               \
-                y[k] = sm ? b[k] * (a[k] - s[j]) : a[k] - EXP(b[k]) * s[j];              \
+                y[k] = sm ? b[k] * (a[k] - st[j]) : a[k] - EXP(b[k]) * st[j];            \
             }                                                                            \
     }                                                                                    \
 }                                                                                        \
@@ -111,8 +120,8 @@ static void norm_run_##SUF(int kind, const T *a, const T *b, T *y, int64_t outer
     }                                                                                    \
 }
 
-NORM_IMPL(float, f, kt_expf, logf)
-NORM_IMPL(double, d, exp, log)
+NORM_IMPL(float, f, lt_vexpf)
+NORM_IMPL(double, d, exp)
 
 /* softmax / log_softmax (x) and their backward (grad, out) along attrs.i[0]
  * into contiguous out. Float outputs only (integer inputs are converted);

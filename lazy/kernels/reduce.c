@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "reduce.h"
+#include "par.h"
 
 #pragma GCC diagnostic ignored "-Wtautological-compare"
 
@@ -185,238 +186,316 @@ static void finish_store(lt_op op, int is_int, acc_u *acc, int64_t n,
                          out->dtype, (int)n);
 }
 
-/* Inner reduction of short rows (r <= block / 4): one evaluation covers
- * many outputs. */
-static lt_status run_inner_short(lt_op op, const lt_reduce_plan *pl,
-                                 const lt_fused_bound *b, lt_dtype ct,
-                                 const lt_view *out, int nt, size_t rb)
+typedef union arg_val { float f; double d; int64_t i; } arg_val;
+
+/* ---- parallel tasks: lt_par_for over tasks, register space per worker */
+
+typedef struct red_job red_job;
+typedef void (*red_task_fn)(const red_job *j, int64_t t, void *regs);
+struct red_job {
+    lt_op op;
+    int is_int, is_max;
+    lt_dtype ct;
+    const lt_fused_bound *b;
+    int64_t n_out, r;
+    int64_t per;               /* inner_short: outputs per task */
+    int64_t nc, clen;          /* inner / arg: chunks per output, length */
+    int64_t K, W, ns, rlen, rpe; /* outer */
+    acc_u *acc;                /* results / partials */
+    arg_val *val;              /* arg: partial values */
+    int64_t *idx;              /* arg: partial indices */
+    red_task_fn fn;
+    void **regs;
+};
+
+static void red_chunk(void *arg, int64_t t, int w)
 {
-    int is_int = ct == LT_I64;
-    int64_t n_out = pl->n_out, r = pl->r;
-    int64_t per = LT_FUSED_BLOCK / r;
-    int64_t nchunk = (n_out + per - 1) / per;
-    acc_u *res = malloc(n_out * sizeof *res);
-    if (!res)
-        return lt_set_error(LT_ERR_OOM, "reduce: out of host memory");
-    if (r * n_out < 32768)
+    const red_job *j = arg;
+    j->fn(j, t, j->regs[w]);
+}
+
+/* Runs j->fn for tasks [0, ntask) on up to nt workers; LT_ERR_OOM if the
+ * register space cannot be allocated. */
+static lt_status red_run(red_job *j, const lt_kernel_ctx *ctx, int nt,
+                         int64_t ntask, size_t rb)
+{
+    if (nt > ntask)
+        nt = (int)(ntask > 0 ? ntask : 1);
+    if (nt < 1)
         nt = 1;
-    size_t vs = ct == LT_F32 ? 4 : 8;
+    void *regs[nt];
     int failed = 0;
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        void *regs = lt_fused_regs_alloc(rb);
-        if (!regs) {
-#pragma omp atomic write
-            failed = 1;
-        }
-#pragma omp for schedule(static)
-        for (int64_t t = 0; t < nchunk; t++) {
-            if (!regs)
-                continue;
-            int64_t o0 = t * per, cnt = n_out - o0 < per ? n_out - o0 : per;
-            const char *v = lt_fused_eval(b, o0 * r, (int)(cnt * r), regs);
-            for (int64_t q = 0; q < cnt; q++) {
-                acc_u a = acc_init(op, is_int);
-                const char *row = v + (size_t)(q * r) * vs;
-                if (ct == LT_F32)
-                    a.d = acc_run_f32(op, a.d, (const float *)row, (int)r);
-                else if (ct == LT_F64)
-                    a.d = acc_run_f64(op, a.d, (const double *)row, (int)r);
-                else
-                    a.i = acc_run_i64(op, a.i, (const int64_t *)row, (int)r);
-                res[o0 + q] = a;
-            }
-        }
-        lt_fused_regs_free(regs);
+    for (int w = 0; w < nt; w++)
+        failed |= !(regs[w] = lt_fused_regs_alloc(rb));
+    if (!failed) {
+        j->regs = regs;
+        lt_par_for(ctx, nt, ntask, red_chunk, j);
     }
-    if (!failed)
-        finish_store(op, is_int, res, n_out, r, out, 0);
-    free(res);
-    if (failed)
-        return lt_set_error(LT_ERR_OOM, "reduce: out of host memory");
-    return LT_OK;
+    for (int w = 0; w < nt; w++)
+        lt_fused_regs_free(regs[w]);
+    return failed ? lt_set_error(LT_ERR_OOM, "reduce: out of host memory")
+                  : LT_OK;
+}
+
+/* Inner reduction of short rows (r <= block / 4): one evaluation covers
+ * `per` outputs. */
+static void task_inner_short(const red_job *j, int64_t t, void *regs)
+{
+    int64_t r = j->r, o0 = t * j->per;
+    int64_t cnt = j->n_out - o0 < j->per ? j->n_out - o0 : j->per;
+    const char *v = lt_fused_eval(j->b, o0 * r, (int)(cnt * r), regs);
+    size_t vs = j->ct == LT_F32 ? 4 : 8;
+    for (int64_t q = 0; q < cnt; q++) {
+        acc_u a = acc_init(j->op, j->is_int);
+        const char *row = v + (size_t)(q * r) * vs;
+        if (j->ct == LT_F32)
+            a.d = acc_run_f32(j->op, a.d, (const float *)row, (int)r);
+        else if (j->ct == LT_F64)
+            a.d = acc_run_f64(j->op, a.d, (const double *)row, (int)r);
+        else
+            a.i = acc_run_i64(j->op, a.i, (const int64_t *)row, (int)r);
+        j->acc[o0 + q] = a;
+    }
+}
+
+/* Inner reduction: task t = output t / nc, chunk t % nc of its row. */
+static void task_inner(const red_job *j, int64_t t, void *regs)
+{
+    int64_t o = t / j->nc, c = t % j->nc;
+    int64_t s = c * j->clen, e = s + j->clen < j->r ? s + j->clen : j->r;
+    acc_u a = acc_init(j->op, j->is_int);
+    if (e > s)
+        a = fold_range(j->op, j->b, j->ct, a, o * j->r + s, e - s, regs);
+    j->acc[t] = a;
 }
 
 static lt_status run_inner(lt_op op, const lt_reduce_plan *pl,
                            const lt_fused_bound *b, lt_dtype ct,
-                           const lt_view *out, int nt, size_t rb)
+                           const lt_view *out, const lt_kernel_ctx *ctx,
+                           int nt, size_t rb)
 {
-    int is_int = ct == LT_I64;
+    red_job j;
+    memset(&j, 0, sizeof j);
+    j.op = op;
+    j.is_int = ct == LT_I64;
+    j.ct = ct;
+    j.b = b;
+    j.n_out = pl->n_out;
+    j.r = pl->r;
     int64_t n_out = pl->n_out, r = pl->r;
-    if (r > 0 && r <= LT_FUSED_BLOCK / 4 && n_out > 1)
-        return run_inner_short(op, pl, b, ct, out, nt, rb);
-    int64_t nblk = (r + LT_FUSED_BLOCK - 1) / LT_FUSED_BLOCK;
-    int64_t nc = 1;
-    if (n_out < nt && nblk > 1) {
-        nc = (nt + n_out - 1) / n_out;
-        if (nc > nblk)
-            nc = nblk;
-    }
-    int64_t clen = ((nblk + nc - 1) / nc) * LT_FUSED_BLOCK;
-    int64_t ntask = n_out * nc;
-    acc_u *part = malloc((ntask ? ntask : 1) * sizeof *part);
-    if (!part)
-        return lt_set_error(LT_ERR_OOM, "reduce: out of host memory");
     if (r * n_out < 32768)
         nt = 1;
-    int failed = 0;
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        void *regs = lt_fused_regs_alloc(rb);
-        if (!regs) {
-#pragma omp atomic write
-            failed = 1;
-        }
-#pragma omp for schedule(static)
-        for (int64_t t = 0; t < ntask; t++) {
-            if (!regs)
-                continue;
-            int64_t o = t / nc, c = t % nc;
-            int64_t s = c * clen, e = s + clen < r ? s + clen : r;
-            acc_u a = acc_init(op, is_int);
-            if (e > s)
-                a = fold_range(op, b, ct, a, o * r + s, e - s, regs);
-            part[t] = a;
-        }
-        lt_fused_regs_free(regs);
+    if (r > 0 && r <= LT_FUSED_BLOCK / 4 && n_out > 1) {
+        j.per = LT_FUSED_BLOCK / r;
+        j.fn = task_inner_short;
+        if (!(j.acc = malloc(n_out * sizeof *j.acc)))
+            return lt_set_error(LT_ERR_OOM, "reduce: out of host memory");
+        lt_status st = red_run(&j, ctx, nt, (n_out + j.per - 1) / j.per, rb);
+        if (st == LT_OK)
+            finish_store(op, j.is_int, j.acc, n_out, r, out, 0);
+        free(j.acc);
+        return st;
     }
-    if (failed) {
-        free(part);
+    int64_t nblk = (r + LT_FUSED_BLOCK - 1) / LT_FUSED_BLOCK;
+    j.nc = 1;
+    if (n_out < nt && nblk > 1) {
+        /* split rows: a few chunks per thread so a preempted thread's
+         * share can be taken over */
+        j.nc = (4 * nt + n_out - 1) / n_out;
+        if (j.nc > nblk)
+            j.nc = nblk;
+    }
+    j.clen = ((nblk + j.nc - 1) / j.nc) * LT_FUSED_BLOCK;
+    int64_t ntask = n_out * j.nc;
+    j.fn = task_inner;
+    if (!(j.acc = malloc((ntask ? ntask : 1) * sizeof *j.acc)))
         return lt_set_error(LT_ERR_OOM, "reduce: out of host memory");
+    lt_status st = red_run(&j, ctx, nt, ntask, rb);
+    if (st == LT_OK) {
+        acc_u *part = j.acc;
+        if (j.nc > 1)
+            for (int64_t o = 0; o < n_out; o++) {
+                acc_u a = part[o * j.nc];
+                for (int64_t c = 1; c < j.nc; c++)
+                    a = acc_comb(op, j.is_int, a, part[o * j.nc + c]);
+                part[o] = a;
+            }
+        finish_store(op, j.is_int, part, n_out, r, out, 0);
     }
-    if (nc > 1)
-        for (int64_t o = 0; o < n_out; o++) {
-            acc_u a = part[o * nc];
-            for (int64_t c = 1; c < nc; c++)
-                a = acc_comb(op, is_int, a, part[o * nc + c]);
-            part[o] = a;
+    free(j.acc);
+    return st;
+}
+
+/* Outer reduction: task t = column chunk t / ns (W outputs), reduced-range
+ * slice t % ns; partials of W accumulators per task. */
+static void task_outer(const red_job *j, int64_t t, void *regs)
+{
+    int64_t K = j->K, W = j->W;
+    int64_t kc = t / j->ns, s = t % j->ns;
+    int64_t k0 = kc * W, w = K - k0 < W ? K - k0 : W;
+    int64_t r0 = s * j->rlen, r1 = r0 + j->rlen < j->r ? r0 + j->rlen : j->r;
+    acc_u *acc = j->acc + t * W;
+    acc_u ini = acc_init(j->op, j->is_int);
+    for (int64_t q = 0; q < w; q++)
+        acc[q] = ini;
+    size_t vs = j->ct == LT_F32 ? 4 : 8;
+    if (K <= LT_FUSED_BLOCK) {
+        for (int64_t ri = r0; ri < r1; ri += j->rpe) {
+            int64_t nr = r1 - ri < j->rpe ? r1 - ri : j->rpe;
+            const char *v = lt_fused_eval(j->b, ri * K, (int)(nr * K), regs);
+            for (int64_t q = 0; q < nr; q++)
+                vec_fold(j->op, j->ct, acc, v + (size_t)(q * K) * vs, (int)K);
         }
-    finish_store(op, is_int, part, n_out, r, out, 0);
-    free(part);
-    return LT_OK;
+    } else {
+        for (int64_t ri = r0; ri < r1; ri++)
+            vec_fold(j->op, j->ct, acc,
+                     lt_fused_eval(j->b, ri * K + k0, (int)w, regs), (int)w);
+    }
 }
 
 static lt_status run_outer(lt_op op, const lt_reduce_plan *pl,
                            const lt_fused_bound *b, lt_dtype ct,
-                           const lt_view *out, int nt, size_t rb)
+                           const lt_view *out, const lt_kernel_ctx *ctx,
+                           int nt, size_t rb)
 {
-    int is_int = ct == LT_I64;
+    red_job j;
+    memset(&j, 0, sizeof j);
+    j.op = op;
+    j.is_int = ct == LT_I64;
+    j.ct = ct;
+    j.b = b;
+    j.r = pl->r;
     int64_t K = pl->n_out, r = pl->r;
-    int64_t W = K < LT_FUSED_BLOCK ? K : LT_FUSED_BLOCK;
-    int64_t nk = (K + W - 1) / W;
-    int64_t rpe = K <= LT_FUSED_BLOCK ? LT_FUSED_BLOCK / K : 1;
-    int64_t ns = 1;
-    if (nk < nt && r > rpe) {
-        ns = nt;
-        int64_t max_s = (r + rpe - 1) / rpe;
-        if (ns > max_s)
-            ns = max_s;
-    }
-    int64_t rlen = (r + ns - 1) / ns;
-    int64_t ntask = nk * ns;
-    acc_u *part = malloc((size_t)(ntask * W) * sizeof *part);
-    if (!part)
-        return lt_set_error(LT_ERR_OOM, "reduce: out of host memory");
     if (r * K < 32768)
         nt = 1;
-    int failed = 0;
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        void *regs = lt_fused_regs_alloc(rb);
-        if (!regs) {
-#pragma omp atomic write
-            failed = 1;
-        }
-#pragma omp for schedule(static)
-        for (int64_t t = 0; t < ntask; t++) {
-            if (!regs)
-                continue;
-            int64_t kc = t / ns, s = t % ns;
-            int64_t k0 = kc * W, w = K - k0 < W ? K - k0 : W;
-            int64_t r0 = s * rlen, r1 = r0 + rlen < r ? r0 + rlen : r;
-            acc_u *acc = part + t * W;
-            acc_u ini = acc_init(op, is_int);
-            for (int64_t q = 0; q < w; q++)
-                acc[q] = ini;
-            if (K <= LT_FUSED_BLOCK) {
-                for (int64_t ri = r0; ri < r1; ri += rpe) {
-                    int64_t nr = r1 - ri < rpe ? r1 - ri : rpe;
-                    const char *v = lt_fused_eval(b, ri * K, (int)(nr * K), regs);
-                    size_t vs = ct == LT_F32 ? 4 : 8;
-                    for (int64_t q = 0; q < nr; q++)
-                        vec_fold(op, ct, acc, v + (size_t)(q * K) * vs, (int)K);
-                }
-            } else {
-                for (int64_t ri = r0; ri < r1; ri++)
-                    vec_fold(op, ct, acc, lt_fused_eval(b, ri * K + k0, (int)w, regs),
-                             (int)w);
-            }
-        }
-        lt_fused_regs_free(regs);
+    j.K = K;
+    j.W = K < LT_FUSED_BLOCK ? K : LT_FUSED_BLOCK;
+    int64_t nk = (K + j.W - 1) / j.W;
+    j.rpe = K <= LT_FUSED_BLOCK ? LT_FUSED_BLOCK / K : 1;
+    j.ns = 1;
+    if (nk < 4 * nt && r > j.rpe) {
+        j.ns = (4 * nt + nk - 1) / nk;
+        int64_t max_s = (r + j.rpe - 1) / j.rpe;
+        if (j.ns > max_s)
+            j.ns = max_s;
     }
-    if (failed) {
-        free(part);
+    /* slices of whole evaluation blocks (rpe rows each) */
+    j.rlen = ((r + j.ns - 1) / j.ns + j.rpe - 1) / j.rpe * j.rpe;
+    if (j.rlen < 1)
+        j.rlen = 1;
+    j.ns = r > 0 ? (r + j.rlen - 1) / j.rlen : 1;   /* r = 0: init only */
+    int64_t ntask = nk * j.ns;
+    j.fn = task_outer;
+    if (!(j.acc = malloc((size_t)(ntask * j.W) * sizeof *j.acc)))
         return lt_set_error(LT_ERR_OOM, "reduce: out of host memory");
+    lt_status st = red_run(&j, ctx, nt, ntask, rb);
+    if (st == LT_OK)
+        for (int64_t kc = 0; kc < nk; kc++) {
+            int64_t k0 = kc * j.W, w = K - k0 < j.W ? K - k0 : j.W;
+            acc_u *dst = j.acc + kc * j.ns * j.W;
+            for (int64_t s = 1; s < j.ns; s++)
+                for (int64_t q = 0; q < w; q++)
+                    dst[q] = acc_comb(op, j.is_int, dst[q],
+                                      j.acc[(kc * j.ns + s) * j.W + q]);
+            finish_store(op, j.is_int, dst, w, r, out, k0);
+        }
+    free(j.acc);
+    return st;
+}
+
+/* Arg-reductions. Each output's r positions may be split into nc chunks
+ * (when there are fewer outputs than threads, e.g. argmax over the
+ * flattened tensor); chunk partials (value, first index of the extreme)
+ * are merged in chunk order with the same rule as the scan itself, so the
+ * result is the sequential one: first index wins on ties, the first NaN is
+ * the extreme for argmax and argmin alike. */
+static void arg_scan(int is_max, lt_dtype ct, arg_val *best, int64_t *bi,
+                     const void *v, int m, int64_t base)
+{
+    if (ct == LT_F32)
+        arg_run_f32(is_max, &best->f, bi, v, m, base);
+    else if (ct == LT_F64)
+        arg_run_f64(is_max, &best->d, bi, v, m, base);
+    else
+        arg_run_i64(is_max, &best->i, bi, v, m, base);
+}
+
+static void task_arg(const red_job *j, int64_t t, void *regs)
+{
+    int64_t o = t / j->nc, c = t % j->nc;
+    int64_t s0 = c * j->clen, s1 = s0 + j->clen < j->r ? s0 + j->clen : j->r;
+    arg_val bv;
+    memset(&bv, 0, sizeof bv);
+    int64_t bi = -1;
+    for (int64_t s = s0; s < s1; s += LT_FUSED_BLOCK) {
+        int m = (int)(s1 - s < LT_FUSED_BLOCK ? s1 - s : LT_FUSED_BLOCK);
+        arg_scan(j->is_max, j->ct, &bv, &bi,
+                 lt_fused_eval(j->b, o * j->r + s, m, regs), m, s);
     }
-    for (int64_t kc = 0; kc < nk; kc++) {
-        int64_t k0 = kc * W, w = K - k0 < W ? K - k0 : W;
-        acc_u *dst = part + kc * ns * W;
-        for (int64_t s = 1; s < ns; s++)
-            for (int64_t q = 0; q < w; q++)
-                dst[q] = acc_comb(op, is_int, dst[q], part[(kc * ns + s) * W + q]);
-        finish_store(op, is_int, dst, w, r, out, k0);
-    }
-    free(part);
-    return LT_OK;
+    j->val[t] = bv;
+    j->idx[t] = bi;
 }
 
 static lt_status run_arg(lt_op op, const lt_reduce_plan *pl,
                          const lt_fused_bound *b, lt_dtype ct,
-                         const lt_view *out, int nt, size_t rb)
+                         const lt_view *out, const lt_kernel_ctx *ctx,
+                         int nt, size_t rb)
 {
+    red_job j;
+    memset(&j, 0, sizeof j);
+    j.op = op;
+    j.is_max = op == LT_OP_argmax;
+    j.ct = ct;
+    j.b = b;
+    j.n_out = pl->n_out;
+    j.r = pl->r;
     int64_t n_out = pl->n_out, r = pl->r;
-    int64_t *res = malloc((n_out ? n_out : 1) * sizeof *res);
-    if (!res)
-        return lt_set_error(LT_ERR_OOM, "argreduce: out of host memory");
-    if (n_out * r < 32768 || n_out < 2)
+    if (n_out * r < 32768)
         nt = 1;
-    int is_max = op == LT_OP_argmax;
-    int failed = 0;
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        void *regs = lt_fused_regs_alloc(rb);
-        if (!regs) {
-#pragma omp atomic write
-            failed = 1;
-        }
-#pragma omp for schedule(static)
-        for (int64_t o = 0; o < n_out; o++) {
-            if (!regs)
-                continue;
-            float bf = 0; double bd = 0; int64_t bi64 = 0;
-            int64_t bi = -1;
-            for (int64_t s = 0; s < r; s += LT_FUSED_BLOCK) {
-                int m = (int)(r - s < LT_FUSED_BLOCK ? r - s : LT_FUSED_BLOCK);
-                const void *v = lt_fused_eval(b, o * r + s, m, regs);
-                if (ct == LT_F32)
-                    arg_run_f32(is_max, &bf, &bi, v, m, s);
-                else if (ct == LT_F64)
-                    arg_run_f64(is_max, &bd, &bi, v, m, s);
-                else
-                    arg_run_i64(is_max, &bi64, &bi, v, m, s);
-            }
-            res[o] = bi < 0 ? 0 : bi;
-        }
-        lt_fused_regs_free(regs);
+    int64_t nblk = (r + LT_FUSED_BLOCK - 1) / LT_FUSED_BLOCK;
+    j.nc = 1;
+    if (n_out < nt && nblk > 1) {
+        j.nc = (4 * nt + n_out - 1) / n_out;
+        if (j.nc > nblk)
+            j.nc = nblk;
     }
-    if (!failed)
+    j.clen = ((nblk + j.nc - 1) / j.nc) * LT_FUSED_BLOCK;
+    int64_t ntask = n_out * j.nc;
+    j.fn = task_arg;
+    j.idx = malloc((ntask ? ntask : 1) * sizeof *j.idx);
+    j.val = malloc((ntask ? ntask : 1) * sizeof *j.val);
+    if (!j.idx || !j.val) {
+        free(j.idx);
+        free(j.val);
+        return lt_set_error(LT_ERR_OOM, "argreduce: out of host memory");
+    }
+    lt_status st = red_run(&j, ctx, nt, ntask, rb);
+    int64_t *res = j.idx;
+    if (st == LT_OK && j.nc > 1)
+        for (int64_t o = 0; o < n_out; o++) {
+            arg_val bv = j.val[o * j.nc];
+            int64_t bi = res[o * j.nc];
+            for (int64_t c = 1; c < j.nc; c++) {
+                int64_t ci = res[o * j.nc + c];
+                if (ci < 0)
+                    continue;
+                /* one-element scan at the chunk's index: same rule */
+                arg_val cv = j.val[o * j.nc + c];
+                arg_scan(j.is_max, ct, &bv, &bi, &cv, 1, ci);
+            }
+            res[o] = bi;
+        }
+    if (st == LT_OK) {
+        for (int64_t o = 0; o < n_out; o++)
+            if (res[o] < 0)
+                res[o] = 0;
         lt_fused_store_block(res, LT_I64, (char *)out->data +
                              (size_t)out->offset * (out->dtype == LT_I32 ? 4 : 8),
                              out->dtype, (int)n_out);
-    free(res);
-    if (failed)
-        return lt_set_error(LT_ERR_OOM, "argreduce: out of host memory");
-    return LT_OK;
+    }
+    free(j.idx);
+    free(j.val);
+    return st;
 }
 
 lt_status lt_reduce_run(lt_op op, const lt_reduce_plan *plan,
@@ -433,11 +512,11 @@ lt_status lt_reduce_run(lt_op op, const lt_reduce_plan *plan,
     size_t rb = lt_fused_regs_bytes(prod);
     lt_status st;
     if (op == LT_OP_argmax || op == LT_OP_argmin)
-        st = run_arg(op, plan, b, prod->ctype, out, nt, rb);
+        st = run_arg(op, plan, b, prod->ctype, out, ctx, nt, rb);
     else if (plan->inner)
-        st = run_inner(op, plan, b, prod->ctype, out, nt, rb);
+        st = run_inner(op, plan, b, prod->ctype, out, ctx, nt, rb);
     else
-        st = run_outer(op, plan, b, prod->ctype, out, nt, rb);
+        st = run_outer(op, plan, b, prod->ctype, out, ctx, nt, rb);
     lt_fused_unbind(b);
     return st;
 }

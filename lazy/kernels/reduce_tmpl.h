@@ -91,25 +91,49 @@ static void FN(acc_vec)(lt_op op, AT *restrict acc, const VT *restrict v,
     }
 }
 
-/* First index of the extreme of v[0..n) merged into (*best, *bi); NaN is the
- * extreme for both argmax and argmin. base = index of v[0]. */
+/* First index of the extreme of v[0..n) merged into (*best, *bi) (*bi < 0:
+ * nothing yet); NaN is the extreme for both argmax and argmin. base =
+ * index of v[0]. Two vectorisable passes over the block: the extreme (and
+ * whether there is a NaN), then the first position holding it; an earlier
+ * equal value keeps its index. */
+__attribute__((noinline))
 static void FN(arg_run)(int is_max, VT *best, int64_t *bi, const VT *v, int n,
                         int64_t base)
 {
-    VT b = *best;
-    int64_t idx = *bi;
-    for (int i = 0; i < n; i++) {
-        VT x = v[i];
-        if (b != b)
-            break;
-        int better = (x != x) || (idx < 0) || (is_max ? x > b : x < b);
-        if (better) {
-            b = x;
-            idx = base + i;
+    if (n <= 0 || (*bi >= 0 && *best != *best))
+        return;
+    /* "omp simd" reductions may reorder: fine, NaN is handled apart and
+     * equal values (+-0 too) resolve to the first position below */
+    int nan = 0;
+    VT m = v[0];
+    if (is_max) {
+        _Pragma("omp simd reduction(max : m) reduction(| : nan)")
+        for (int i = 0; i < n; i++) {
+            nan |= v[i] != v[i];
+            m = v[i] > m ? v[i] : m;
+        }
+    } else {
+        _Pragma("omp simd reduction(min : m) reduction(| : nan)")
+        for (int i = 0; i < n; i++) {
+            nan |= v[i] != v[i];
+            m = v[i] < m ? v[i] : m;
         }
     }
-    *best = b;
-    *bi = idx;
+    if (nan) {
+        int i = 0;
+        while (v[i] == v[i])
+            i++;
+        *best = v[i];
+        *bi = base + i;
+        return;
+    }
+    if (*bi >= 0 && !(is_max ? m > *best : m < *best))
+        return;
+    int i = 0;
+    while (v[i] != m)
+        i++;
+    *best = m;
+    *bi = base + i;
 }
 
 #undef FN

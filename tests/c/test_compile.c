@@ -1,7 +1,7 @@
 /* tests/c/test_compile.c — the compiler + executor on hand-built graphs:
  * CSE/DCE, fusion counts, reductions over fused producers, views folded
  * into consumers, donation, aliasing, scratch reuse; results checked against
- * plain loops. */
+ * plain loops. Also the device buffer cache. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -215,6 +215,50 @@ static void test_chain_one_kernel(void **state)
     free(x); free(y); free(want);
 }
 
+/* A small, cheap producer of a broadcast shape (t = b * 2 + 1 on [N]) used
+ * only by x[M, N] * t is recomputed inside the consumer's kernel; it is
+ * still materialised when it is also an output, when it is expensive
+ * (exp), or when the consumer is too large for recomputation to pay. */
+static void test_broadcast_producer(void **state)
+{
+    enum { M = 64, NB = 100, BIG = 2000 };
+    float *x = malloc(BIG * NB * 4), *b = malloc(NB * 4), *want = malloc(BIG * NB * 4);
+    fill(x, BIG * NB, -2, 4);
+    fill(b, NB, -1, 2);
+    for (int mode = 0; mode < 4; mode++) {
+        int rows = mode == 3 ? BIG : M;
+        lt_node *xp = P(LT_F32, S(2, rows, NB), x), *bp = P(LT_F32, S(1, NB), b);
+        lt_node *two = lt_node_new_scalar(2.0, LT_F64, 0, LT_NODE_WRAPPED);
+        lt_node *one = lt_node_new_scalar(1.0, LT_F64, 0, LT_NODE_WRAPPED | LT_NODE_CONST);
+        lt_node *t = N(LT_OP_mul, LT_F32, S(1, NB), NULL, 2, bp, two);
+        if (mode == 2) {
+            t = N(LT_OP_exp, LT_F32, S(1, NB), NULL, 1, t);
+            lt_node_release(one);
+        } else {
+            t = N(LT_OP_add, LT_F32, S(1, NB), NULL, 2, t, one);
+        }
+        lt_node *y = N(LT_OP_mul, LT_F32, S(2, rows, NB), NULL, 2, xp, lt_node_retain(t));
+        y = N(LT_OP_sub, LT_F32, S(2, rows, NB), NULL, 2, y, lt_node_retain(t));
+        lt_node *roots[2] = {y, t};
+        int nr = mode == 1 ? 2 : 1;
+        if (nr == 1)
+            lt_node_release(t);
+        run_out r = run(roots, nr, 0);
+        int want_k = mode == 0 ? 1 : 2;
+        assert_int_equal(lt_program_n_kernels(r.p), want_k);
+        for (int i = 0; i < rows * NB; i++) {
+            float tv = mode == 2 ? expf(b[i % NB] * 2) : b[i % NB] * 2 + 1;
+            want[i] = x[i] * tv - tv;
+        }
+        near(r.out[0]->data, want, rows * NB, 2e-6);
+        if (nr == 2)
+            for (int j = 0; j < NB; j++)
+                assert_float_equal(((float *)r.out[1]->data)[j], b[j] * 2 + 1, 1e-6);
+        run_free(&r);
+    }
+    free(x); free(b); free(want);
+}
+
 static void test_reduce_fused(void **state)
 {
     enum { R = 40, C = 300 };
@@ -398,6 +442,50 @@ static void test_donation_alias(void **state)
     for (int i = 0; i < N0; i++) want[i] = p[i] - g[i] * 0.125f;
     near(r.out[0]->data, want, N0, 1e-6);
     run_free(&r);
+
+    /* a group feeding a reduction: the update is stored by the reduce step
+     * (p' = p - lr * g, and sum(p' * p') in the same pass) and may still
+     * overwrite p; large enough for several threads and blocks */
+    enum { NB = 3 * 40000 };
+    float *pb = malloc(NB * 4), *gb = malloc(NB * 4);
+    fill(pb, NB, -1, 2);
+    fill(gb, NB, 0, 1);
+    for (int mode = 0; mode < 2; mode++) {   /* sum over all / over dim 1 */
+        pp = P(LT_F32, S(2, 3, 40000), pb);
+        gp = P(LT_F32, S(2, 3, 40000), gb);
+        pbuf = pp->buf;
+        lr = lt_node_new_scalar(0.125, LT_F64, 0, LT_NODE_WRAPPED);
+        upd = N(LT_OP_sub, LT_F32, S(2, 3, 40000), NULL, 2, pp,
+                N(LT_OP_mul, LT_F32, S(2, 3, 40000), NULL, 2, gp, lr));
+        lt_node *sq = N(LT_OP_mul, LT_F32, S(2, 3, 40000), NULL, 2,
+                        lt_node_retain(upd), lt_node_retain(upd));
+        lt_node *red = mode == 0
+            ? N(LT_OP_sum, LT_F32, S(0), &(lt_attrs){.n = 2, .i = {3, 0}}, 1, sq)
+            : N(LT_OP_sum, LT_F32, S(1, 3), &(lt_attrs){.n = 2, .i = {2, 0}}, 1, sq);
+        lt_node *rr[2] = {upd, red};
+        r = run(rr, 2, 1);
+        assert_int_equal(lt_program_n_kernels(r.p), 1);
+        assert_true(lt_program_output_donor(r.p, 0) >= 0);
+        assert_true(r.out[0] == pbuf);                 /* p overwritten */
+        double tot[3] = {0, 0, 0};
+        float *wb = malloc(NB * 4);
+        for (int i = 0; i < NB; i++) {
+            wb[i] = pb[i] - gb[i] * 0.125f;
+            tot[i / 40000] += (double)wb[i] * wb[i];
+        }
+        near(r.out[0]->data, wb, NB, 1e-6);
+        const float *got = r.out[1]->data;
+        if (mode == 0)
+            assert_true(fabs(got[0] - (tot[0] + tot[1] + tot[2])) <=
+                        1e-5 * (tot[0] + tot[1] + tot[2]));
+        else
+            for (int k = 0; k < 3; k++)
+                assert_true(fabs(got[k] - tot[k]) <= 1e-5 * tot[k]);
+        free(wb);
+        run_free(&r);
+    }
+    free(pb);
+    free(gb);
 }
 
 static void test_scratch_reuse(void **state)
@@ -476,6 +564,45 @@ static void test_softmax_primitives(void **state)
     run_free(&r);
 }
 
+/* device buffer cache (lazy/device.c): a freed block of >= 64 KiB is
+ * reused by the next allocation of the same size class; accounting counts
+ * live buffers only; small buffers are not cached. Under ASan the cache is
+ * off (every free must be seen), so pointer reuse is only checked without
+ * it. */
+static void test_buffer_cache(void **state)
+{
+    size_t base = lt_core_bytes_in_use(1);
+    lt_buffer *a, *b, *c;
+    assert_int_equal(lt_buffer_alloc(1, LT_F32, 300000, &a), LT_OK);
+    assert_int_equal(lt_core_bytes_in_use(1), base + 1200000);
+    memset(a->data, 0x5a, 1200000);
+    void *pa = a->data;
+    lt_buffer_release(a);
+    assert_int_equal(lt_core_bytes_in_use(1), base);
+    /* 299000 floats: same size class (1.19 MB rounds up like 1.2 MB) */
+    assert_int_equal(lt_buffer_alloc(1, LT_F32, 299000, &b), LT_OK);
+    assert_int_equal(lt_core_bytes_in_use(1), base + 1196000);
+#if !defined(__SANITIZE_ADDRESS__)
+    assert_ptr_equal(b->data, pa);
+#endif
+    /* a different class gets other memory, and is writable to its end */
+    assert_int_equal(lt_buffer_alloc(1, LT_I64, 400000, &c), LT_OK);
+    assert_ptr_not_equal(c->data, b->data);
+    memset(c->data, 1, 3200000);
+    ((char *)b->data)[1196000 - 1] = 7;
+    lt_buffer_release(b);
+    lt_buffer_release(c);
+    assert_int_equal(lt_core_bytes_in_use(1), base);
+    /* many sizes: the cache stays bounded and every buffer is usable */
+    for (int k = 1; k <= 80; k++) {
+        lt_buffer *t;
+        assert_int_equal(lt_buffer_alloc(1, LT_BOOL, 70000 * k, &t), LT_OK);
+        ((char *)t->data)[70000 * k - 1] = 1;
+        lt_buffer_release(t);
+    }
+    assert_int_equal(lt_core_bytes_in_use(1), base);
+}
+
 static int setup(void **state)
 {
     setenv("LAZYTPU_NUM_CORES", "2", 1);
@@ -493,6 +620,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cse_dce),
         cmocka_unit_test(test_chain_one_kernel),
+        cmocka_unit_test(test_broadcast_producer),
         cmocka_unit_test(test_reduce_fused),
         cmocka_unit_test(test_reduce_kinds),
         cmocka_unit_test(test_views),
@@ -500,6 +628,7 @@ int main(void)
         cmocka_unit_test(test_donation_alias),
         cmocka_unit_test(test_scratch_reuse),
         cmocka_unit_test(test_softmax_primitives),
+        cmocka_unit_test(test_buffer_cache),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,116 @@
+/*
+ * backend/fallback.cpp — the boxed CPU fallback for every aten op without a
+ * native lazytpu kernel.
+ *
+ * The op's device inputs are read back to the host (a value-read sync), the
+ * op runs on the CPU and results are copied back to the device. Each call
+ * counts `aten::<op>`; the first call of an op from a given Python frame is
+ * recorded in the report's "fallback" section with that frame, so a user sees
+ * which line of their model leaves the device.
+ */
+#include "lt_aten.h"
+
+#include <ATen/native/CPUFallback.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#include "lt_shim.h"
+
+#include <mutex>
+#include <set>
+#include <string>
+
+namespace lazytpu {
+namespace {
+
+std::mutex g_seen_mu;
+std::set<std::string> g_seen;   /* "op@frame" already noted */
+
+void lt_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
+  const c10::OperatorName &name = op.schema().operator_name();
+  lt_counter_inc_name(name.name.c_str(), 1);  /* "aten::add" */
+  std::string frame = current_caller();
+  std::string full = name.name + (name.overload_name.empty() ? "" : "." + name.overload_name);
+  std::string key = full + "@" + frame;
+  bool first;
+  {
+    std::lock_guard<std::mutex> g(g_seen_mu);
+    first = g_seen.size() < 4096 && g_seen.insert(key).second;
+  }
+  if (first) {
+    std::string line = full + " ran on the CPU (no lazytpu kernel), called from " +
+                       (frame.empty() ? std::string("<no Python frame>") : frame);
+    lt_metrics_note("fallback", line.c_str());
+  }
+  /* cpu_fallback moves Tensor and Tensor[] arguments to the CPU but not
+   * Tensor?[] (index, index_put indices): do those here. */
+  size_t nargs = op.schema().arguments().size();
+  for (size_t i = stack->size() - nargs; i < stack->size(); i++) {
+    c10::IValue &iv = (*stack)[i];
+    if (!iv.isOptionalTensorList()) continue;
+    c10::List<c10::optional<at::Tensor>> in = iv.toOptionalTensorList(), out;
+    for (size_t k = 0; k < in.size(); k++) {
+      c10::optional<at::Tensor> t = in.get(k);
+      if (t && t->defined() && t->device().type() == c10::DeviceType::PrivateUse1)
+        t = t->to(c10::Device(c10::DeviceType::CPU));
+      out.push_back(t);
+    }
+    iv = c10::IValue(out);
+  }
+  lt_set_caller(frame.empty() ? nullptr : frame.c_str());
+  try {
+    at::native::cpu_fallback(op, stack);
+  } catch (...) {
+    lt_set_caller(nullptr);
+    throw;
+  }
+  lt_set_caller(nullptr);
+}
+
+}  // namespace
+
+/* The same fallback in the form at::native::call_fallback_fn expects, for
+ * kernels that handle only some cases natively (e.g. transposed conv). */
+void cpu_fallback_boxed(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
+  lt_fallback(op, stack);
+}
+
+/* Structured aten ops without a lazytpu kernel do not reach the boxed
+ * fallback by themselves: PrivateUse1 gets their CompositeExplicitAutograd-
+ * NonFunctional kernel, which runs the op's meta function on device tensors
+ * (TensorIterator restrides them with as_strided, which device tensors
+ * refuse) and then calls the .out variant. Route them straight to the CPU
+ * fallback instead. Runs once, after every static registration is done. */
+void register_late_fallbacks() {
+  static torch::Library *lib = nullptr;
+  if (lib) return;
+  lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                           __FILE__, __LINE__);
+  auto &d = c10::Dispatcher::singleton();
+  for (const c10::OperatorName &name : d.getAllOpNames()) {
+    if (name.name.compare(0, 6, "aten::") != 0) continue;
+    auto op = d.findOp(name);
+    if (!op || !op->hasSchema()) continue;
+    if (op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;
+    if (!op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional))
+      continue;
+    std::string full = name.name.substr(6);
+    if (!name.overload_name.empty()) full += "." + name.overload_name;
+    lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&lt_fallback>());
+  }
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&lt_fallback>());
+}
+
+}  // namespace lazytpu
+
+namespace lazytpu {
+void register_functional_inplace();  /* functionalize.cpp */
+}
+
+void lazytpu_register_late(void) {
+  lazytpu::register_late_fallbacks();
+  lazytpu::register_functional_inplace();
+}

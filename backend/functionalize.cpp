@@ -1,0 +1,124 @@
+/*
+ * backend/functionalize.cpp — our Functionalize-key kernels for the in-place
+ * ops a training step runs (optimizer updates, gradient accumulation,
+ * zero_grad, ...).
+ *
+ * Why: in PyTorch 1.13 every in-place op on a functional tensor appends its
+ * new value to the tensor's FunctionalStorageImpl update list, and the list is
+ * only flushed when an *alias* of the storage needs syncing. A parameter
+ * updated with p.add_() every step, but never mutated through a view, keeps
+ * every past value alive: device memory and the core's live-tensor list grow
+ * each step. These kernels do what the generated ones do (unwrap, run the
+ * functional variant, replace + commit the wrapper's value) and then apply
+ * the storage's pending updates, which drops the old values.
+ */
+#include "lt_aten.h"
+
+#include <ATen/FunctionalStorageImpl.h>
+#include <ATen/FunctionalTensorWrapper.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/library.h>
+
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+namespace lazytpu {
+namespace {
+
+/* in-place op -> its functional variant ("add_.Tensor" -> "add.Tensor") */
+std::mutex g_mu;
+std::unordered_map<std::string, c10::OperatorHandle> g_functional;
+
+c10::OperatorHandle functional_of(const c10::OperatorHandle &op) {
+  const c10::OperatorName &n = op.operator_name();
+  std::string key = n.name + "." + n.overload_name;
+  std::lock_guard<std::mutex> g(g_mu);
+  auto it = g_functional.find(key);
+  if (it != g_functional.end()) return it->second;
+  std::string fname = n.name.substr(0, n.name.size() - 1);  /* drop the '_' */
+  auto h = c10::Dispatcher::singleton().findSchemaOrThrow(fname.c_str(), n.overload_name.c_str());
+  g_functional.emplace(key, h);
+  return h;
+}
+
+void inplace_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
+  size_t n = op.schema().arguments().size();
+  size_t base = stack->size() - n;
+  at::Tensor self = (*stack)[base].toTensor();
+  if (!at::functionalization::impl::isFunctionalTensor(self)) {
+    /* a plain tensor (e.g. CPU) mutated with functional arguments: unwrap
+     * them and run the in-place op below functionalization */
+    for (size_t i = base; i < stack->size(); i++) {
+      c10::IValue &v = (*stack)[i];
+      if (v.isTensor() && at::functionalization::impl::isFunctionalTensor(v.toTensor())) {
+        at::functionalization::impl::sync(v.toTensor());
+        v = at::functionalization::impl::from_functional_tensor(v.toTensor());
+      }
+    }
+    c10::impl::ExcludeDispatchKeyGuard g(c10::DispatchKey::Functionalize);
+    op.callBoxed(stack);
+    return;
+  }
+  for (size_t i = base; i < stack->size(); i++) {
+    c10::IValue &v = (*stack)[i];
+    if (v.isTensor() && at::functionalization::impl::isFunctionalTensor(v.toTensor())) {
+      at::functionalization::impl::sync(v.toTensor());
+      v = at::functionalization::impl::from_functional_tensor(v.toTensor());
+    }
+  }
+  c10::OperatorHandle fop = functional_of(op);
+  {
+    c10::impl::ExcludeDispatchKeyGuard g(c10::DispatchKey::Functionalize);
+    fop.callBoxed(stack);
+  }
+  at::Tensor out = stack->back().toTensor();
+  stack->pop_back();
+  at::functionalization::impl::replace_(self, out);
+  at::functionalization::impl::commit_update(self);
+  at::functionalization::impl::sync(self);
+  /* flush the storage's update list (see the file comment) */
+  auto *w = at::functionalization::impl::unsafeGetFunctionalWrapper(self);
+  static_cast<at::functionalization::FunctionalStorageImpl *>(
+      w->storage().unsafeGetStorageImpl())->apply_updates();
+  stack->push_back(self);
+}
+
+/* in-place ops whose functional variant we run natively */
+const char *const kInplace[] = {
+    "add_.Tensor", "add_.Scalar", "sub_.Tensor", "sub_.Scalar", "mul_.Tensor", "mul_.Scalar",
+    "div_.Tensor", "div_.Scalar", "addcmul_", "addcdiv_", "lerp_.Scalar", "lerp_.Tensor",
+    "zero_", "fill_.Scalar", "fill_.Tensor", "clamp_", "clamp_min_", "clamp_max_", "relu_",
+    "sqrt_", "neg_", "exp_", "sigmoid_", "tanh_", "masked_fill_.Scalar", "threshold_",
+    "leaky_relu_", "hardtanh_", "pow_.Scalar", "abs_", "reciprocal_", "rsqrt_",
+    "bernoulli_.float", "uniform_", "index_put_", "copy_",
+};
+
+struct SilentWarnings : c10::WarningHandler {
+  void process(const c10::SourceLocation &, const std::string &, const bool) override {}
+};
+
+}  // namespace
+
+/* Called once from the module init (after every static registration). */
+void register_functional_inplace() {
+  static torch::Library *lib = nullptr;
+  if (lib) return;
+  SilentWarnings silent;
+  c10::Warning::WarningHandlerGuard guard(&silent);  /* "overriding a kernel" */
+  lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::Functionalize,
+                           __FILE__, __LINE__);
+  auto &d = c10::Dispatcher::singleton();
+  for (const char *full : kInplace) {
+    std::string s(full);
+    auto dot = s.find('.');
+    std::string name = "aten::" + s.substr(0, dot);
+    std::string ov = dot == std::string::npos ? "" : s.substr(dot + 1);
+    std::string fname = name.substr(0, name.size() - 1);
+    if (!d.findSchema({name, ov}) || !d.findSchema({fname, ov})) continue;
+    lib->impl(full, torch::CppFunction::makeFromBoxedFunction<&inplace_kernel>());
+  }
+}
+
+}  // namespace lazytpu

@@ -1,0 +1,267 @@
+/*
+ * backend/module.cpp — the Python extension lazytpu._C (plain CPython API).
+ *
+ * Exposes the C core's step, metrics and rng functions to python/lazytpu.
+ * Tensor-level helpers live in the dispatcher as torch.ops.lazytpu.* (see
+ * debug_ops.cpp), so this file needs no libtorch_python. Errors from the core
+ * become RuntimeError with lt_last_error().
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "lazytpu.h"
+#include "lt_shim.h"
+
+namespace {
+
+PyObject *raise_status(lt_status st) {
+  const char *m = lt_last_error();
+  PyErr_SetString(PyExc_RuntimeError, (m && *m) ? m : "lazytpu: error");
+  return nullptr;
+}
+
+PyObject *take_cstr(char *s) {
+  if (!s) Py_RETURN_NONE;
+  PyObject *o = PyUnicode_FromString(s);
+  free(s);
+  return o;
+}
+
+/* "file.py:42 in fn" of the innermost frame outside torch and lazytpu. */
+std::string python_caller(void) {
+  if (!Py_IsInitialized()) return std::string();
+  PyGILState_STATE g = PyGILState_Ensure();
+  std::string out;
+  PyFrameObject *f = PyEval_GetFrame();
+  if (f) Py_INCREF(f);
+  int depth = 0;
+  while (f && depth++ < 64) {
+    PyCodeObject *code = PyFrame_GetCode(f);
+    const char *file = PyUnicode_AsUTF8(code->co_filename);
+    bool internal = file && (strstr(file, "/torch/") || strstr(file, "/lazytpu/") ||
+                             strstr(file, "<frozen"));
+    if (file && !internal) {
+      const char *name = PyUnicode_AsUTF8(code->co_name);
+      const char *base = strrchr(file, '/');
+      out = std::string(base ? base + 1 : file) + ":" +
+            std::to_string(PyFrame_GetLineNumber(f)) + " in " + (name ? name : "?");
+      Py_DECREF(code);
+      break;
+    }
+    Py_DECREF(code);
+    PyFrameObject *back = PyFrame_GetBack(f);
+    Py_DECREF(f);
+    f = back;
+  }
+  if (f) Py_DECREF(f);
+  if (PyErr_Occurred()) PyErr_Clear();
+  PyGILState_Release(g);
+  return out;
+}
+
+PyObject *py_init(PyObject *, PyObject *) {
+  lt_status st = lt_init();
+  if (st != LT_OK) return raise_status(st);
+  Py_RETURN_NONE;
+}
+
+PyObject *py_num_cores(PyObject *, PyObject *) {
+  lt_init();
+  return PyLong_FromLong(lt_num_cores());
+}
+
+PyObject *py_bf16_mode(PyObject *, PyObject *) {
+  lt_init();
+  return PyBool_FromLong(lt_bf16_mode());
+}
+
+PyObject *py_used_cores(PyObject *, PyObject *) {
+  uint32_t m = lazytpu_used_cores_mask();
+  PyObject *l = PyList_New(0);
+  for (int i = 0; i < 32; i++)
+    if (m & (1u << i)) {
+      PyObject *v = PyLong_FromLong(i);
+      PyList_Append(l, v);
+      Py_DECREF(v);
+    }
+  return l;
+}
+
+/* sync_core(core, cause, wait): core -1 = every core that has tensors. */
+PyObject *py_sync(PyObject *, PyObject *args) {
+  int core, cause, wait;
+  const char *caller = nullptr;
+  if (!PyArg_ParseTuple(args, "iii|z", &core, &cause, &wait, &caller)) return nullptr;
+  if (cause < 0 || cause >= LT_NUM_SYNC_CAUSES) {
+    PyErr_SetString(PyExc_ValueError, "lazytpu: bad sync cause");
+    return nullptr;
+  }
+  lt_set_caller(caller);
+  lt_status st = LT_OK;
+  Py_BEGIN_ALLOW_THREADS
+  if (core >= 0) {
+    st = lt_sync_core(core, (lt_sync_cause)cause, wait);
+  } else {
+    /* every core that holds tensors; the core counts MarkStep per core
+     * synced, a user's mark_step is one step */
+    uint32_t m = lazytpu_used_cores_mask();
+    int synced = 0;
+    for (int i = 0; i < 32 && st == LT_OK; i++)
+      if ((m & (1u << i)) && lt_live_tensors(i) > 0) {
+        st = lt_sync_core(i, (lt_sync_cause)cause, wait);
+        synced++;
+      }
+    if (synced == 0 && st == LT_OK) {
+      st = lt_sync_core(0, (lt_sync_cause)cause, wait);  /* count the step anyway */
+      synced = 1;
+    }
+    if (cause == LT_SYNC_MARK_STEP && synced > 1) lt_counter_inc_name("MarkStep", 1 - synced);
+  }
+  Py_END_ALLOW_THREADS
+  lt_set_caller(nullptr);
+  if (st != LT_OK) return raise_status(st);
+  Py_RETURN_NONE;
+}
+
+PyObject *py_wait(PyObject *, PyObject *args) {
+  int core = -1;
+  if (!PyArg_ParseTuple(args, "|i", &core)) return nullptr;
+  lt_status st;
+  Py_BEGIN_ALLOW_THREADS
+  st = lt_wait(core);
+  Py_END_ALLOW_THREADS
+  if (st != LT_OK) return raise_status(st);
+  Py_RETURN_NONE;
+}
+
+PyObject *py_set_caller(PyObject *, PyObject *args) {
+  const char *s = nullptr;
+  if (!PyArg_ParseTuple(args, "z", &s)) return nullptr;
+  lt_set_caller(s);
+  Py_RETURN_NONE;
+}
+
+PyObject *py_live_tensors(PyObject *, PyObject *args) {
+  int core = 0;
+  if (!PyArg_ParseTuple(args, "|i", &core)) return nullptr;
+  return PyLong_FromLongLong(lt_live_tensors(core));
+}
+
+PyObject *py_metrics_report(PyObject *, PyObject *) { return take_cstr(lt_metrics_report()); }
+PyObject *py_metrics_json(PyObject *, PyObject *) { return take_cstr(lt_metrics_json()); }
+PyObject *py_counter_names(PyObject *, PyObject *) { return take_cstr(lt_counter_names()); }
+PyObject *py_metric_names(PyObject *, PyObject *) { return take_cstr(lt_metric_names()); }
+
+PyObject *py_counter_value(PyObject *, PyObject *args) {
+  const char *name;
+  if (!PyArg_ParseTuple(args, "s", &name)) return nullptr;
+  return PyLong_FromLongLong(lt_counter_value(name));
+}
+
+PyObject *py_counter_inc(PyObject *, PyObject *args) {
+  const char *name;
+  long long d = 1;
+  if (!PyArg_ParseTuple(args, "s|L", &name, &d)) return nullptr;
+  lt_counter_inc_name(name, d);
+  Py_RETURN_NONE;
+}
+
+PyObject *py_metric_data(PyObject *, PyObject *args) {
+  const char *name;
+  if (!PyArg_ParseTuple(args, "s", &name)) return nullptr;
+  int64_t n = 0;
+  double acc = 0;
+  if (lt_metric_data(name, &n, &acc) != 0) Py_RETURN_NONE;
+  return Py_BuildValue("(Ld)", (long long)n, acc);
+}
+
+PyObject *py_metric_add(PyObject *, PyObject *args) {
+  const char *name;
+  int unit;
+  double v;
+  if (!PyArg_ParseTuple(args, "sid", &name, &unit, &v)) return nullptr;
+  lt_metric_add(lt_metric_get(name, (lt_metric_unit)unit), v);
+  Py_RETURN_NONE;
+}
+
+PyObject *py_metrics_note(PyObject *, PyObject *args) {
+  const char *section, *line;
+  if (!PyArg_ParseTuple(args, "ss", &section, &line)) return nullptr;
+  lt_metrics_note(section, line);
+  Py_RETURN_NONE;
+}
+
+PyObject *py_clear_all(PyObject *, PyObject *) {
+  lt_metrics_clear_all();
+  Py_RETURN_NONE;
+}
+
+PyObject *py_set_rng_state(PyObject *, PyObject *args) {
+  unsigned long long seed;
+  int core = 0;
+  if (!PyArg_ParseTuple(args, "K|i", &seed, &core)) return nullptr;
+  lazytpu_rng_set_state(core, seed);
+  Py_RETURN_NONE;
+}
+
+PyObject *py_get_rng_state(PyObject *, PyObject *args) {
+  int core = 0;
+  if (!PyArg_ParseTuple(args, "|i", &core)) return nullptr;
+  return PyLong_FromUnsignedLongLong(lazytpu_rng_get_state(core));
+}
+
+PyObject *py_caller(PyObject *, PyObject *) {
+  return PyUnicode_FromString(python_caller().c_str());
+}
+
+PyMethodDef methods[] = {
+    {"_init", py_init, METH_NOARGS, "Initialise the core (idempotent)."},
+    {"num_cores", py_num_cores, METH_NOARGS, "Number of simulated cores."},
+    {"bf16_mode", py_bf16_mode, METH_NOARGS, "1 when f32 is stored as bf16."},
+    {"used_cores", py_used_cores, METH_NOARGS, "Cores that hold tensors."},
+    {"sync", py_sync, METH_VARARGS, "sync(core, cause, wait[, caller])."},
+    {"wait", py_wait, METH_VARARGS, "wait(core=-1): wait for queued programs."},
+    {"set_caller", py_set_caller, METH_VARARGS, "Set the caller frame string."},
+    {"live_tensors", py_live_tensors, METH_VARARGS, "Live tensors on a core."},
+    {"metrics_report", py_metrics_report, METH_NOARGS, "Text metrics report."},
+    {"metrics_json", py_metrics_json, METH_NOARGS, "JSON metrics dump."},
+    {"counter_names", py_counter_names, METH_NOARGS, "Newline-separated names."},
+    {"metric_names", py_metric_names, METH_NOARGS, "Newline-separated names."},
+    {"counter_value", py_counter_value, METH_VARARGS, "Counter value (0 if absent)."},
+    {"counter_inc", py_counter_inc, METH_VARARGS, "Increment a counter."},
+    {"metric_data", py_metric_data, METH_VARARGS, "(samples, accumulator) or None."},
+    {"metric_add", py_metric_add, METH_VARARGS, "metric_add(name, unit, value)."},
+    {"metrics_note", py_metrics_note, METH_VARARGS, "Append an analysis line."},
+    {"clear_all", py_clear_all, METH_NOARGS, "Reset all counters and metrics."},
+    {"set_rng_state", py_set_rng_state, METH_VARARGS, "set_rng_state(seed, core=0)."},
+    {"get_rng_state", py_get_rng_state, METH_VARARGS, "get_rng_state(core=0)."},
+    {"caller", py_caller, METH_NOARGS, "The user frame as the shim sees it."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "lazytpu._C",
+                      "lazytpu C extension: the PyTorch PrivateUse1 backend.", -1,
+                      methods};
+
+}  // namespace
+
+extern "C" PyMODINIT_FUNC PyInit__C(void) {
+  lt_status st = lt_init();
+  if (st != LT_OK) return raise_status(st);
+  lazytpu_set_caller_hook(python_caller);
+  lazytpu_register_late();
+  PyObject *m = PyModule_Create(&moddef);
+  if (!m) return nullptr;
+  PyModule_AddIntConstant(m, "SYNC_MARK_STEP", LT_SYNC_MARK_STEP);
+  PyModule_AddIntConstant(m, "SYNC_OPTIMIZER_STEP", LT_SYNC_OPTIMIZER_STEP);
+  PyModule_AddIntConstant(m, "SYNC_LOADER_STEP", LT_SYNC_LOADER_STEP);
+  PyModule_AddIntConstant(m, "SYNC_VALUE_READ", LT_SYNC_VALUE_READ);
+  PyModule_AddIntConstant(m, "SYNC_EXPLICIT", LT_SYNC_EXPLICIT);
+  PyModule_AddIntConstant(m, "UNIT_NS", LT_UNIT_NS);
+  PyModule_AddIntConstant(m, "UNIT_BYTES", LT_UNIT_BYTES);
+  PyModule_AddIntConstant(m, "UNIT_COUNT", LT_UNIT_COUNT);
+  return m;
+}

@@ -1,0 +1,568 @@
+/*
+ * backend/ops_nn.cpp — neural-network kernels: softmax, convolution, pooling,
+ * batch/layer norm (as reductions + elementwise), losses, dropout and the
+ * random ops (counter-based rand_uniform keyed by a per-core seed).
+ *
+ * Batch norm: PyTorch 1.13 does not write running stats back for a
+ * functionalized backend, so native_batch_norm updates running_mean/var itself
+ * (lt_tensor_assign into the tensors the module holds).
+ */
+#include "lt_aten.h"
+#include "lt_register.h"
+
+#include <ATen/native/CPUFallback.h>
+#include <ATen/ops/convolution_backward_ops.h>
+#include <ATen/ops/convolution_ops.h>
+
+#include <cmath>
+
+namespace lazytpu {
+
+void cpu_fallback_boxed(const c10::OperatorHandle &op, torch::jit::Stack *stack);
+
+namespace {
+
+/* Convolutions the device kernels do not cover (transposed, 3d) run on the
+ * CPU fallback (counted as aten::convolution*). */
+bool conv_native(const at::Tensor &input, bool transposed) {
+  return !transposed && (input.dim() == 3 || input.dim() == 4);
+}
+
+int64_t wrapd(int64_t d, int64_t nd) { return c10::maybe_wrap_dim(d, nd); }
+
+/* ------------------------------------------------------------- softmax */
+
+at::Tensor softmax_like(lt_op op, const at::Tensor &self, int64_t dim) {
+  lt_tensor *x = handle_of(self);
+  int nd = lt_tensor_shape(x)->ndim;
+  lt_attrs a = attrs_of({nd ? wrapd(dim, nd) : 0});
+  return wrap(trace(op, {x}, &a));
+}
+at::Tensor lt_log_softmax(const at::Tensor &self, int64_t dim, bool half_to_float) {
+  return softmax_like(LT_OP_log_softmax, self, dim);
+}
+at::Tensor lt_softmax(const at::Tensor &self, int64_t dim, bool half_to_float) {
+  return softmax_like(LT_OP_softmax, self, dim);
+}
+at::Tensor softmax_bwd(lt_op op, const at::Tensor &grad, const at::Tensor &output, int64_t dim) {
+  int core = common_core({&grad, &output});
+  Ref g = operand(grad, core), o = operand(output, core);
+  int nd = o.ndim();
+  lt_attrs a = attrs_of({nd ? wrapd(dim, nd) : 0});
+  return wrap(trace(op, {g.get(), o.get()}, &a));
+}
+at::Tensor lt_log_softmax_backward(const at::Tensor &grad, const at::Tensor &output,
+                                   int64_t dim, at::ScalarType input_dtype) {
+  return softmax_bwd(LT_OP_log_softmax_backward, grad, output, dim);
+}
+at::Tensor lt_softmax_backward(const at::Tensor &grad, const at::Tensor &output, int64_t dim,
+                               at::ScalarType input_dtype) {
+  return softmax_bwd(LT_OP_softmax_backward, grad, output, dim);
+}
+
+/* --------------------------------------------------------- convolution */
+
+int64_t at2(at::IntArrayRef v, size_t i, int64_t dflt) {
+  if (v.empty()) return dflt;
+  return v.size() == 1 ? v[0] : v[i];
+}
+
+struct ConvGeom {
+  bool is1d;
+  std::vector<int64_t> attrs;  /* sh, sw, ph, pw, dh, dw, groups */
+};
+
+ConvGeom conv_geom(const at::Tensor &input, at::IntArrayRef stride, at::IntArrayRef padding,
+                   at::IntArrayRef dilation, bool transposed, int64_t groups) {
+  TORCH_CHECK(!transposed, "lazytpu: transposed convolution is not supported on the device");
+  TORCH_CHECK(input.dim() == 4 || input.dim() == 3, "lazytpu: convolution supports 1d/2d "
+              "inputs ([N, C, L] or [N, C, H, W]), got input of sizes ", input.sizes());
+  ConvGeom g;
+  g.is1d = input.dim() == 3;
+  if (g.is1d)
+    g.attrs = {1, at2(stride, 0, 1), 0, at2(padding, 0, 0), 1, at2(dilation, 0, 1), groups};
+  else
+    g.attrs = {at2(stride, 0, 1), at2(stride, 1, 1), at2(padding, 0, 0), at2(padding, 1, 0),
+               at2(dilation, 0, 1), at2(dilation, 1, 1), groups};
+  return g;
+}
+
+Ref to2d(lt_tensor *x) {  /* [N, C, L] -> [N, C, 1, L] */
+  const lt_shape *s = lt_tensor_shape(x);
+  return reshape(x, {s->dims[0], s->dims[1], 1, s->dims[2]});
+}
+Ref from2d(lt_tensor *x) {  /* [N, C, 1, L] -> [N, C, L] */
+  const lt_shape *s = lt_tensor_shape(x);
+  return reshape(x, {s->dims[0], s->dims[1], s->dims[3]});
+}
+
+at::Tensor lt_convolution(const at::Tensor &input, const at::Tensor &weight,
+                          const c10::optional<at::Tensor> &bias, at::IntArrayRef stride,
+                          at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
+                          at::IntArrayRef output_padding, int64_t groups) {
+  if (!conv_native(input, transposed))
+    return at::native::call_fallback_fn<&cpu_fallback_boxed, at::_ops::convolution>::call(
+        input, weight, bias, stride, padding, dilation, transposed, output_padding, groups);
+  bool hb = bias && bias->defined();
+  int core = common_core({&input, &weight, hb ? &*bias : nullptr});
+  ConvGeom g = conv_geom(input, stride, padding, dilation, transposed, groups);
+  TORCH_CHECK(weight.dim() == input.dim(), "Expected ", input.dim(), "-dimensional weight for ",
+              input.dim(), "-dimensional input ", input.sizes(), ", but got ", weight.dim(),
+              "-dimensional weight of size ", weight.sizes());
+  Ref x = operand(input, core), w = operand(weight, core);
+  if (g.is1d) { x = to2d(x.get()); w = to2d(w.get()); }
+  lt_attrs a = attrs_vec(g.attrs);
+  Ref y = trace(LT_OP_conv2d, {x.get(), w.get()}, &a);
+  if (hb) {
+    Ref b = operand(*bias, core);
+    Ref b4 = reshape(b.get(), {1, weight.size(0), 1, 1});
+    y = trace(LT_OP_add, {y.get(), b4.get()});
+  }
+  if (g.is1d) y = from2d(y.get());
+  return wrap(std::move(y));
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_convolution_backward(
+    const at::Tensor &grad_output, const at::Tensor &input, const at::Tensor &weight,
+    at::OptionalSymIntArrayRef bias_sizes, at::IntArrayRef stride, at::IntArrayRef padding,
+    at::IntArrayRef dilation, bool transposed, at::IntArrayRef output_padding, int64_t groups,
+    std::array<bool, 3> mask) {
+  if (!conv_native(input, transposed))
+    return at::native::call_fallback_fn_symint<&cpu_fallback_boxed, at::_ops::convolution_backward>::call(
+        grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
+        output_padding, groups, mask);
+  int core = common_core({&grad_output, &input, &weight});
+  ConvGeom g = conv_geom(input, stride, padding, dilation, transposed, groups);
+  Ref go = operand(grad_output, core), x = operand(input, core), w = operand(weight, core);
+  if (g.is1d) { go = to2d(go.get()); x = to2d(x.get()); w = to2d(w.get()); }
+  at::Tensor gi, gw, gb;
+  if (mask[0]) {
+    std::vector<int64_t> at = g.attrs;
+    at.push_back(x.shape().dims[2]);
+    at.push_back(x.shape().dims[3]);
+    lt_attrs a = attrs_vec(at);
+    Ref r = trace(LT_OP_conv2d_backward_input, {go.get(), w.get()}, &a);
+    gi = wrap(g.is1d ? from2d(r.get()) : std::move(r));
+  }
+  if (mask[1]) {
+    std::vector<int64_t> at = g.attrs;
+    at.push_back(w.shape().dims[2]);
+    at.push_back(w.shape().dims[3]);
+    lt_attrs a = attrs_vec(at);
+    Ref r = trace(LT_OP_conv2d_backward_weight, {go.get(), x.get()}, &a);
+    gw = wrap(g.is1d ? from2d(r.get()) : std::move(r));
+  }
+  if (mask[2]) gb = wrap(reduce(LT_OP_sum, go.get(), {0, 2, 3}, false));
+  return std::make_tuple(gi, gw, gb);
+}
+
+/* ------------------------------------------------------------- pooling */
+
+void check_pool_input(const at::Tensor &x, const char *op) {
+  TORCH_CHECK(x.dim() == 3 || x.dim() == 4, op, ": Expected 3D or 4D (batch mode) tensor "
+              "for input, but got: ", x.sizes());
+}
+
+lt_attrs maxpool_attrs(at::IntArrayRef k, at::IntArrayRef s, at::IntArrayRef p,
+                       at::IntArrayRef d, bool ceil) {
+  int64_t kh = at2(k, 0, 1), kw = at2(k, 1, 1);
+  return attrs_of({kh, kw, at2(s, 0, kh), at2(s, 1, kw), at2(p, 0, 0), at2(p, 1, 0),
+                   at2(d, 0, 1), at2(d, 1, 1), ceil ? 1 : 0});
+}
+
+std::tuple<at::Tensor, at::Tensor> lt_max_pool2d_with_indices(
+    const at::Tensor &self, at::IntArrayRef k, at::IntArrayRef s, at::IntArrayRef p,
+    at::IntArrayRef d, bool ceil) {
+  check_pool_input(self, "max_pool2d");
+  lt_tensor *x = handle_of(self);
+  lt_attrs a = maxpool_attrs(k, s, p, d, ceil);
+  return std::make_tuple(wrap(trace(LT_OP_max_pool2d, {x}, &a)),
+                         wrap(trace(LT_OP_max_pool2d_indices, {x}, &a)));
+}
+at::Tensor lt_max_pool2d_backward(const at::Tensor &grad, const at::Tensor &self,
+                                  at::IntArrayRef k, at::IntArrayRef s, at::IntArrayRef p,
+                                  at::IntArrayRef d, bool ceil, const at::Tensor &indices) {
+  int core = common_core({&grad, &self});
+  Ref g = operand(grad, core), x = operand(self, core);
+  lt_attrs a = maxpool_attrs(k, s, p, d, ceil);
+  return wrap(trace(LT_OP_max_pool2d_backward, {g.get(), x.get()}, &a));
+}
+
+lt_attrs avgpool_attrs(at::IntArrayRef k, at::IntArrayRef s, at::IntArrayRef p, bool ceil,
+                       bool cip, c10::optional<int64_t> div) {
+  int64_t kh = at2(k, 0, 1), kw = at2(k, 1, 1);
+  TORCH_CHECK(!div || *div != 0, "divisor must be not zero");
+  return attrs_of({kh, kw, at2(s, 0, kh), at2(s, 1, kw), at2(p, 0, 0), at2(p, 1, 0),
+                   ceil ? 1 : 0, cip ? 1 : 0, div.value_or(0)});
+}
+at::Tensor lt_avg_pool2d(const at::Tensor &self, at::IntArrayRef k, at::IntArrayRef s,
+                         at::IntArrayRef p, bool ceil, bool cip, c10::optional<int64_t> div) {
+  check_pool_input(self, "avg_pool2d");
+  lt_attrs a = avgpool_attrs(k, s, p, ceil, cip, div);
+  return wrap(trace(LT_OP_avg_pool2d, {handle_of(self)}, &a));
+}
+at::Tensor lt_avg_pool2d_backward(const at::Tensor &grad, const at::Tensor &self,
+                                  at::IntArrayRef k, at::IntArrayRef s, at::IntArrayRef p,
+                                  bool ceil, bool cip, c10::optional<int64_t> div) {
+  int core = common_core({&grad, &self});
+  Ref g = operand(grad, core), x = operand(self, core);
+  lt_attrs a = avgpool_attrs(k, s, p, ceil, cip, div);
+  return wrap(trace(LT_OP_avg_pool2d_backward, {g.get(), x.get()}, &a));
+}
+at::Tensor lt_adaptive_avg_pool2d(const at::Tensor &self, c10::SymIntArrayRef output_size) {
+  check_pool_input(self, "adaptive_avg_pool2d");
+  std::vector<int64_t> os = sym_to_ints(output_size);
+  TORCH_CHECK(os.size() == 2, "adaptive_avg_pool2d: output_size must be 2");
+  lt_attrs a = attrs_of({os[0], os[1]});
+  return wrap(trace(LT_OP_adaptive_avg_pool2d, {handle_of(self)}, &a));
+}
+at::Tensor lt_adaptive_avg_pool2d_backward(const at::Tensor &grad, const at::Tensor &self) {
+  int core = common_core({&grad, &self});
+  Ref g = operand(grad, core), x = operand(self, core);
+  int nd = g.ndim();
+  lt_attrs a = attrs_of({g.shape().dims[nd - 2], g.shape().dims[nd - 1]});
+  return wrap(trace(LT_OP_adaptive_avg_pool2d_backward, {g.get(), x.get()}, &a));
+}
+
+/* ---------------------------------------------------------- batch norm */
+
+std::vector<int64_t> bn_reduce_dims(int nd) {
+  std::vector<int64_t> d{0};
+  for (int i = 2; i < nd; i++) d.push_back(i);
+  return d;
+}
+std::vector<int64_t> bn_bshape(int nd, int64_t c) {
+  std::vector<int64_t> s(nd, 1);
+  s[1] = c;
+  return s;
+}
+Ref opt_operand(const c10::optional<at::Tensor> &t, int core) {
+  if (!t || !t->defined()) return Ref();
+  return operand(*t, core);
+}
+Ref add_eps_rsqrt(lt_tensor *var, double eps) {
+  Ref e = scalar(lt_tensor_core(var), eps);
+  return trace(LT_OP_rsqrt, {trace(LT_OP_add, {var, e.get()}).get()});
+}
+/* x * (1 - m) + y * m */
+Ref ema(lt_tensor *x, lt_tensor *y, double m) {
+  return trace(LT_OP_add, {mul_scalar(x, 1.0 - m).get(), mul_scalar(y, m).get()});
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_native_batch_norm(
+    const at::Tensor &input, const c10::optional<at::Tensor> &weight,
+    const c10::optional<at::Tensor> &bias, const c10::optional<at::Tensor> &running_mean,
+    const c10::optional<at::Tensor> &running_var, bool training, double momentum, double eps) {
+  int core = common_core({&input});
+  TORCH_CHECK(input.dim() >= 2, "batch_norm: expected at least 2D input (got ", input.dim(),
+              "D input)");
+  Ref x = operand(input, core);
+  int nd = x.ndim();
+  int64_t c = x.shape().dims[1];
+  std::vector<int64_t> dims = bn_reduce_dims(nd), bs = bn_bshape(nd, c);
+  Ref w = opt_operand(weight, core), b = opt_operand(bias, core);
+  Ref rm = opt_operand(running_mean, core), rv = opt_operand(running_var, core);
+  Ref mean, invstd, xc;
+  if (training) {
+    mean = reduce(LT_OP_mean, x.get(), dims, false);
+    xc = trace(LT_OP_sub, {x.get(), reshape(mean.get(), bs).get()});
+    Ref var = reduce(LT_OP_mean, trace(LT_OP_mul, {xc.get(), xc.get()}).get(), dims, false);
+    invstd = add_eps_rsqrt(var.get(), eps);
+    int64_t n = lt_shape_numel(&x.shape()) / (c ? c : 1);
+    if (rm) check(lt_tensor_assign(rm.get(), cast(ema(rm.get(), mean.get(), momentum).get(),
+                                                  rm.dtype()).get()));
+    if (rv) {
+      Ref unbiased = mul_scalar(var.get(), n > 1 ? (double)n / (double)(n - 1) : 1.0);
+      check(lt_tensor_assign(rv.get(), cast(ema(rv.get(), unbiased.get(), momentum).get(),
+                                            rv.dtype()).get()));
+    }
+  } else {
+    TORCH_CHECK(rm && rv, "running_mean and running_var must be defined in evaluation mode");
+    mean = fresh(Ref::borrow(rm.get()), {rm.get()});
+    invstd = add_eps_rsqrt(rv.get(), eps);
+    xc = trace(LT_OP_sub, {x.get(), reshape(mean.get(), bs).get()});
+  }
+  Ref y = trace(LT_OP_mul, {xc.get(), reshape(invstd.get(), bs).get()});
+  if (w) y = trace(LT_OP_mul, {y.get(), reshape(w.get(), bs).get()});
+  if (b) y = trace(LT_OP_add, {y.get(), reshape(b.get(), bs).get()});
+  return std::make_tuple(wrap(std::move(y)), wrap(std::move(mean)), wrap(std::move(invstd)));
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_native_batch_norm_backward(
+    const at::Tensor &grad_out, const at::Tensor &input, const c10::optional<at::Tensor> &weight,
+    const c10::optional<at::Tensor> &running_mean, const c10::optional<at::Tensor> &running_var,
+    const c10::optional<at::Tensor> &save_mean, const c10::optional<at::Tensor> &save_invstd,
+    bool train, double eps, std::array<bool, 3> mask) {
+  int core = common_core({&grad_out, &input});
+  Ref g = operand(grad_out, core), x = operand(input, core);
+  int nd = x.ndim();
+  int64_t c = x.shape().dims[1];
+  std::vector<int64_t> dims = bn_reduce_dims(nd), bs = bn_bshape(nd, c);
+  Ref w = opt_operand(weight, core);
+  Ref mean, invstd;
+  if (train) {
+    mean = opt_operand(save_mean, core);
+    invstd = opt_operand(save_invstd, core);
+  } else {
+    mean = opt_operand(running_mean, core);
+    Ref rv = opt_operand(running_var, core);
+    TORCH_CHECK(mean && rv, "batch_norm backward: running stats must be defined in eval mode");
+    invstd = add_eps_rsqrt(rv.get(), eps);
+  }
+  TORCH_CHECK(mean && invstd, "batch_norm backward: saved statistics are missing");
+  Ref xhat = trace(LT_OP_mul, {trace(LT_OP_sub, {x.get(), reshape(mean.get(), bs).get()}).get(),
+                               reshape(invstd.get(), bs).get()});
+  Ref gsum = reduce(LT_OP_sum, g.get(), dims, false);
+  Ref gxsum = reduce(LT_OP_sum, trace(LT_OP_mul, {g.get(), xhat.get()}).get(), dims, false);
+  at::Tensor gi, gw, gb;
+  if (mask[0]) {
+    Ref scale = w ? trace(LT_OP_mul, {invstd.get(), w.get()}) : Ref::borrow(invstd.get());
+    Ref scale_b = reshape(scale.get(), bs);
+    if (train) {
+      int64_t n = lt_shape_numel(&x.shape()) / (c ? c : 1);
+      double inv_n = n ? 1.0 / (double)n : 0.0;
+      Ref t1 = mul_scalar(reshape(gsum.get(), bs).get(), inv_n);
+      Ref t2 = trace(LT_OP_mul, {xhat.get(), mul_scalar(reshape(gxsum.get(), bs).get(), inv_n).get()});
+      Ref d = trace(LT_OP_sub, {trace(LT_OP_sub, {g.get(), t1.get()}).get(), t2.get()});
+      gi = wrap(trace(LT_OP_mul, {d.get(), scale_b.get()}));
+    } else {
+      gi = wrap(trace(LT_OP_mul, {g.get(), scale_b.get()}));
+    }
+  }
+  if (mask[1]) gw = wrap(std::move(gxsum));
+  if (mask[2]) gb = wrap(std::move(gsum));
+  return std::make_tuple(gi, gw, gb);
+}
+
+/* ---------------------------------------------------------- layer norm */
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_native_layer_norm(
+    const at::Tensor &input, c10::SymIntArrayRef normalized_shape,
+    const c10::optional<at::Tensor> &weight, const c10::optional<at::Tensor> &bias, double eps) {
+  int core = common_core({&input});
+  std::vector<int64_t> ns = sym_to_ints(normalized_shape);
+  int64_t nd = input.dim(), k = (int64_t)ns.size();
+  TORCH_CHECK(k >= 1 && k <= nd && input.sizes().slice(nd - k).vec() == ns,
+              "Given normalized_shape=", c10::IntArrayRef(ns), ", expected input with shape "
+              "[*, ", c10::IntArrayRef(ns), "], but got input of size", input.sizes());
+  std::vector<int64_t> dims;
+  for (int64_t i = nd - k; i < nd; i++) dims.push_back(i);
+  Ref x = operand(input, core);
+  Ref mean = reduce(LT_OP_mean, x.get(), dims, true);
+  Ref xc = trace(LT_OP_sub, {x.get(), mean.get()});
+  Ref var = reduce(LT_OP_mean, trace(LT_OP_mul, {xc.get(), xc.get()}).get(), dims, true);
+  Ref rstd = add_eps_rsqrt(var.get(), eps);
+  Ref y = trace(LT_OP_mul, {xc.get(), rstd.get()});
+  Ref w = opt_operand(weight, core), b = opt_operand(bias, core);
+  if (w) y = trace(LT_OP_mul, {y.get(), w.get()});
+  if (b) y = trace(LT_OP_add, {y.get(), b.get()});
+  return std::make_tuple(wrap(std::move(y)), wrap(std::move(mean)), wrap(std::move(rstd)));
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_native_layer_norm_backward(
+    const at::Tensor &grad_out, const at::Tensor &input, c10::SymIntArrayRef normalized_shape,
+    const at::Tensor &mean_t, const at::Tensor &rstd_t, const c10::optional<at::Tensor> &weight,
+    const c10::optional<at::Tensor> &bias, std::array<bool, 3> mask) {
+  int core = common_core({&grad_out, &input, &mean_t, &rstd_t});
+  int64_t nd = input.dim(), k = (int64_t)normalized_shape.size();
+  std::vector<int64_t> ndims, lead;
+  for (int64_t i = 0; i < nd; i++) (i >= nd - k ? ndims : lead).push_back(i);
+  Ref g = operand(grad_out, core), x = operand(input, core);
+  Ref mean = operand(mean_t, core), rstd = operand(rstd_t, core);
+  Ref w = opt_operand(weight, core);
+  Ref xhat = trace(LT_OP_mul, {trace(LT_OP_sub, {x.get(), mean.get()}).get(), rstd.get()});
+  at::Tensor gi, gw, gb;
+  if (mask[0]) {
+    Ref gw_ = w ? trace(LT_OP_mul, {g.get(), w.get()}) : Ref::borrow(g.get());
+    Ref m1 = reduce(LT_OP_mean, gw_.get(), ndims, true);
+    Ref m2 = reduce(LT_OP_mean, trace(LT_OP_mul, {gw_.get(), xhat.get()}).get(), ndims, true);
+    Ref d = trace(LT_OP_sub, {trace(LT_OP_sub, {gw_.get(), m1.get()}).get(),
+                              trace(LT_OP_mul, {xhat.get(), m2.get()}).get()});
+    gi = wrap(trace(LT_OP_mul, {d.get(), rstd.get()}));
+  }
+  if (mask[1] && weight && weight->defined()) {
+    Ref p = trace(LT_OP_mul, {g.get(), xhat.get()});
+    gw = wrap(lead.empty() ? fresh(std::move(p), {}) : reduce(LT_OP_sum, p.get(), lead, false));
+  }
+  if (mask[2] && bias && bias->defined())
+    gb = wrap(lead.empty() ? fresh(Ref::borrow(g.get()), {g.get()})
+                           : reduce(LT_OP_sum, g.get(), lead, false));
+  return std::make_tuple(gi, gw, gb);
+}
+
+/* --------------------------------------------------------------- losses */
+
+std::tuple<at::Tensor, at::Tensor> lt_nll_loss_forward(const at::Tensor &self,
+                                                       const at::Tensor &target,
+                                                       const c10::optional<at::Tensor> &weight,
+                                                       int64_t reduction, int64_t ignore_index) {
+  TORCH_CHECK(self.dim() > 0 && self.dim() <= 2, "input tensor should be 1D or 2D");
+  TORCH_CHECK(target.dim() <= 1, "0D or 1D target tensor expected, multi-target not supported");
+  TORCH_CHECK(self.dim() == 1 || self.size(0) == target.size(0), "Expected input batch_size (",
+              self.size(0), ") to match target batch_size (", target.size(0), ").");
+  bool hw = weight && weight->defined();
+  int core = common_core({&self, &target, hw ? &*weight : nullptr});
+  Ref x = operand(self, core), t = operand(target, core), w = opt_operand(weight, core);
+  lt_attrs a = attrs_of({reduction, ignore_index});
+  std::vector<lt_tensor *> in{x.get(), t.get()};
+  if (w) in.push_back(w.get());
+  Ref out = trace_n(LT_OP_nll_loss, in, &a);
+  /* total_weight: sum of the weights of the non-ignored targets */
+  Ref ig = scalar(core, ignore_index);
+  Ref valid = cast(trace(LT_OP_ne, {t.get(), ig.get()}).get(), x.dtype());
+  if (w) {
+    Ref zero = scalar(core, 0);
+    Ref safe = trace(LT_OP_where, {trace(LT_OP_ne, {t.get(), ig.get()}).get(), t.get(),
+                                   zero.get()});
+    lt_attrs ia = attrs_of({0});
+    Ref wt = trace(LT_OP_index_select, {w.get(), reshape(safe.get(), {target.numel()}).get()}, &ia);
+    valid = trace(LT_OP_mul, {reshape(valid.get(), {target.numel()}).get(), wt.get()});
+  }
+  Ref tw = reduce(LT_OP_sum, valid.get(), {}, false);
+  return std::make_tuple(wrap(std::move(out)), wrap(std::move(tw)));
+}
+
+at::Tensor lt_nll_loss_backward(const at::Tensor &grad, const at::Tensor &self,
+                                const at::Tensor &target, const c10::optional<at::Tensor> &weight,
+                                int64_t reduction, int64_t ignore_index,
+                                const at::Tensor &total_weight) {
+  bool hw = weight && weight->defined();
+  int core = common_core({&grad, &self, &target, hw ? &*weight : nullptr});
+  Ref g = operand(grad, core), x = operand(self, core), t = operand(target, core);
+  Ref w = opt_operand(weight, core);
+  lt_attrs a = attrs_of({reduction, ignore_index});
+  std::vector<lt_tensor *> in{g.get(), x.get(), t.get()};
+  if (w) in.push_back(w.get());
+  return wrap(trace_n(LT_OP_nll_loss_backward, in, &a));
+}
+
+Ref reduce_loss(Ref l, int64_t reduction) {
+  if (reduction == 1) return reduce(LT_OP_mean, l.get(), {}, false);
+  if (reduction == 2) return reduce(LT_OP_sum, l.get(), {}, false);
+  return l;
+}
+at::Tensor lt_mse_loss(const at::Tensor &self, const at::Tensor &target, int64_t reduction) {
+  int core = common_core({&self, &target});
+  Ref a = operand(self, core), b = operand(target, core);
+  Ref d = trace(LT_OP_sub, {a.get(), b.get()});
+  return wrap(reduce_loss(trace(LT_OP_mul, {d.get(), d.get()}), reduction));
+}
+at::Tensor lt_mse_loss_backward(const at::Tensor &grad, const at::Tensor &self,
+                                const at::Tensor &target, int64_t reduction) {
+  int core = common_core({&grad, &self, &target});
+  Ref g = operand(grad, core), a = operand(self, core), b = operand(target, core);
+  Ref d = trace(LT_OP_sub, {a.get(), b.get()});
+  int64_t n = lt_shape_numel(&a.shape());
+  double k = reduction == 1 ? 2.0 / (double)(n ? n : 1) : 2.0;
+  Ref r = trace(LT_OP_mul, {mul_scalar(d.get(), k).get(), g.get()});
+  std::vector<int64_t> dims = dims_of(a.shape());
+  if (dims_of(r.shape()) != dims) r = expand(r.get(), dims);
+  return wrap(std::move(r));
+}
+
+/* ------------------------------------------------------- random/dropout */
+
+/* U[0,1) of `dims` (float dtype dt), keyed by the core's next seed. */
+Ref rand_uniform(int core, const std::vector<int64_t> &dims, lt_dtype dt) {
+  Ref seed = scalar_typed(core, (double)rng_next_seed(core), LT_I64);
+  std::vector<int64_t> a{(int64_t)dt, (int64_t)dims.size()};
+  a.insert(a.end(), dims.begin(), dims.end());
+  lt_attrs at = attrs_vec(a);
+  return trace(LT_OP_rand_uniform, {seed.get()}, &at);
+}
+lt_dtype float_dt(lt_dtype dt) { return lt_dtype_is_float(dt) ? dt : LT_F32; }
+
+at::Tensor lt_bernoulli_p(const at::Tensor &self, double p, c10::optional<at::Generator> gen) {
+  TORCH_CHECK(0 <= p && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
+  lt_tensor *x = handle_of(self);
+  int core = lt_tensor_core(x);
+  Ref u = rand_uniform(core, dims_of(*lt_tensor_shape(x)), float_dt(lt_tensor_dtype(x)));
+  Ref pp = scalar(core, p);
+  return wrap(cast(trace(LT_OP_lt, {u.get(), pp.get()}).get(), lt_tensor_dtype(x)));
+}
+at::Tensor lt_bernoulli(const at::Tensor &self, c10::optional<at::Generator> gen) {
+  lt_tensor *x = handle_of(self);
+  int core = lt_tensor_core(x);
+  Ref u = rand_uniform(core, dims_of(*lt_tensor_shape(x)), float_dt(lt_tensor_dtype(x)));
+  return wrap(cast(trace(LT_OP_lt, {u.get(), x}).get(), lt_tensor_dtype(x)));
+}
+at::Tensor &lt_bernoulli__float(at::Tensor &self, double p, c10::optional<at::Generator> gen) {
+  at::Tensor v = lt_bernoulli_p(self, p, gen);
+  check(lt_tensor_assign(handle_of(self), handle_of(v)));
+  return self;
+}
+at::Tensor lt_uniform(const at::Tensor &self, double from, double to,
+                      c10::optional<at::Generator> gen) {
+  lt_tensor *x = handle_of(self);
+  TORCH_CHECK(lt_dtype_is_float(lt_tensor_dtype(x)), "uniform_ expects a floating point tensor");
+  Ref u = rand_uniform(lt_tensor_core(x), dims_of(*lt_tensor_shape(x)), lt_tensor_dtype(x));
+  if (from != 0.0 || to != 1.0) {
+    Ref lo = scalar(lt_tensor_core(x), from);
+    u = trace(LT_OP_add, {mul_scalar(u.get(), to - from).get(), lo.get()});
+  }
+  return wrap(std::move(u));
+}
+at::Tensor &lt_uniform_(at::Tensor &self, double from, double to,
+                        c10::optional<at::Generator> gen) {
+  at::Tensor v = lt_uniform(self, from, to, gen);
+  check(lt_tensor_assign(handle_of(self), handle_of(v)));
+  return self;
+}
+
+std::tuple<at::Tensor, at::Tensor> lt_native_dropout(const at::Tensor &input, double p,
+                                                     c10::optional<bool> train) {
+  lt_tensor *x = handle_of(input);
+  int core = lt_tensor_core(x);
+  std::vector<int64_t> dims = dims_of(*lt_tensor_shape(x));
+  if (!train.value_or(true) || p == 0) {
+    return std::make_tuple(wrap(fresh(Ref::borrow(x), {x})), wrap(full(core, dims, 1, LT_BOOL)));
+  }
+  TORCH_CHECK(p >= 0 && p <= 1, "dropout probability has to be between 0 and 1, but got ", p);
+  Ref u = rand_uniform(core, dims, float_dt(lt_tensor_dtype(x)));
+  Ref keep = scalar(core, 1.0 - p);
+  Ref mask = trace(LT_OP_lt, {u.get(), keep.get()});
+  double scale = p < 1 ? 1.0 / (1.0 - p) : 0.0;
+  Ref y = mul_scalar(trace(LT_OP_mul, {x, cast(mask.get(), lt_tensor_dtype(x)).get()}).get(), scale);
+  return std::make_tuple(wrap(std::move(y)), wrap(std::move(mask)));
+}
+at::Tensor lt_native_dropout_backward(const at::Tensor &grad, const at::Tensor &mask,
+                                      double scale) {
+  int core = common_core({&grad, &mask});
+  Ref g = operand(grad, core), m = operand(mask, core);
+  Ref r = trace(LT_OP_mul, {g.get(), cast(m.get(), g.dtype()).get()});
+  return wrap(mul_scalar(r.get(), scale));
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  reg(m, "_log_softmax", TORCH_FN(lt_log_softmax));
+  reg(m, "_softmax", TORCH_FN(lt_softmax));
+  reg(m, "_log_softmax_backward_data", TORCH_FN(lt_log_softmax_backward));
+  reg(m, "_softmax_backward_data", TORCH_FN(lt_softmax_backward));
+  reg(m, "convolution", TORCH_FN(lt_convolution));
+  reg(m, "convolution_backward", TORCH_FN(lt_convolution_backward));
+  reg(m, "max_pool2d_with_indices", TORCH_FN(lt_max_pool2d_with_indices));
+  reg(m, "max_pool2d_with_indices_backward", TORCH_FN(lt_max_pool2d_backward));
+  reg(m, "avg_pool2d", TORCH_FN(lt_avg_pool2d));
+  reg(m, "avg_pool2d_backward", TORCH_FN(lt_avg_pool2d_backward));
+  reg(m, "_adaptive_avg_pool2d", TORCH_FN(lt_adaptive_avg_pool2d));
+  reg(m, "_adaptive_avg_pool2d_backward", TORCH_FN(lt_adaptive_avg_pool2d_backward));
+  reg(m, "native_batch_norm", TORCH_FN(lt_native_batch_norm));
+  reg(m, "native_batch_norm_backward", TORCH_FN(lt_native_batch_norm_backward));
+  reg(m, "native_layer_norm", TORCH_FN(lt_native_layer_norm));
+  reg(m, "native_layer_norm_backward", TORCH_FN(lt_native_layer_norm_backward));
+  reg(m, "nll_loss_forward", TORCH_FN(lt_nll_loss_forward));
+  reg(m, "nll_loss_backward", TORCH_FN(lt_nll_loss_backward));
+  reg(m, "mse_loss", TORCH_FN(lt_mse_loss));
+  reg(m, "mse_loss_backward", TORCH_FN(lt_mse_loss_backward));
+  reg(m, "bernoulli.p", TORCH_FN(lt_bernoulli_p), true);
+  reg(m, "bernoulli", TORCH_FN(lt_bernoulli));
+  reg(m, "bernoulli_.float", TORCH_FN(lt_bernoulli__float));
+  reg(m, "uniform", TORCH_FN(lt_uniform));
+  reg(m, "uniform_", TORCH_FN(lt_uniform_));
+  reg(m, "native_dropout", TORCH_FN(lt_native_dropout));
+  reg(m, "native_dropout_backward", TORCH_FN(lt_native_dropout_backward));
+}
+
+}  // namespace lazytpu

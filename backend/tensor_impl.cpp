@@ -1,0 +1,491 @@
+/*
+ * backend/tensor_impl.cpp — LtTensorImpl, the PrivateUse1 device guard, and
+ * the conversion/tracing helpers of lt_aten.h.
+ */
+#include "lt_aten.h"
+
+#include <ATen/FunctionalTensorWrapper.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <cmath>
+#include <mutex>
+#include <sstream>
+
+namespace lazytpu {
+
+/* ------------------------------------------------------------ TensorImpl */
+
+LtTensorImpl::LtTensorImpl(lt_tensor *t)
+    : c10::TensorImpl(c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                      c10::scalarTypeToTypeMeta(to_scalar_type(lt_tensor_dtype(t))),
+                      c10::Device(c10::DeviceType::PrivateUse1,
+                                  (c10::DeviceIndex)lt_tensor_core(t))),
+      t_(t) {
+  set_storage_access_should_throw();
+  refresh_metadata();
+}
+
+LtTensorImpl::~LtTensorImpl() { lt_tensor_release(t_); }
+
+void LtTensorImpl::set_handle(lt_tensor *t) {
+  if (t == t_) { lt_tensor_release(t); return; }
+  lt_tensor_release(t_);
+  t_ = t;
+  vstrides_.clear();
+  voffset_ = 0;
+  refresh_metadata();
+}
+
+void LtTensorImpl::refresh_metadata() {
+  const lt_shape *s = lt_tensor_shape(t_);
+  data_type_ = c10::scalarTypeToTypeMeta(
+      dtype_override_ >= 0 ? (c10::ScalarType)dtype_override_
+                           : to_scalar_type(lt_tensor_dtype(t_)));
+  int64_t sizes[LT_MAX_DIMS], strides[LT_MAX_DIMS];
+  int64_t st = 1;
+  for (int i = s->ndim - 1; i >= 0; i--) {
+    sizes[i] = s->dims[i];
+    strides[i] = st;
+    st *= s->dims[i] > 1 ? s->dims[i] : 1;
+  }
+  sizes_and_strides_.set_sizes(c10::IntArrayRef(sizes, s->ndim));
+  if ((int)vstrides_.size() != s->ndim) { vstrides_.clear(); voffset_ = 0; }
+  for (int i = 0; i < s->ndim; i++)
+    sizes_and_strides_.stride_at_unchecked(i) = vstrides_.empty() ? strides[i] : vstrides_[i];
+  storage_offset_ = voffset_;
+  refresh_numel();
+  refresh_contiguous();
+}
+
+void LtTensorImpl::set_view_layout(c10::IntArrayRef strides, int64_t offset) {
+  vstrides_ = strides.vec();
+  voffset_ = offset;
+  refresh_metadata();
+}
+
+void LtTensorImpl::set_dtype_override(c10::ScalarType st) {
+  dtype_override_ = (int)st;
+  refresh_metadata();
+}
+
+c10::intrusive_ptr<c10::TensorImpl> LtTensorImpl::shallow_copy_and_detach(
+    const c10::VariableVersion &version_counter,
+    bool allow_tensor_metadata_change) const {
+  auto impl = c10::make_intrusive<LtTensorImpl>(lt_tensor_retain(t_));
+  copy_extra(impl.get());
+  copy_tensor_metadata(this, impl.get(), version_counter,
+                       allow_tensor_metadata_change);
+  impl->refresh_numel();
+  impl->refresh_contiguous();
+  return impl;
+}
+
+c10::intrusive_ptr<c10::TensorImpl> LtTensorImpl::shallow_copy_and_detach(
+    c10::VariableVersion &&version_counter,
+    bool allow_tensor_metadata_change) const {
+  auto impl = c10::make_intrusive<LtTensorImpl>(lt_tensor_retain(t_));
+  copy_extra(impl.get());
+  copy_tensor_metadata(this, impl.get(), std::move(version_counter),
+                       allow_tensor_metadata_change);
+  impl->refresh_numel();
+  impl->refresh_contiguous();
+  return impl;
+}
+
+void LtTensorImpl::shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl> &impl) {
+  auto *src = dynamic_cast<LtTensorImpl *>(impl.get());
+  TORCH_CHECK(src != nullptr, "lazytpu: cannot shallow-copy a ",
+              impl->device().str(), " tensor into a lazytpu device tensor");
+  copy_tensor_metadata(src, this, version_counter(),
+                       allow_tensor_metadata_change());
+  if (src->t_ != t_) {
+    lt_tensor_release(t_);
+    t_ = lt_tensor_retain(src->t_);
+  }
+  src->copy_extra(this);
+  refresh_numel();
+  refresh_contiguous();
+}
+
+const char *LtTensorImpl::tensorimpl_type_name() const {
+  return "lazytpu device tensor (it has no host storage: use .cpu() to read "
+         "its values)";
+}
+
+/* ----------------------------------------------------------- device guard */
+
+namespace {
+thread_local c10::DeviceIndex tls_device = 0;
+
+struct LtGuardImpl final : public c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return c10::DeviceType::PrivateUse1; }
+  c10::Device exchangeDevice(c10::Device d) const override {
+    c10::Device old(c10::DeviceType::PrivateUse1, tls_device);
+    if (d.index() >= 0) tls_device = d.index();
+    return old;
+  }
+  c10::Device getDevice() const override {
+    return c10::Device(c10::DeviceType::PrivateUse1, tls_device);
+  }
+  void setDevice(c10::Device d) const override {
+    TORCH_CHECK(d.index() < deviceCount(), "lazytpu: device index ", (int)d.index(),
+                " out of range: there are ", (int)deviceCount(), " cores");
+    if (d.index() >= 0) tls_device = d.index();
+  }
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    if (d.index() >= 0) tls_device = d.index();
+  }
+  c10::Stream getStream(c10::Device d) const noexcept override {
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  c10::Stream exchangeStream(c10::Stream s) const noexcept override { return s; }
+  c10::DeviceIndex deviceCount() const noexcept override {
+    lt_init();
+    return (c10::DeviceIndex)lt_num_cores();
+  }
+};
+}  // namespace
+
+C10_REGISTER_GUARD_IMPL(PrivateUse1, LtGuardImpl);
+
+/* ----------------------------------------------------------------- errors */
+
+void throw_status(lt_status st) {
+  const char *msg = lt_last_error();
+  if (!msg || !*msg) msg = "lazytpu: unknown error";
+  TORCH_CHECK(false, msg);
+}
+
+/* ------------------------------------------------------------ conversions */
+
+lt_dtype to_lt_dtype(c10::ScalarType st) {
+  switch (st) {
+    case c10::ScalarType::Float: return LT_F32;
+    case c10::ScalarType::BFloat16: return LT_BF16;
+    case c10::ScalarType::Double: return LT_F64;
+    case c10::ScalarType::Long: return LT_I64;
+    case c10::ScalarType::Int: return LT_I32;
+    case c10::ScalarType::Bool: return LT_BOOL;
+    default: break;
+  }
+  TORCH_CHECK(false, "lazytpu: dtype ", c10::toString(st),
+              " is not supported on the device (supported: float32, bfloat16, "
+              "float64, int64, int32, bool)");
+}
+
+c10::ScalarType to_scalar_type(lt_dtype dt) {
+  switch (dt) {
+    case LT_F32: return c10::ScalarType::Float;
+    case LT_BF16: return c10::ScalarType::BFloat16;
+    case LT_F64: return c10::ScalarType::Double;
+    case LT_I64: return c10::ScalarType::Long;
+    case LT_I32: return c10::ScalarType::Int;
+    case LT_BOOL: return c10::ScalarType::Bool;
+    default: break;
+  }
+  TORCH_CHECK(false, "lazytpu: internal: bad lt_dtype ", (int)dt);
+}
+
+lt_shape to_shape(c10::IntArrayRef sizes) {
+  TORCH_CHECK(sizes.size() <= LT_MAX_DIMS, "lazytpu: tensors have at most ",
+              LT_MAX_DIMS, " dims, got ", sizes.size(), " (sizes ", sizes, ")");
+  lt_shape s;
+  s.ndim = (int)sizes.size();
+  for (size_t i = 0; i < sizes.size(); i++) {
+    TORCH_CHECK(sizes[i] >= 0, "lazytpu: negative dimension ", sizes[i],
+                " in sizes ", sizes);
+    s.dims[i] = sizes[i];
+  }
+  return s;
+}
+
+std::vector<int64_t> dims_of(const lt_shape &s) {
+  return std::vector<int64_t>(s.dims, s.dims + s.ndim);
+}
+
+std::vector<int64_t> sym_to_ints(c10::SymIntArrayRef s) {
+  std::vector<int64_t> v;
+  v.reserve(s.size());
+  for (const auto &x : s) v.push_back(x.expect_int());
+  return v;
+}
+
+/* ------------------------------------------------------------- tensors */
+
+LtTensorImpl *impl_of(const at::Tensor &t) {
+  if (!t.defined()) return nullptr;
+  c10::TensorImpl *ti = t.unsafeGetTensorImpl();
+  if (C10_UNLIKELY(at::functionalization::impl::isFunctionalTensor(t))) {
+    auto *w = at::functionalization::impl::unsafeGetFunctionalWrapper(t);
+    w->sync_();
+    ti = w->value().unsafeGetTensorImpl();
+  }
+  if (!ti->key_set().has(c10::DispatchKey::PrivateUse1)) return nullptr;
+  return dynamic_cast<LtTensorImpl *>(ti);
+}
+
+lt_tensor *handle_of(const at::Tensor &t) {
+  LtTensorImpl *impl = impl_of(t);
+  TORCH_CHECK(impl != nullptr, "lazytpu: expected a lazytpu device tensor, got a ",
+              t.defined() ? t.device().str() : std::string("undefined"), " tensor");
+  return impl->handle();
+}
+
+static std::atomic<uint32_t> g_used_cores{0};
+
+void note_core_used(int core) {
+  uint32_t bit = 1u << (core & 31);
+  if (!(g_used_cores.load(std::memory_order_relaxed) & bit))
+    g_used_cores.fetch_or(bit);
+}
+uint32_t used_cores_mask(void) { return g_used_cores.load(); }
+
+at::Tensor wrap(Ref r) {
+  TORCH_CHECK(r, "lazytpu: internal: wrapping a null tensor");
+  note_core_used(r.core());
+  return at::Tensor(c10::make_intrusive<LtTensorImpl>(r.release()));
+}
+
+at::Tensor wrap_as(Ref r, const at::Tensor &self) {
+  at::Tensor t = wrap(std::move(r));
+  LtTensorImpl *si = impl_of(self);
+  if (si && (!si->is_contiguous() || si->storage_offset() != 0)) {
+    if (t.sizes() == self.sizes())
+      static_cast<LtTensorImpl *>(t.unsafeGetTensorImpl())
+          ->set_view_layout(self.strides(), self.storage_offset());
+  }
+  return t;
+}
+
+at::Tensor wrap_functional(Ref r) {
+  at::Tensor t = wrap(std::move(r));
+  if (!c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::Functionalize))
+    return at::functionalization::impl::to_functional_tensor(t);
+  return t;
+}
+
+static std::string dev_str(const at::Tensor &t) { return t.device().str(); }
+
+int common_core(std::initializer_list<const at::Tensor *> ts) {
+  int core = -1;
+  const at::Tensor *first = nullptr;
+  for (const at::Tensor *t : ts) {
+    if (!t || !t->defined()) continue;
+    LtTensorImpl *impl = impl_of(*t);
+    if (!impl) continue;
+    int c = lt_tensor_core(impl->handle());
+    if (core < 0) { core = c; first = t; }
+    else if (c != core) {
+      TORCH_CHECK(false, "Expected all tensors to be on the same device, but found "
+                  "at least two devices, ", dev_str(*first), " and ", dev_str(*t), "!");
+    }
+  }
+  TORCH_CHECK(core >= 0, "lazytpu: internal: no device tensor among the operands");
+  for (const at::Tensor *t : ts) {
+    if (!t || !t->defined() || impl_of(*t)) continue;
+    if (t->dim() == 0 && t->device().is_cpu()) continue;  /* CPU scalar: allowed */
+    TORCH_CHECK(false, "Expected all tensors to be on the same device, but found "
+                "at least two devices, ", dev_str(*first), " and ", dev_str(*t), "!");
+  }
+  return core;
+}
+
+int core_of_device(c10::optional<c10::Device> d) {
+  lt_init();
+  int idx = (d && d->has_index()) ? d->index() : tls_device;
+  TORCH_CHECK(idx >= 0 && idx < lt_num_cores(), "lazytpu: device index ", idx,
+              " out of range: there are ", lt_num_cores(), " cores (privateuseone:0..",
+              lt_num_cores() - 1, ")");
+  return idx;
+}
+
+Ref operand(const at::Tensor &t, int core) {
+  LtTensorImpl *impl = impl_of(t);
+  if (impl) return Ref::borrow(impl->handle());
+  TORCH_CHECK(t.defined() && t.dim() == 0 && t.device().is_cpu(),
+              "Expected all tensors to be on the same device, but found at least "
+              "two devices, privateuseone:", core, " and ",
+              t.defined() ? dev_str(t) : std::string("undefined"), "!");
+  c10::Scalar v = t.item();
+  if (t.unsafeGetTensorImpl()->is_wrapped_number()) return scalar(core, v);
+  return scalar_typed(core, v.toDouble(), to_lt_dtype(t.scalar_type()));
+}
+
+Ref scalar(int core, const c10::Scalar &s) {
+  lt_dtype dt;
+  double v;
+  if (s.isBoolean()) { dt = LT_BOOL; v = s.toBool() ? 1.0 : 0.0; }
+  else if (s.isIntegral(false)) { dt = LT_I64; v = (double)s.toLong(); }
+  else {
+    TORCH_CHECK(!s.isComplex(), "lazytpu: complex scalars are not supported");
+    dt = LT_F64; v = s.toDouble();
+  }
+  lt_tensor *out = nullptr;
+  check(lt_scalar(core, v, dt, 1, &out));
+  return Ref(out);
+}
+
+Ref scalar_typed(int core, double v, lt_dtype dt) {
+  lt_tensor *out = nullptr;
+  check(lt_scalar(core, v, dt, 0, &out));
+  return Ref(out);
+}
+
+Ref trace(lt_op op, std::initializer_list<lt_tensor *> in, const lt_attrs *attrs) {
+  lt_tensor *out = nullptr;
+  check(lt_trace(op, in.begin(), (int)in.size(), attrs, &out));
+  return Ref(out);
+}
+
+Ref trace_n(lt_op op, const std::vector<lt_tensor *> &in, const lt_attrs *attrs) {
+  lt_tensor *out = nullptr;
+  check(lt_trace(op, in.data(), (int)in.size(), attrs, &out));
+  return Ref(out);
+}
+
+lt_attrs attrs_of(std::initializer_list<int64_t> v) {
+  lt_attrs a;
+  memset(&a, 0, sizeof a);
+  TORCH_CHECK(v.size() <= LT_MAX_ATTRS, "lazytpu: internal: too many attrs");
+  for (int64_t x : v) a.i[a.n++] = x;
+  return a;
+}
+
+lt_attrs attrs_vec(const std::vector<int64_t> &v) {
+  lt_attrs a;
+  memset(&a, 0, sizeof a);
+  TORCH_CHECK(v.size() <= LT_MAX_ATTRS, "lazytpu: internal: too many attrs");
+  for (int64_t x : v) a.i[a.n++] = x;
+  return a;
+}
+
+Ref reshape(lt_tensor *x, const std::vector<int64_t> &dims) {
+  const lt_shape *s = lt_tensor_shape(x);
+  if ((int)dims.size() == s->ndim &&
+      std::equal(dims.begin(), dims.end(), s->dims))
+    return Ref::borrow(x);
+  lt_attrs a = attrs_vec(dims);
+  return trace(LT_OP_reshape, {x}, &a);
+}
+
+Ref expand(lt_tensor *x, const std::vector<int64_t> &dims) {
+  const lt_shape *s = lt_tensor_shape(x);
+  if ((int)dims.size() == s->ndim &&
+      std::equal(dims.begin(), dims.end(), s->dims))
+    return Ref::borrow(x);
+  lt_attrs a = attrs_vec(dims);
+  return trace(LT_OP_expand, {x}, &a);
+}
+
+Ref permute(lt_tensor *x, const std::vector<int64_t> &perm) {
+  bool ident = true;
+  for (size_t i = 0; i < perm.size(); i++) ident = ident && perm[i] == (int64_t)i;
+  if (ident) return Ref::borrow(x);
+  lt_attrs a = attrs_vec(perm);
+  return trace(LT_OP_permute, {x}, &a);
+}
+
+Ref cast(lt_tensor *x, lt_dtype dt) {
+  if (lt_tensor_dtype(x) == dt) return Ref::borrow(x);
+  lt_attrs a = attrs_of({(int64_t)dt});
+  return trace(LT_OP_cast, {x}, &a);
+}
+
+Ref full(int core, const std::vector<int64_t> &dims, double v, lt_dtype dt) {
+  Ref s = scalar_typed(core, v, dt);
+  if (dims.empty()) return s;
+  std::vector<int64_t> ones(dims.size(), 1);
+  Ref r = reshape(s.get(), ones);
+  return expand(r.get(), dims);
+}
+
+Ref zeros(int core, const std::vector<int64_t> &dims, lt_dtype dt) {
+  return full(core, dims, 0.0, dt);
+}
+
+Ref reduce(lt_op op, lt_tensor *x, const std::vector<int64_t> &dims, bool keepdim) {
+  int nd = lt_tensor_shape(x)->ndim;
+  int64_t mask = 0;
+  if (dims.empty()) mask = nd ? ((int64_t)1 << nd) - 1 : 0;
+  for (int64_t d : dims) mask |= (int64_t)1 << c10::maybe_wrap_dim(d, nd);
+  if (mask == 0 && nd == 0) {
+    /* reduction of a 0-dim tensor: the value itself (dtype rule still applies) */
+    lt_attrs a = attrs_of({0, keepdim ? 1 : 0});
+    return trace(op, {x}, &a);
+  }
+  lt_attrs a = attrs_of({mask, keepdim ? 1 : 0});
+  return trace(op, {x}, &a);
+}
+
+Ref binary(lt_op op, lt_tensor *a, lt_tensor *b) { return trace(op, {a, b}); }
+
+Ref mul_scalar(lt_tensor *x, const c10::Scalar &s) {
+  if (!s.isBoolean() && !s.isComplex() && s.toDouble() == 1.0) return Ref::borrow(x);
+  Ref k = scalar(lt_tensor_core(x), s);
+  return trace(LT_OP_mul, {x, k.get()});
+}
+
+/* ------------------------------------------------------------------ rng */
+
+namespace {
+constexpr int kMaxCores = 64;
+std::mutex g_rng_mu;
+uint64_t g_rng_state[kMaxCores];
+bool g_rng_init[kMaxCores];
+
+uint64_t splitmix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+int64_t rng_next_seed(int core) {
+  std::lock_guard<std::mutex> g(g_rng_mu);
+  int c = core & (kMaxCores - 1);
+  if (!g_rng_init[c]) { g_rng_state[c] = 101; g_rng_init[c] = true; }
+  uint64_t seed = splitmix(g_rng_state[c] * 1000003ull + (uint64_t)c);
+  g_rng_state[c] = splitmix(g_rng_state[c]);
+  /* a graph parameter: keep it exact in a double and away from 0/+-1 */
+  return (int64_t)(seed & ((1ull << 52) - 1)) + 2;
+}
+
+void rng_set_state(int core, uint64_t seed) {
+  std::lock_guard<std::mutex> g(g_rng_mu);
+  int c = core & (kMaxCores - 1);
+  g_rng_state[c] = seed;
+  g_rng_init[c] = true;
+}
+
+uint64_t rng_get_state(int core) {
+  std::lock_guard<std::mutex> g(g_rng_mu);
+  int c = core & (kMaxCores - 1);
+  return g_rng_init[c] ? g_rng_state[c] : 101;
+}
+
+/* --------------------------------------------------------------- caller */
+
+static std::atomic<caller_hook_fn> g_caller_hook{nullptr};
+
+void set_caller_hook(caller_hook_fn fn) { g_caller_hook.store(fn); }
+
+std::string current_caller(void) {
+  caller_hook_fn fn = g_caller_hook.load();
+  return fn ? fn() : std::string();
+}
+
+}  // namespace lazytpu
+
+/* ------------------------------------------ torch-free entry points (lt_shim.h) */
+
+#include "lt_shim.h"
+
+uint32_t lazytpu_used_cores_mask(void) { return lazytpu::used_cores_mask(); }
+void lazytpu_rng_set_state(int core, uint64_t seed) { lazytpu::rng_set_state(core, seed); }
+uint64_t lazytpu_rng_get_state(int core) { return lazytpu::rng_get_state(core); }
+void lazytpu_set_caller_hook(std::string (*fn)(void)) { lazytpu::set_caller_hook(fn); }

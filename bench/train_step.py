@@ -1,0 +1,129 @@
+"""Train-step time: lazytpu vs eager CPU vs torch._lazy (TorchScript LTC), in
+one run, printed as ratios.
+
+    PYTHONPATH=python python3 bench/train_step.py [--steps 50] [--only mlp|cnn]
+
+MLP: 784-256-10, batch 64, SGD. CNN: 2 conv + batchnorm + maxpool + linear on
+[32, 1, 28, 28], SGD with momentum. Each backend runs warm-up steps first
+(compiles), then the timed steps; a step ends with the backend's step
+boundary (lazytpu.mark_step / torch._lazy.mark_step) and the timing waits for
+the device (wait_device_ops / torch._lazy.wait_device_ops).
+Targets (DESIGN.md): lazytpu MLP <= 0.9x eager and <= 0.3x torch._lazy; CNN
+<= 1.0x eager.
+"""
+import argparse
+import os
+import time
+
+# Idle OpenMP threads sleep instead of spinning (both eager and lazytpu use
+# OpenMP; spinning threads steal the 2-core machine from the tracing thread).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import lazytpu  # noqa: E402
+
+
+def mlp():
+    return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(16)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(32)
+        self.fc = nn.Linear(32 * 7 * 7, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        x = F.max_pool2d(F.relu(self.bn2(self.conv2(x))), 2)
+        return self.fc(x.flatten(1))
+
+
+MODELS = {
+    "mlp": (mlp, lambda: torch.randn(64, 784), 64,
+            lambda p: torch.optim.SGD(p, lr=0.01)),
+    "cnn": (CNN, lambda: torch.randn(32, 1, 28, 28), 32,
+            lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9)),
+}
+
+
+def bench(name, backend, steps, warmup):
+    make, make_x, batch, make_opt = MODELS[name]
+    torch.manual_seed(0)
+    model = make()
+    x_cpu, y_cpu = make_x(), torch.randint(0, 10, (batch,))
+    if backend == "eager":
+        dev, sync, wait = torch.device("cpu"), (lambda: None), (lambda: None)
+    elif backend == "lazytpu":
+        dev, sync, wait = lazytpu.device(), lazytpu.mark_step, lazytpu.wait_device_ops
+    else:
+        import torch._lazy as tlazy
+        dev, sync, wait = torch.device("lazy"), tlazy.mark_step, tlazy.wait_device_ops
+    model = model.to(dev)
+    opt = make_opt(model.parameters())
+    x, y = x_cpu.to(dev), y_cpu.to(dev)
+
+    def step():
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        if backend == "lazytpu":
+            lazytpu.optimizer_step(opt)
+        else:
+            opt.step()
+        sync()
+        return loss
+
+    for _ in range(warmup):
+        step()
+    wait()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        loss = step()
+    wait()
+    dt = (time.perf_counter() - t0) / steps
+    float(loss.item())  # the run really happened
+    return dt
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--only", choices=list(MODELS))
+    p.add_argument("--no-lazy", action="store_true", help="skip torch._lazy")
+    args = p.parse_args()
+
+    backends = ["eager", "lazytpu"]
+    if not args.no_lazy:
+        try:
+            import torch._lazy.ts_backend as ts_backend
+            ts_backend.init()
+            backends.append("torch_lazy")
+        except Exception as e:  # noqa: BLE001
+            print("torch._lazy unavailable: %s" % e)
+
+    torch.set_num_threads(torch.get_num_threads())
+    print("%-5s %-11s %12s %10s" % ("model", "backend", "step time", "vs eager"))
+    for name in ([args.only] if args.only else list(MODELS)):
+        times = {}
+        for b in backends:
+            steps = args.steps if b != "torch_lazy" else max(10, args.steps // 2)
+            times[b] = bench(name, b, steps, args.warmup)
+            print("%-5s %-11s %9.3f ms %9.2fx" % (name, b, times[b] * 1e3,
+                                                  times[b] / times["eager"]))
+        if "torch_lazy" in times:
+            print("%-5s lazytpu / torch._lazy = %.2fx" % (name, times["lazytpu"] / times["torch_lazy"]))
+        target = 0.9 if name == "mlp" else 1.0
+        print("%-5s lazytpu / eager = %.2fx (target <= %.1fx)"
+              % (name, times["lazytpu"] / times["eager"], target))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+/*
+ * lazy/kernels/par.c — per-core helper threads with generation-stamped
+ * dynamic chunk claiming (see par.h for why not an OpenMP region).
+ *
+ * Protocol. The issuing thread (the core's worker) publishes a job: it
+ * stores fn/arg/n_chunks/workers, then the claim word (gen << 32 | 0), the
+ * worker-id word (gen << 32 | 1) and finally gen, and wakes sleeping
+ * helpers. Anyone runs chunk c only after a successful CAS of the claim
+ * word from (gen << 32 | c) to (gen << 32 | c + 1); a helper whose view of
+ * the job is stale fails that CAS (other generation, or all chunks taken),
+ * so it never runs a chunk of a job that has finished. A successful claim
+ * is matched by one increment of `done`; the issuer returns when done ==
+ * n_chunks, i.e. it waits only for chunks actually being run.
+ */
+#include <omp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include "par.h"
+#include "device.h"     /* lt_core_par_pool: the pool lives in the core record */
+
+#define LT_PAR_MAX_HELPERS 63
+#define LT_PAR_SPIN 4000          /* helper polls before sleeping (~20 us) */
+
+struct lt_par_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;                     /* under mu */
+    int n_threads;                /* helpers started (issuer thread only) */
+    pthread_t th[LT_PAR_MAX_HELPERS];
+    _Atomic uint64_t gen;         /* current job generation, 0 = none */
+    _Atomic(lt_par_fn) fn;
+    _Atomic(void *) arg;
+    _Atomic int64_t n_chunks;
+    _Atomic int workers;
+    _Atomic uint64_t claim;       /* gen << 32 | next chunk */
+    _Atomic uint64_t wid;         /* gen << 32 | next worker id */
+    _Atomic int64_t done;         /* chunks finished of the current job */
+};
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Claims the next chunk of generation g: its index, or -1 if the job is
+ * another one or has no chunk left. */
+static int64_t claim_chunk(lt_par_pool *p, uint64_t g, int64_t n)
+{
+    uint64_t v = atomic_load(&p->claim);
+    for (;;) {
+        if ((v >> 32) != (g & 0xffffffffu) || (int64_t)(v & 0xffffffffu) >= n)
+            return -1;
+        if (atomic_compare_exchange_weak(&p->claim, &v, v + 1))
+            return (int64_t)(v & 0xffffffffu);
+    }
+}
+
+/* Takes a worker id for generation g, or -1 (stale job / enough workers). */
+static int claim_worker(lt_par_pool *p, uint64_t g, int workers)
+{
+    uint64_t v = atomic_load(&p->wid);
+    for (;;) {
+        if ((v >> 32) != (g & 0xffffffffu) || (int)(v & 0xffffffffu) >= workers)
+            return -1;
+        if (atomic_compare_exchange_weak(&p->wid, &v, v + 1))
+            return (int)(v & 0xffffffffu);
+    }
+}
+
+static void *helper_main(void *argp)
+{
+    lt_par_pool *p = argp;
+    uint64_t seen = 0;
+    for (;;) {
+        uint64_t g = atomic_load(&p->gen);
+        for (int s = 0; g == seen && s < LT_PAR_SPIN; s++) {
+            cpu_relax();
+            g = atomic_load(&p->gen);
+        }
+        if (g == seen) {
+            pthread_mutex_lock(&p->mu);
+            while (!p->stop && (g = atomic_load(&p->gen)) == seen)
+                pthread_cond_wait(&p->cv, &p->mu);
+            int stop = p->stop;
+            pthread_mutex_unlock(&p->mu);
+            if (stop)
+                return NULL;
+        }
+        seen = g;
+        lt_par_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
+        void *arg = atomic_load_explicit(&p->arg, memory_order_relaxed);
+        int64_t n = atomic_load_explicit(&p->n_chunks, memory_order_relaxed);
+        int workers = atomic_load_explicit(&p->workers, memory_order_relaxed);
+        int w = claim_worker(p, g, workers);
+        if (w < 0)
+            continue;
+        int64_t c;
+        while ((c = claim_chunk(p, g, n)) >= 0) {
+            fn(arg, c, w);
+            atomic_fetch_add(&p->done, 1);
+        }
+    }
+}
+
+lt_par_pool *lt_par_pool_new(void)
+{
+    lt_par_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    return p;
+}
+
+void lt_par_pool_free(lt_par_pool *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (int k = 0; k < p->n_threads; k++)
+        pthread_join(p->th[k], NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    free(p);
+}
+
+static void run_omp(int workers, int64_t n_chunks, lt_par_fn fn, void *arg)
+{
+#pragma omp parallel num_threads(workers) if (workers > 1)
+    {
+        int w = omp_get_thread_num();
+#pragma omp for schedule(static)
+        for (int64_t c = 0; c < n_chunks; c++)
+            fn(arg, c, w);
+    }
+}
+
+void lt_par_for(const lt_kernel_ctx *ctx, int workers, int64_t n_chunks,
+                lt_par_fn fn, void *arg)
+{
+    /* the core's pool, when called on that core's worker thread */
+    lt_par_run(ctx ? (lt_par_pool *)lt_core_par_pool(ctx->core) : NULL,
+               workers, n_chunks, fn, arg);
+}
+
+void lt_par_run(lt_par_pool *p, int workers, int64_t n_chunks, lt_par_fn fn,
+                void *arg)
+{
+    if (n_chunks <= 0)
+        return;
+    if (workers > n_chunks)
+        workers = (int)n_chunks;
+    if (workers > LT_PAR_MAX_HELPERS + 1)
+        workers = LT_PAR_MAX_HELPERS + 1;
+    if (workers <= 1) {
+        for (int64_t c = 0; c < n_chunks; c++)
+            fn(arg, c, 0);
+        return;
+    }
+    if (!p || n_chunks > 0x7fffffff) {
+        run_omp(workers, n_chunks, fn, arg);
+        return;
+    }
+    while (p->n_threads < workers - 1) {        /* start helpers on demand */
+        if (pthread_create(&p->th[p->n_threads], NULL, helper_main, p) != 0)
+            break;
+        p->n_threads++;
+    }
+    if (p->n_threads == 0) {
+        for (int64_t c = 0; c < n_chunks; c++)
+            fn(arg, c, 0);
+        return;
+    }
+    if (workers > p->n_threads + 1)
+        workers = p->n_threads + 1;
+    uint64_t g = atomic_load(&p->gen) + 1;
+    if ((g & 0xffffffffu) == 0)                 /* keep 0 = "no job" */
+        g++;
+    atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
+    atomic_store_explicit(&p->n_chunks, n_chunks, memory_order_relaxed);
+    atomic_store_explicit(&p->workers, workers, memory_order_relaxed);
+    atomic_store(&p->done, 0);
+    atomic_store(&p->claim, (g & 0xffffffffu) << 32);
+    atomic_store(&p->wid, ((g & 0xffffffffu) << 32) | 1);
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&p->gen, g);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    int64_t c, mine = 0;
+    while ((c = claim_chunk(p, g, n_chunks)) >= 0) {
+        fn(arg, c, 0);
+        mine++;
+    }
+    atomic_fetch_add(&p->done, mine);
+    for (int s = 0; atomic_load(&p->done) < n_chunks; s++) {
+        if (s < 2000)
+            cpu_relax();
+        else
+            sched_yield();     /* a helper was preempted mid-chunk */
+    }
+}

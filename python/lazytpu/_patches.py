@@ -1,0 +1,85 @@
+"""Small compatibility patches applied at import.
+
+- Printing a device tensor: torch's repr runs several ops on the tensor's own
+  device (abs, masked_select, ...), which would run on the CPU fallback and
+  show up in the metrics. Like torch_xla/lazy, move it to the CPU first (one
+  value read).
+"""
+import torch
+import torch._tensor_str as _ts
+
+_orig_str = _ts._str
+
+
+def _str(self, *args, **kwargs):
+    if isinstance(self, torch.Tensor) and self.device.type == "privateuseone":
+        with torch.no_grad():
+            cpu = self.detach().to("cpu")
+        s = _orig_str(cpu, *args, **kwargs)
+        dev = "device='%s'" % self.device
+        if s.endswith(")"):
+            extra = ""
+            if self.requires_grad and "grad_fn" not in s and self.grad_fn is None:
+                extra = ", requires_grad=True"
+            elif self.grad_fn is not None:
+                extra = ", grad_fn=<%s>" % type(self.grad_fn).__name__
+            s = s[:-1] + ", " + dev + extra + ")"
+        return s
+    return _orig_str(self, *args, **kwargs)
+
+
+_ts._str = _str
+
+
+# - data_ptr()/storage() of a device tensor: the functionalization wrapper has
+#   an empty storage, so torch would return 0 / an obscure error. Say why.
+_NO_HOST = ("lazytpu: a device tensor has no host memory, so %s is unavailable; "
+            "copy it to the host first with .cpu()")
+_orig_data_ptr = torch.Tensor.data_ptr
+_orig_storage = torch.Tensor.storage
+
+
+def _data_ptr(self):
+    if self.device.type == "privateuseone":
+        raise RuntimeError(_NO_HOST % "data_ptr()")
+    return _orig_data_ptr(self)
+
+
+def _storage(self):
+    if self.device.type == "privateuseone":
+        raise RuntimeError(_NO_HOST % "storage()")
+    return _orig_storage(self)
+
+
+torch.Tensor.data_ptr = _data_ptr
+torch.Tensor.storage = _storage
+
+# - torch.save / copy.deepcopy pick their device path (through .cpu() / clone)
+#   when torch._C._has_storage(t) is False for a privateuseone tensor. Device
+#   tensors are wrapped by functionalization, whose wrapper has an (empty)
+#   storage object, so answer for the device tensor itself.
+_orig_has_storage = torch._C._has_storage
+
+
+def _has_storage(t):
+    if isinstance(t, torch.Tensor) and t.device.type == "privateuseone":
+        return False
+    return _orig_has_storage(t)
+
+
+torch._C._has_storage = _has_storage
+
+# - cpu_tensor.copy_(device_tensor) (e.g. load_state_dict of a device
+#   checkpoint into a CPU model): functionalization refuses to mutate a plain
+#   tensor from a wrapped one, so read the device value first.
+_orig_copy_ = torch.Tensor.copy_
+
+
+def _copy_(self, src, non_blocking=False):
+    if (isinstance(src, torch.Tensor) and src.device.type == "privateuseone"
+            and self.device.type != "privateuseone"):
+        src = src.to("cpu")
+    return _orig_copy_(self, src, non_blocking)
+
+
+torch.Tensor.copy_ = _copy_

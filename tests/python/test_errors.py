@@ -1,0 +1,96 @@
+"""User errors read like eager PyTorch's (op, shapes, dtypes, devices) and
+never crash the process."""
+import re
+
+import pytest
+import torch
+
+import lazytpu
+import lazytpu.metrics as met
+
+
+def test_shape_mismatch_names_op_and_shapes(dev):
+    a = torch.ones(2, 3, device=dev)
+    with pytest.raises(RuntimeError, match=r"add.*\[2, 3\].*\[4\]"):
+        a + torch.ones(4, device=dev)
+    with pytest.raises(RuntimeError, match=r"mm.*\[2, 3\].*\[4, 5\]"):
+        a @ torch.ones(4, 5, device=dev)
+    with pytest.raises(RuntimeError, match=r"cat"):
+        torch.cat([a, torch.ones(3, 3, device=dev)], 1)
+    with pytest.raises(RuntimeError, match=r"shape '\[4\]' is invalid for input of size 6"):
+        a.view(4)
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        a.sum(5)
+    # the device is still usable afterwards
+    assert (a * 2).sum().item() == 12.0
+
+
+def test_device_mismatch(dev):
+    a = torch.ones(2, 3, device=dev)
+    msg = "Expected all tensors to be on the same device"
+    with pytest.raises(RuntimeError, match=msg):
+        a + torch.ones(2, 3)
+    with pytest.raises(RuntimeError, match=msg):
+        torch.ones(2, 3) * a
+    with pytest.raises(RuntimeError, match=msg):
+        a @ torch.ones(3, 2)
+    with pytest.raises(RuntimeError, match=msg):
+        a + a.to(lazytpu.device(1))
+    # a 0-dim CPU tensor is a scalar, like in eager CUDA
+    assert (a * torch.tensor(3.0)).sum().item() == 18.0
+
+
+def test_host_memory_access(dev):
+    a = torch.ones(2, 3, device=dev)
+    with pytest.raises(RuntimeError, match=r"no host memory.*\.cpu\(\)"):
+        a.data_ptr()
+    with pytest.raises(RuntimeError, match=r"no host memory"):
+        a.storage()
+    with pytest.raises(TypeError, match=r"numpy.*cpu\(\)"):
+        a.numpy()
+    assert a.cpu().numpy().sum() == 6.0
+
+
+def test_unsupported_dtype_and_device_index(dev):
+    with pytest.raises(RuntimeError, match=r"dtype Byte is not supported on the device"):
+        torch.ones(3, dtype=torch.uint8).to(dev)
+    with pytest.raises(RuntimeError, match=r"device index 99 out of range"):
+        torch.zeros(2, device="privateuseone:99")
+    with pytest.raises(ValueError):
+        lazytpu.device(99)
+
+
+def test_fallback_is_counted_with_call_site(dev):
+    a = torch.arange(6.0).reshape(2, 3).to(dev)
+    before = met.counter_value("aten::cumsum") or 0
+    out = torch.cumsum(a, 1)                       # no native kernel: CPU fallback
+    assert torch.equal(out.cpu(), torch.cumsum(torch.arange(6.0).reshape(2, 3), 1))
+    assert out.device == a.device
+    assert met.counter_value("aten::cumsum") == before + 1
+    assert "aten::cumsum" in met.executed_fallback_ops()
+    report = met.metrics_report()
+    assert re.search(r"aten::cumsum.*test_errors\.py:\d+", report), report[-2000:]
+
+
+def test_views_never_reach_the_device_unfunctionalized(dev):
+    # as_strided/view/_reshape_alias/alias fail loudly if ever reached; normal
+    # code only sees their *_copy forms
+    a = torch.arange(12.0).to(dev)
+    assert a.view(3, 4)[1].sum().item() == 22.0
+    assert a.reshape(2, 6).t().contiguous().view(-1).cpu()[1].item() == 6.0
+    assert torch.as_strided(a, (2, 2), (4, 1), 1).cpu().tolist() == [[1.0, 2.0], [5.0, 6.0]]
+
+
+def test_partial_kernel_falls_back(dev):
+    # transposed convolution has no device kernel: it runs on the CPU fallback
+    # (counted), with correct values and gradients
+    import torch.nn.functional as F
+    x, w = torch.randn(1, 2, 5, 5), torch.randn(2, 3, 3, 3)
+    xd, wd = x.to(dev).requires_grad_(), w.to(dev).requires_grad_()
+    xc, wc = x.clone().requires_grad_(), w.clone().requires_grad_()
+    before = met.counter_value("aten::convolution") or 0
+    F.conv_transpose2d(xd, wd, stride=2).sum().backward()
+    F.conv_transpose2d(xc, wc, stride=2).sum().backward()
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(wd.grad.cpu(), wc.grad, atol=1e-5, rtol=1e-5)
+    assert met.counter_value("aten::convolution") == before + 1
