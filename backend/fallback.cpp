@@ -4,9 +4,10 @@
  *
  * The op's device inputs are read back to the host (a value-read sync), the
  * op runs on the CPU and results are copied back to the device. Each call
- * counts `aten::<op>`; the first call of an op from a given Python frame is
- * recorded in the report's "fallback" section with that frame, so a user sees
- * which line of their model leaves the device.
+ * counts `aten::<op>` and is recorded with its time and the user's Python
+ * frame by lt_fallback_record (the report's "fallback" section: calls, total
+ * time, first frames, a hint), and, with LAZYTPU_TRACE, as a trace event of
+ * category "fallback" on the host thread.
  */
 #include "lt_aten.h"
 
@@ -16,32 +17,20 @@
 
 #include "lt_shim.h"
 
-#include <mutex>
-#include <set>
 #include <string>
 
 namespace lazytpu {
 namespace {
 
-std::mutex g_seen_mu;
-std::set<std::string> g_seen;   /* "op@frame" already noted */
-
 void lt_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   const c10::OperatorName &name = op.schema().operator_name();
   lt_counter_inc_name(name.name.c_str(), 1);  /* "aten::add" */
-  std::string frame = current_caller();
-  std::string full = name.name + (name.overload_name.empty() ? "" : "." + name.overload_name);
-  std::string key = full + "@" + frame;
-  bool first;
-  {
-    std::lock_guard<std::mutex> g(g_seen_mu);
-    first = g_seen.size() < 4096 && g_seen.insert(key).second;
-  }
-  if (first) {
-    std::string line = full + " ran on the CPU (no lazytpu kernel), called from " +
-                       (frame.empty() ? std::string("<no Python frame>") : frame);
-    lt_metrics_note("fallback", line.c_str());
-  }
+  std::string frame = current_caller();   /* rare event: the Python frame */
+  lt_set_caller(frame.empty() ? nullptr : frame.c_str());
+  struct ClearCaller {
+    ~ClearCaller() { lt_set_caller(nullptr); }  /* also when the op throws */
+  } clear_caller;
+  int64_t t0 = lt_now_ns();
   /* cpu_fallback moves Tensor and Tensor[] arguments to the CPU but not
    * Tensor?[] (index, index_put indices): do those here. */
   size_t nargs = op.schema().arguments().size();
@@ -57,14 +46,10 @@ void lt_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
     }
     iv = c10::IValue(out);
   }
-  lt_set_caller(frame.empty() ? nullptr : frame.c_str());
-  try {
-    at::native::cpu_fallback(op, stack);
-  } catch (...) {
-    lt_set_caller(nullptr);
-    throw;
-  }
-  lt_set_caller(nullptr);
+  at::native::cpu_fallback(op, stack);
+  int64_t ns = lt_now_ns() - t0;
+  lt_fallback_record(name.name.c_str(), ns, frame.empty() ? nullptr : frame.c_str());
+  if (lt_trace_enabled()) lt_trace_event(name.name.c_str(), "fallback", t0, ns, LT_TRACE_TID_HOST);
 }
 
 }  // namespace

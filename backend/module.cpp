@@ -185,6 +185,12 @@ PyObject *py_metric_add(PyObject *, PyObject *args) {
   double v;
   if (!PyArg_ParseTuple(args, "sid", &name, &unit, &v)) return nullptr;
   lt_metric_add(lt_metric_get(name, (lt_metric_unit)unit), v);
+  /* lazytpu.loader adds each wait for a batch right after it ended: with
+   * LAZYTPU_TRACE it is also a "loader_wait" span on the loader thread. */
+  if (v > 0 && lt_trace_enabled() && strcmp(name, "LoaderWaitTime") == 0) {
+    int64_t now = lt_now_ns();
+    lt_trace_event("loader_wait", "loader", now - (int64_t)v, (int64_t)v, LT_TRACE_TID_LOADER);
+  }
   Py_RETURN_NONE;
 }
 
@@ -218,6 +224,39 @@ PyObject *py_caller(PyObject *, PyObject *) {
   return PyUnicode_FromString(python_caller().c_str());
 }
 
+/* ------------------------------------------------------------ diagnosis */
+
+PyObject *py_fallback_report(PyObject *, PyObject *) { return take_cstr(lt_fallback_report()); }
+PyObject *py_take_warnings(PyObject *, PyObject *) { return take_cstr(lt_diagnose_take_warnings()); }
+PyObject *py_debug_enabled(PyObject *, PyObject *) { return PyBool_FromLong(lt_debug_enabled()); }
+
+PyObject *py_debug_set(PyObject *, PyObject *args) {
+  int mode;
+  if (!PyArg_ParseTuple(args, "i", &mode)) return nullptr;
+  lt_debug_set(mode);
+  Py_RETURN_NONE;
+}
+
+PyObject *py_now_ns(PyObject *, PyObject *) { return PyLong_FromLongLong(lt_now_ns()); }
+PyObject *py_trace_enabled(PyObject *, PyObject *) { return PyBool_FromLong(lt_trace_enabled()); }
+
+PyObject *py_trace_flush(PyObject *, PyObject *) {
+  Py_BEGIN_ALLOW_THREADS
+  lt_trace_flush();
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
+/* trace_event(name, cat, start_ns, dur_ns, tid): tid = core, -1 host, -2 loader. */
+PyObject *py_trace_event(PyObject *, PyObject *args) {
+  const char *name, *cat;
+  long long start, dur;
+  int tid;
+  if (!PyArg_ParseTuple(args, "ssLLi", &name, &cat, &start, &dur, &tid)) return nullptr;
+  lt_trace_event(name, cat, start, dur, tid);
+  Py_RETURN_NONE;
+}
+
 PyMethodDef methods[] = {
     {"_init", py_init, METH_NOARGS, "Initialise the core (idempotent)."},
     {"num_cores", py_num_cores, METH_NOARGS, "Number of simulated cores."},
@@ -240,6 +279,15 @@ PyMethodDef methods[] = {
     {"set_rng_state", py_set_rng_state, METH_VARARGS, "set_rng_state(seed, core=0)."},
     {"get_rng_state", py_get_rng_state, METH_VARARGS, "get_rng_state(core=0)."},
     {"caller", py_caller, METH_NOARGS, "The user frame as the shim sees it."},
+    {"fallback_report", py_fallback_report, METH_NOARGS, "The fallback section text."},
+    {"take_warnings", py_take_warnings, METH_NOARGS, "Debug warnings since the last call."},
+    {"debug_enabled", py_debug_enabled, METH_NOARGS, "True when step warnings are on."},
+    {"debug_set", py_debug_set, METH_VARARGS, "debug_set(mode): 0 off, 1 stderr, 2 quiet."},
+    {"now_ns", py_now_ns, METH_NOARGS, "The core's monotonic clock (ns)."},
+    {"trace_enabled", py_trace_enabled, METH_NOARGS, "True with LAZYTPU_TRACE."},
+    {"trace_flush", py_trace_flush, METH_NOARGS, "Write buffered trace events."},
+    {"trace_event", py_trace_event, METH_VARARGS,
+     "trace_event(name, cat, start_ns, dur_ns, tid)."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "lazytpu._C",

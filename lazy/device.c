@@ -20,7 +20,7 @@
 #define LT_MAX_CORES 64
 #define LT_DEFAULT_CORES 8
 #define LT_DEFAULT_HBM (16ull << 30)
-#define LT_DEFAULT_BUFFER_CACHE ((size_t)1 << 30)
+#define LT_DEFAULT_BUFFER_CACHE ((size_t)512 << 20)
 
 typedef struct lt_job_error {
     uint64_t seq;
@@ -47,7 +47,7 @@ typedef struct lt_core {
     lt_par_pool *pool;           /* helper threads (worker thread only) */
     /* freed device memory kept for reuse (see buffer cache below) */
     pthread_mutex_t cache_mu;
-    struct { void *data; size_t alloc; } cache[32];
+    struct { void *data; size_t alloc; } cache[256];
     int n_cached;
     size_t cached_bytes;
 } lt_core;
@@ -243,8 +243,8 @@ lt_status lt_devices_init(void)
 
 /* ------------------------------------------------------- buffer cache
  *
- * Each core keeps up to 32 freed blocks of >= 64 KiB (at most
- * LAZYTPU_BUFFER_CACHE_BYTES, default 1 GiB, per core) for reuse: a step
+ * Each core keeps up to 256 freed blocks of >= 64 KiB (at most
+ * LAZYTPU_BUFFER_CACHE_BYTES, default 512 MiB, per core) for reuse: a step
  * that allocates the same output sizes every time then never goes back to
  * the kernel (large malloc blocks are mmap'd, and every first touch of a
  * fresh page faults and is zeroed; for a 16 MiB output that costs more than

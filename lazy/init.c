@@ -46,6 +46,7 @@ static void rt_once_init(void)
     rt.bf16 = 0;
     rt.graph_limit = 200000;
     rt.cache_size = 1024;
+    rt.max_inflight = 2;
 }
 
 static int env_flag(const char *name)
@@ -91,6 +92,7 @@ lt_status lt_init(void)
     rt.bf16 = env_flag("LAZYTPU_USE_BF16") || env_flag("XLA_USE_BF16");
     rt.graph_limit = env_int("LAZYTPU_GRAPH_LIMIT", 200000);
     rt.cache_size = env_int("LAZYTPU_COMPILE_CACHE_SIZE", 1024);
+    rt.max_inflight = env_int("LAZYTPU_MAX_INFLIGHT", 2);
     rt.cache = lt_cache_new(rt.cache_size, prog_retain, prog_release);
     if (!rt.cache) {
         lt_devices_shutdown();

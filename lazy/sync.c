@@ -379,6 +379,14 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
     free(roots);
 
     if (wait) return lt_core_wait(core, seq);
+    /* Bound the pipeline: the host may trace ahead of the core by at most
+     * max_inflight programs (step N+1 traces while step N runs). Without it
+     * a loop that never reads a value queues every step, holding every
+     * step's buffers (memory grows, no buffer is ever reused). An error of
+     * an earlier program surfaces here. */
+    lt_runtime *rtm = lt_rt();
+    if (rtm && rtm->max_inflight > 0 && seq > (uint64_t)rtm->max_inflight)
+        return lt_core_wait(core, seq - (uint64_t)rtm->max_inflight);
     return LT_OK;
 }
 

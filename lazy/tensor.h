@@ -41,6 +41,7 @@ typedef struct lt_runtime {
     int bf16;
     int64_t graph_limit;
     int64_t cache_size;
+    int64_t max_inflight;        /* programs queued per core before a sync waits */
     struct lt_cache *cache;
     lt_core_live live[LT_RT_MAX_CORES];
 } lt_runtime;

@@ -232,6 +232,18 @@ static char **build_env(int k, int n, const lt_launch_opts *o,
     snprintf(store[s++], 512, "LAZYTPU_SHM_NAME=%s", shm);
     snprintf(store[s++], 512, "LAZYTPU_NUM_CORES=1");
     if (!have_omp) snprintf(store[s++], 512, "OMP_NUM_THREADS=%ld", omp);
+    else if (atol(getenv("OMP_NUM_THREADS")) > 0)
+        omp = atol(getenv("OMP_NUM_THREADS"));
+    /* The thread budget of every pool in the worker: the core's OpenMP
+     * kernels, OpenBLAS (its idle threads spin with sched_yield for a long
+     * time after each call) and, when the CPUs are oversubscribed, idle
+     * OpenMP threads sleep at once instead of spinning. */
+    if (!getenv("LAZYTPU_OMP_THREADS"))
+        snprintf(store[s++], 512, "LAZYTPU_OMP_THREADS=%ld", omp);
+    if (!getenv("OPENBLAS_NUM_THREADS"))
+        snprintf(store[s++], 512, "OPENBLAS_NUM_THREADS=%ld", omp);
+    if (!getenv("OMP_WAIT_POLICY") && n > cpus)
+        snprintf(store[s++], 512, "OMP_WAIT_POLICY=PASSIVE");
     if (o->metrics_path)
         snprintf(store[s++], 512, "LAZYTPU_METRICS_FILE=%s.ordinal-{ordinal}",
                  o->metrics_path);
@@ -243,10 +255,10 @@ static char **build_env(int k, int n, const lt_launch_opts *o,
 static lt_status start_worker(launch *L, int k, char *const argv[],
                               const sigset_t *oldmask)
 {
-    char storage[10][512];
-    char *store[10];
-    for (int i = 0; i < 10; i++) store[i] = storage[i];
-    char **env = build_env(k, L->n, L->o, lt_world_name(L->world), store, 10);
+    char storage[14][512];
+    char *store[14];
+    for (int i = 0; i < 14; i++) store[i] = storage[i];
+    char **env = build_env(k, L->n, L->o, lt_world_name(L->world), store, 14);
     if (!env) return lt_set_error(LT_ERR_INTERNAL, "lazytpu-run: out of memory");
     int p[2];
     if (pipe2(p, O_CLOEXEC) != 0) {

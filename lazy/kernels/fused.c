@@ -15,15 +15,17 @@
 #include "par.h"
 
 /* The expressions of ops.def name <tgmath.h> functions. For the f32
- * compute type, exp/log/tanh/erf resolve to vmath.h's vectorisable
+ * compute type, exp/log/log1p/tanh/erf resolve to vmath.h's vectorisable
  * versions (libm's are scalar calls without -ffast-math); other types keep
  * libm (a self-reference inside a macro is the real function). */
 #undef exp
 #undef log
+#undef log1p
 #undef tanh
 #undef erf
 #define exp(x) _Generic((x), float: lt_vexpf, default: exp)(x)
 #define log(x) _Generic((x), float: lt_vlogf, default: log)(x)
+#define log1p(x) _Generic((x), float: lt_vlog1pf, default: log1p)(x)
 #define tanh(x) _Generic((x), float: lt_vtanhf, default: tanh)(x)
 #define erf(x) _Generic((x), float: lt_verff, default: erf)(x)
 

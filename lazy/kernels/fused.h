@@ -8,9 +8,14 @@
  * register-wise; after each op the value is narrowed to the node's dtype
  * (bool -> 0/1, int in a float group -> trunc, f32 in an f64 group ->
  * rounded; bf16 intermediates stay f32 as on a TPU). Stores convert to the
- * output dtype. Execution walks blocks of LT_FUSED_BLOCK elements, so every
- * register is a small array that stays in L1 and each op is a vectorisable
- * loop.
+ * output dtype. Execution walks blocks of at most LT_FUSED_BLOCK elements
+ * (whole-kernel runs: 256, which measured fastest), so every register is a
+ * small array that stays in L1 and each op is a vectorisable loop; f32
+ * exp/log/tanh/erf (and so sigmoid, silu, gelu) use vmath.h's vectorisable
+ * versions. Broadcast inputs are spread into a block once per run (at
+ * bind), contiguous inputs of the compute type are read in place, and an
+ * op stored to an output of the compute type writes there directly. Whole
+ * kernels run on the core's helper threads (par.h).
  *
  * Building: lt_fused_new, then lt_fused_load / lt_fused_op (values are SSA
  * ids), lt_fused_store / lt_fused_set_result, and lt_fused_finish (register

@@ -17,6 +17,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include "par.h"
 #include "device.h"     /* lt_core_par_pool: the pool lives in the core record */
 
@@ -28,6 +29,8 @@ struct lt_par_pool {
     pthread_cond_t cv;
     int stop;                     /* under mu */
     int n_threads;                /* helpers started (issuer thread only) */
+    pid_t pid;                    /* process the helpers live in (a forked
+                                     child has none of them) */
     pthread_t th[LT_PAR_MAX_HELPERS];
     _Atomic uint64_t gen;         /* current job generation, 0 = none */
     _Atomic(lt_par_fn) fn;
@@ -113,6 +116,7 @@ lt_par_pool *lt_par_pool_new(void)
         return NULL;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
+    p->pid = getpid();
     return p;
 }
 
@@ -124,7 +128,7 @@ void lt_par_pool_free(lt_par_pool *p)
     p->stop = 1;
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
-    for (int k = 0; k < p->n_threads; k++)
+    for (int k = 0; k < p->n_threads && p->pid == getpid(); k++)
         pthread_join(p->th[k], NULL);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
@@ -166,6 +170,11 @@ void lt_par_run(lt_par_pool *p, int workers, int64_t n_chunks, lt_par_fn fn,
     }
     if (!p || n_chunks > 0x7fffffff) {
         run_omp(workers, n_chunks, fn, arg);
+        return;
+    }
+    if (p->pid != getpid()) {                   /* forked: no helpers here */
+        for (int64_t c = 0; c < n_chunks; c++)
+            fn(arg, c, 0);
         return;
     }
     while (p->n_threads < workers - 1) {        /* start helpers on demand */

@@ -54,13 +54,17 @@ def is_lazytpu_tensor(t):
 
 
 def _caller(depth=2):
+    """The user's frame as "file.py:LINE in function": the first frame
+    outside lazytpu and torch, starting `depth` frames up; only called on rare events (step
+    boundaries), never per traced op."""
     try:
         f = sys._getframe(depth)
     except ValueError:
         return None
     while f is not None:
         fn = f.f_code.co_filename
-        if "/lazytpu/" not in fn and "/torch/" not in fn:
+        if ("/lazytpu/" not in fn and "/torch/" not in fn
+                and not fn.startswith("<frozen")):
             return "%s:%d in %s" % (os.path.basename(fn), f.f_lineno,
                                     f.f_code.co_name)
         f = f.f_back
@@ -80,6 +84,11 @@ def mark_step(wait=False):
 
 def wait_device_ops(devices=None):
     """Blocks until every program queued on the cores has finished."""
+    if _C.trace_enabled():
+        t0 = _C.now_ns()
+        _C.wait(-1)
+        _C.trace_event("wait_device_ops", "wait", t0, _C.now_ns() - t0, -1)
+        return
     _C.wait(-1)
 
 
@@ -147,8 +156,11 @@ def _run_step_closures():
     if not lst:
         return
     _closures.items = []
+    t0 = _C.now_ns() if _C.trace_enabled() else 0
     for fn, args in lst:
         fn(*args)
+    if t0:
+        _C.trace_event("step_closures", "closure", t0, _C.now_ns() - t0, -1)
 
 
 def _to_cpu(data):

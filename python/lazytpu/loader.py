@@ -52,9 +52,12 @@ def _to_device(data, device):
 
 
 def _end_step():
-    """mark_step with cause loader_step (+ the step closures)."""
-    from . import core
+    """mark_step with cause loader_step, bounded pipelining (at most
+    LAZYTPU_MAX_INFLIGHT steps queued per core, see
+    lazytpu.spawn.limit_inflight), then the step closures."""
+    from . import core, spawn
     _C.sync(-1, _SYNC_LOADER_STEP, 0, core._caller(3))
+    spawn.limit_inflight()
     core._run_step_closures()
 
 

@@ -13,8 +13,11 @@ __all__ = ["metrics_report", "short_metrics_report", "counter_names",
 
 
 def metrics_report():
-    """The full text report: metrics, counters, then the analysis sections
-    (recompilation causes, CPU fallbacks with the Python frame)."""
+    """The full text report: metrics, counters, then the analysis sections:
+    "== recompilation ==" (which input changed shape, the sync cause and the
+    user's line), "== warnings ==" (with LAZYTPU_DEBUG) and "== fallback =="
+    (per CPU-fallback op: calls, time, call sites, hint). See
+    docs/troubleshooting.md."""
     return _C.metrics_report()
 
 

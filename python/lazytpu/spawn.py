@@ -117,6 +117,10 @@ def _clib():
                                           ctypes.c_size_t, ctypes.POINTER(vp),
                                           ctypes.POINTER(ctypes.c_size_t)]
         lib.lt_world_exchange.restype = i32
+        lib.lt_core_next_seq.argtypes = [i32]
+        lib.lt_core_next_seq.restype = ctypes.c_uint64
+        lib.lt_core_wait.argtypes = [i32, ctypes.c_uint64]
+        lib.lt_core_wait.restype = i32
         lib.lt_last_error.argtypes = []
         lib.lt_last_error.restype = ctypes.c_char_p
         lib.free.argtypes = [vp]
@@ -137,6 +141,42 @@ def _world():
     w = ctypes.c_void_p()
     _check(lib.lt_world_default(ctypes.byref(w)), "world")
     return w.value
+
+
+# Programs each core may have queued or running after a step boundary before
+# the host waits (LAZYTPU_MAX_INFLIGHT, default 2: the core runs step N while
+# the host traces step N+1, and no further).
+_inflight = {}
+
+
+def _max_inflight():
+    try:
+        return max(1, int(os.environ.get("LAZYTPU_MAX_INFLIGHT", "2")))
+    except ValueError:
+        return 2
+
+
+def limit_inflight(depth=None):
+    """Back-pressure after a step boundary: waits until each used core has at
+    most ``depth`` - 1 programs queued or running besides the one just
+    submitted. Without it a host that traces faster than its core runs (a
+    busy machine, several processes per CPU, a core waiting for its peers in
+    a collective) queues steps without limit: every queued program holds its
+    output buffers, device memory grows by a step's outputs per step, and
+    each step writes fresh pages (page faults) instead of reusing the
+    buffer cache. Raises the error of a failed program, like a sync."""
+    depth = _max_inflight() if depth is None else max(1, int(depth))
+    lib = _clib()
+    for core in _C.used_cores():
+        last = lib.lt_core_next_seq(core) - 1
+        q = _inflight.setdefault(core, [])
+        if last > 0 and (not q or q[-1] != last):
+            q.append(last)
+        while len(q) >= depth:
+            seq = q.pop(0)
+            if len(q) >= depth:
+                continue              # an older one: waiting for a newer suffices
+            _check(lib.lt_core_wait(core, seq), "step")
 
 
 def _quiesce():
@@ -384,10 +424,18 @@ def _all_reduce_gradients(optimizer):
     n = world_size()
     if n <= 1 or _world() is None:
         return
-    grads = [p.grad for group in optimizer.param_groups
-             for p in group["params"] if p.grad is not None]
-    if not grads:
+    params = [p for group in optimizer.param_groups
+              for p in group["params"] if p.grad is not None]
+    if not params:
         return
+    op = _device_op("all_reduce")
+    if op is not None and os.environ.get("LT_AR_MODE") == "each" and all(
+            p.grad.device.type != "cpu" for p in params):
+        with torch.no_grad():
+            for p in params:
+                p.grad = op(p.grad, 0, 1.0 / n)
+        return
+    grads = [p.grad for p in params]
     by_dtype = {}
     for g in grads:
         by_dtype.setdefault(g.dtype, []).append(g)

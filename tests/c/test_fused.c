@@ -230,8 +230,8 @@ static void test_vmath_accuracy(void **state)
 {
     /* a sweep over the whole float range (every 4099th bit pattern) and
      * dense sweeps of the interesting intervals */
-    double worst[4] = {0, 0, 0, 0};
-    const double lim[4] = {2, 2, 3, 4};   /* exp, log, tanh, erf */
+    double worst[5] = {0, 0, 0, 0, 0};
+    const double lim[5] = {2, 2, 3, 4, 4};   /* exp, log, tanh, erf, log1p */
     for (int pass = 0; pass < 2; pass++) {
         int64_t n = pass == 0 ? ((int64_t)1 << 32) / 4099 : 400000;
         for (int64_t k = 0; k < n; k++) {
@@ -244,9 +244,10 @@ static void test_vmath_accuracy(void **state)
             } else {
                 x = -10.0f + 20.0f * (float)k / (float)n;
             }
-            float g[4] = {lt_vexpf(x), lt_vlogf(x), lt_vtanhf(x), lt_verff(x)};
-            double w[4] = {exp(x), log(x), tanh(x), erf(x)};
-            for (int f = 0; f < 4; f++) {
+            float g[5] = {lt_vexpf(x), lt_vlogf(x), lt_vtanhf(x), lt_verff(x),
+                          lt_vlog1pf(x)};
+            double w[5] = {exp(x), log(x), tanh(x), erf(x), log1p(x)};
+            for (int f = 0; f < 5; f++) {
                 if (isnan(w[f])) {
                     if (!isnan(g[f]))
                         fail_msg("f%d(%a) = %g, want NaN", f, x, g[f]);
@@ -266,8 +267,12 @@ static void test_vmath_accuracy(void **state)
             }
         }
     }
-    print_message("vmath max ulp: exp %.2f log %.2f tanh %.2f erf %.2f\n",
-                  worst[0], worst[1], worst[2], worst[3]);
+    print_message("vmath max ulp: exp %.2f log %.2f tanh %.2f erf %.2f "
+                  "log1p %.2f\n", worst[0], worst[1], worst[2], worst[3],
+                  worst[4]);
+    assert_true(lt_vlog1pf(-1.0f) == -INFINITY && isnan(lt_vlog1pf(-2.0f)));
+    assert_true(lt_vlog1pf(INFINITY) == INFINITY);
+    assert_true(lt_vlog1pf(1e-30f) == 1e-30f);            /* tiny: exact */
     /* special values */
     assert_true(lt_vexpf(-INFINITY) == 0 && lt_vexpf(INFINITY) == INFINITY);
     assert_true(lt_vexpf(100.0f) == INFINITY && lt_vexpf(-110.0f) == 0);
@@ -296,8 +301,8 @@ static void test_transcendental_ops(void **state)
     int64_t dn[1] = {N};
     lt_shape s = lt_shape_make(1, dn);
     lt_op ops[] = {LT_OP_exp, LT_OP_log, LT_OP_tanh, LT_OP_sigmoid,
-                   LT_OP_gelu, LT_OP_silu, LT_OP_erf};
-    for (int k = 0; k < 7; k++) {
+                   LT_OP_gelu, LT_OP_silu, LT_OP_erf, LT_OP_log1p};
+    for (int k = 0; k < 8; k++) {
         lt_fused *f = lt_fused_new(LT_F32, &s, 1);
         lt_fused_store(f, lt_fused_op(f, ops[k], LT_F32, lt_fused_load(f, 0), -1, -1));
         assert_int_equal(lt_fused_finish(f), LT_OK);
@@ -312,6 +317,7 @@ static void test_transcendental_ops(void **state)
             case LT_OP_sigmoid: w = 1 / (1 + exp(-a)); break;
             case LT_OP_gelu: w = a * 0.5 * (1 + erf(a * M_SQRT1_2)); break;
             case LT_OP_silu: w = a / (1 + exp(-a)); break;
+            case LT_OP_log1p: w = log1p(a); break;
             default: w = erf(a); break;
             }
             if (isnan(w)) {

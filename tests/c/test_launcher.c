@@ -151,6 +151,49 @@ static void test_success_env_and_prefix(void **state)
     assert_int_equal(o.shm_left, 0);
 }
 
+/* Workers get one thread budget for every pool (OpenMP, the core's
+ * kernels, OpenBLAS) and, when oversubscribed, sleeping OpenMP waits;
+ * a user's OMP_NUM_THREADS is the budget; explicit settings are kept. */
+static void test_thread_budget_env(void **state)
+{
+    static const char *vars[] = { "OMP_NUM_THREADS", "LAZYTPU_OMP_THREADS",
+                                  "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY" };
+    char *saved[4];
+    for (int i = 0; i < 4; i++) {
+        const char *v = getenv(vars[i]);
+        saved[i] = v ? strdup(v) : NULL;
+        unsetenv(vars[i]);
+    }
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = (int)(cpus < 8 ? 8 : cpus + 1);       /* oversubscribed */
+    long omp = cpus / n > 1 ? cpus / n : 1;
+    const char *script = "echo \"thr $OMP_NUM_THREADS/$LAZYTPU_OMP_THREADS/"
+                         "$OPENBLAS_NUM_THREADS/$OMP_WAIT_POLICY\" >&2";
+    char opts[32], want[96];
+    run_out o;
+    snprintf(opts, sizeof opts, "-n %d", n);
+    run(&o, opts, script);
+    if (o.code) dump(&o);
+    assert_int_equal(o.code, 0);
+    snprintf(want, sizeof want, "[ordinal 0] thr %ld/%ld/%ld/PASSIVE\n", omp,
+             omp, omp);
+    if (!strstr(o.err, want)) dump(&o);
+    assert_non_null(strstr(o.err, want));
+
+    setenv("OMP_NUM_THREADS", "3", 1);
+    setenv("OPENBLAS_NUM_THREADS", "2", 1);
+    setenv("OMP_WAIT_POLICY", "ACTIVE", 1);
+    run(&o, "-n 1", script);
+    assert_int_equal(o.code, 0);
+    if (!strstr(o.err, "[ordinal 0] thr 3/3/2/ACTIVE\n")) dump(&o);
+    assert_non_null(strstr(o.err, "[ordinal 0] thr 3/3/2/ACTIVE\n"));
+    for (int i = 0; i < 4; i++) {
+        if (saved[i]) setenv(vars[i], saved[i], 1);
+        else unsetenv(vars[i]);
+        free(saved[i]);
+    }
+}
+
 static void test_worker_exit_code_stops_everyone(void **state)
 {
     run_out o;
@@ -289,6 +332,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_success_env_and_prefix),
+        cmocka_unit_test(test_thread_budget_env),
         cmocka_unit_test(test_worker_exit_code_stops_everyone),
         cmocka_unit_test(test_worker_killed_by_signal),
         cmocka_unit_test(test_timeout_stops_hanging_workers),

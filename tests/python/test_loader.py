@@ -102,6 +102,9 @@ def _ddp_worker(index, n, out_path):
         lazytpu.optimizer_step(opt)
         steps += 1
     assert steps == K
+    # the gradient all-reduce was traced into each step's graph (one
+    # collective for all gradients), not run on host copies
+    assert lazytpu._C.counter_value("lazytpu::all_reduce") == K
     lazytpu.mark_step()
     if index == 0:
         torch.save({k: v.cpu() for k, v in model.state_dict().items()}, out_path)
@@ -123,3 +126,38 @@ def test_eight_cores_match_one_big_batch(tmp_path):
         opt.step()
     for k, v in model.state_dict().items():
         assert torch.allclose(got[k], v, atol=1e-5, rtol=1e-4), (k, got[k], v)
+
+
+# ------------------------------------------------------- back-pressure ----
+
+def test_loader_bounds_queued_steps():
+    """A host that traces faster than its core runs must not queue steps
+    without limit (each queued program holds its outputs): with the loader
+    ending the steps, device memory in use stays flat."""
+    import ctypes
+    lib = ctypes.CDLL(lsp._lib_path())
+    lib.lt_core_bytes_in_use.restype = ctypes.c_size_t
+    lib.lt_core_bytes_in_use.argtypes = [ctypes.c_int]
+    dev = lazytpu.device()
+    w = torch.randn(512, 512).to(dev)
+    batches = [torch.randn(256, 512) for _ in range(4)] * 15
+
+    def run(n):
+        it = iter(ll.MpDeviceLoader(batches[:n], dev))
+        for x in it:
+            for _ in range(8):           # enough device work per step
+                x = torch.tanh(x @ w)
+        lazytpu.wait_device_ops()
+
+    run(4)
+    base = lib.lt_core_bytes_in_use(0)
+    peak = [0]
+    it = iter(ll.MpDeviceLoader(batches, dev))
+    for x in it:
+        for _ in range(8):
+            x = torch.tanh(x @ w)
+        peak[0] = max(peak[0], lib.lt_core_bytes_in_use(0))
+    lazytpu.wait_device_ops()
+    step_bytes = 8 * 256 * 512 * 4
+    # at most a few steps' outputs in flight (60 without back-pressure)
+    assert peak[0] - base < 6 * step_bytes, (peak[0] - base) / step_bytes

@@ -54,6 +54,90 @@ def _device_collectives(index, n):
     assert m.p.cpu().tolist() == [0.0, 0.0, 0.0]
 
 
+def _expected(kind, vals, dtype):
+    """Reduction of per-ordinal CPU tensors computed with torch."""
+    st = torch.stack([v.double() if dtype.is_floating_point else v.long() for v in vals])
+    if kind == "sum":
+        r = st.sum(0)
+    elif kind == "mul":
+        r = st.prod(0)
+    elif kind == "min":
+        r = st.min(0).values
+    elif kind == "max":
+        r = st.max(0).values
+    elif dtype == torch.bool or dtype.is_floating_point:
+        b = st != 0
+        r = b.all(0) if kind == "and" else b.any(0)
+    else:
+        r = st[0]
+        for v in st[1:]:
+            r = (r & v) if kind == "and" else (r | v)
+    return r
+
+
+def _value(index, dtype):
+    base = torch.tensor([1.0, -2.0, 3.0, 0.0, 5.0, 2.0]) + index
+    if dtype == torch.bool:
+        return (base.long() % 2) == 1
+    return base.to(dtype)
+
+
+def _device_reduce_all_types(index, n):
+    """torch.ops.lazytpu.all_reduce on device tensors: every reduce type and
+    dtype, checked against torch on every ordinal's values."""
+    dev = lazytpu.device()
+    for dtype in (torch.float32, torch.bfloat16, torch.float64, torch.int64,
+                  torch.int32, torch.bool):
+        vals = [_value(k, dtype) for k in range(n)]
+        for kind in ("sum", "mul", "min", "max", "and", "or"):
+            if dtype == torch.bool and kind in ("sum", "mul"):
+                continue
+            got = lsp.all_reduce(kind, _value(index, dtype).to(dev))
+            assert got.device == dev
+            want = _expected(kind, vals, dtype)
+            g = got.cpu()
+            if dtype == torch.bool:
+                assert g.tolist() == want.tolist(), (dtype, kind, g, want)
+            elif dtype.is_floating_point:
+                tol = 2e-2 if dtype == torch.bfloat16 else 1e-6
+                assert torch.allclose(g.double(), want.double(), rtol=tol, atol=tol), \
+                    (dtype, kind, g, want)
+            else:
+                assert g.tolist() == want.tolist(), (dtype, kind, g, want)
+    # scale, gather along dim 1, scatter along dim 0, broadcast from the last
+    x = (torch.arange(2 * n * 3, dtype=torch.float32).reshape(2 * n, 3) + index).to(dev)
+    y = torch.ops.lazytpu.all_reduce(x, 0, 0.25).cpu()
+    want = (torch.arange(2 * n * 3, dtype=torch.float32).reshape(2 * n, 3) * n
+            + n * (n - 1) / 2) * 0.25
+    assert torch.allclose(y, want)
+    g = lsp.all_gather(torch.full((2, 1), float(index)).to(dev), dim=1).cpu()
+    assert g.tolist() == [[float(k) for k in range(n)]] * 2
+    rs = lsp.reduce_scatter("max", x, 1.0, 0, n).cpu()
+    full = torch.arange(2 * n * 3, dtype=torch.float32).reshape(2 * n, 3) + (n - 1)
+    assert torch.equal(rs, full[2 * index:2 * index + 2])
+    b = lsp.broadcast(torch.tensor([index, 1]).to(dev), root=n - 1).cpu()
+    assert b.tolist() == [n - 1, 1]
+    # all of them were traced into graphs, none went through the host path
+    assert lazytpu._C.counter_value("lazytpu::all_reduce") >= 30
+
+
+def _dead_peer_in_graph(index):
+    """Ordinal 1 dies while ordinal 0 runs an all_reduce inside a step's
+    graph: ordinal 0's value read must fail, not hang."""
+    dev = lazytpu.device()
+    if index == 1:
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGKILL)
+    y = torch.ops.lazytpu.all_reduce(torch.ones(4).to(dev), 0, 1.0)
+    y.cpu()
+    time.sleep(60)
+
+
+def _hang(index):
+    if index == 0:
+        time.sleep(120)
+
+
 def _raise_on_1(index):
     if index == 1:
         time.sleep(0.2)
@@ -90,6 +174,59 @@ def test_device_collectives_two_workers():
     lsp.spawn(_device_collectives, args=(2,), nprocs=2)
 
 
+def test_device_collectives_every_reduce_type_and_dtype():
+    lsp.spawn(_device_reduce_all_types, args=(3,), nprocs=3)
+
+
+def _leftovers():
+    """lazytpu shared-memory segments and processes still around."""
+    shm = sorted(f for f in os.listdir("/dev/shm") if f.startswith("lazytpu-"))
+    procs = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if b"_worker_main" in cmd and b"test_spawn" not in cmd:
+            procs.append(int(pid))
+    return shm, procs
+
+
+def _no_leftovers_from(before):
+    shm, procs = _leftovers()
+    deadline = time.time() + 5
+    while (set(shm) - set(before[0]) or set(procs) - set(before[1])) and time.time() < deadline:
+        time.sleep(0.1)
+        shm, procs = _leftovers()
+    assert not set(shm) - set(before[0]), shm
+    assert not set(procs) - set(before[1]), procs
+
+
+def test_dead_peer_inside_a_graph_collective_fails_fast():
+    before = _leftovers()
+    t0 = time.time()
+    with pytest.raises(lsp.WorkerError) as e:
+        lsp.spawn(_dead_peer_in_graph, nprocs=2)
+    assert e.value.ordinal == 1
+    assert "killed by signal 9" in str(e.value)
+    assert time.time() - t0 < 40
+    _no_leftovers_from(before)
+
+
+def test_hang_past_timeout_is_stopped():
+    before = _leftovers()
+    t0 = time.time()
+    with pytest.raises(lsp.WorkerError) as e:
+        lsp.spawn(_hang, nprocs=2, timeout=3)
+    assert e.value.exit_code == 124
+    assert "timed out after 3 s" in str(e.value)
+    assert time.time() - t0 < 40
+    _no_leftovers_from(before)
+
+
 def test_exception_names_ordinal_and_cause():
     t0 = time.time()
     with pytest.raises(lsp.WorkerError) as e:
@@ -105,6 +242,15 @@ def test_killed_worker_names_signal():
         lsp.spawn(_sigkill_on_2, nprocs=3)
     assert e.value.ordinal == 2
     assert "worker 2 died: killed by signal 9 (SIGKILL)" in str(e.value)
+
+
+def test_failures_leave_no_segment_or_process():
+    before = _leftovers()
+    with pytest.raises(lsp.WorkerError):
+        lsp.spawn(_raise_on_1, nprocs=3)
+    with pytest.raises(lsp.WorkerError):
+        lsp.spawn(_sigkill_on_2, nprocs=3)
+    _no_leftovers_from(before)
 
 
 def test_dead_peer_does_not_hang_the_others():
