@@ -30,8 +30,11 @@ run: build
 	PYTHONPATH=python $(PY) examples/fashion_mnist.py
 
 bench: build
-	@for b in $(BUILD)/bench_*; do [ -x $$b ] && $$b; done
-	@[ -f bench/train_step.py ] && PYTHONPATH=python $(PY) bench/train_step.py || true
+	$(BUILD)/bench_core
+	$(BUILD)/bench_allreduce
+	$(PY) bench/bench_elementwise.py --lib $(BUILD)/liblazytpu.so
+	PYTHONPATH=python $(PY) bench/train_step.py
+	PYTHONPATH=python LAZYTPU_BIN_DIR=$(BUILD) $(PY) bench/bench_multicore.py
 
 clean:
 	rm -rf $(BUILD) $(ASAN)
