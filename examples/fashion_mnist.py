@@ -16,6 +16,7 @@ import gzip
 import os
 import struct
 import sys
+import tempfile
 import time
 
 # Idle OpenMP threads sleep instead of spinning: on a small machine spinning
@@ -171,7 +172,7 @@ def run(index, args):
     for name in models:
         train_model(name, args, (xtr, ytr, xte, yte), dev)
     lazytpu.wait_device_ops()
-    if master:
+    if lazytpu.world_size() == 1:
         print(met.metrics_report())
 
 
@@ -179,7 +180,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", choices=["mlp", "cnn", "both"], default="both")
     p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--cores", type=int, default=2,
+    p.add_argument("--cores", type=int, default=8,
                    help="processes / simulated cores (data parallel; 8 = a TPU v3-8 layout)")
     p.add_argument("--batch", type=int, default=256, help="global batch size")
     p.add_argument("--lr", type=float, default=0.05)
@@ -190,7 +191,16 @@ def main():
     if args.batch % args.cores:
         p.error("--batch must be a multiple of --cores")
     if args.cores > 1 and getattr(lazytpu, "spawn", None) is not None:
-        lazytpu.spawn.spawn(run, args=(args,), nprocs=args.cores)
+        # every worker writes its report; the launcher merges them: totals,
+        # then one row per core for what differs (compiles, fallbacks, waits)
+        with tempfile.TemporaryDirectory() as tmp:
+            merged = os.path.join(tmp, "metrics.txt")
+            lazytpu.spawn.spawn(run, args=(args,), nprocs=args.cores,
+                                metrics_file=merged)
+            with open(merged) as f:
+                report = f.read()
+        print("Merged metrics report of %d cores:" % args.cores)
+        print(report.split("== ordinal 0 ==")[0].rstrip())
     else:
         if args.cores > 1:
             print("lazytpu.spawn is unavailable: training on one core")

@@ -191,6 +191,8 @@ int lt_fused_op(lt_fused *f, lt_op op, lt_dtype node_dtype, int a, int b,
         nar = LT_I32;
     else if (node_dtype == LT_F32 && f->ctype == LT_F64)
         nar = LT_F32;
+    else if (node_dtype == LT_BF16 && op == LT_OP_cast && f->ctype != LT_I64)
+        nar = LT_BF16;      /* an explicit cast to bf16 changes the value */
     lt_fused_ins i = {(uint16_t)op, (uint8_t)nar, 0, 0, a, b, c};
     return push_ins(f, i);
 }

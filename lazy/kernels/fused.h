@@ -7,7 +7,9 @@
  * (float, double or int64_t); op instructions apply an ops.def expression
  * register-wise; after each op the value is narrowed to the node's dtype
  * (bool -> 0/1, int in a float group -> trunc, f32 in an f64 group ->
- * rounded; bf16 intermediates stay f32 as on a TPU). Stores convert to the
+ * rounded; bf16 intermediates stay f32 as on a TPU, except an explicit
+ * cast op to bf16, which rounds to nearest even in the register, like
+ * XLA's convert). Stores convert to the
  * output dtype. Execution walks blocks of at most LT_FUSED_BLOCK elements
  * (whole-kernel runs: 256, which measured fastest), so every register is a
  * small array that stays in L1 and each op is a vectorisable loop; f32

@@ -152,6 +152,10 @@ static void FN(exec)(const lt_fused *f, const lt_fload *ld,
             if (sizeof(T) == 8)
                 for (int i = 0; i < n; i++) d[i] = (T)(float)d[i];
             break;
+        case LT_BF16:       /* explicit cast: round to nearest even */
+            for (int i = 0; i < n; i++)
+                d[i] = (T)lt_fz_bf16(lt_fz_to_bf16((float)d[i]));
+            break;
 #else
         case LT_I32:
             for (int i = 0; i < n; i++) d[i] = (T)(int32_t)d[i];

@@ -428,13 +428,6 @@ def _all_reduce_gradients(optimizer):
               for p in group["params"] if p.grad is not None]
     if not params:
         return
-    op = _device_op("all_reduce")
-    if op is not None and os.environ.get("LT_AR_MODE") == "each" and all(
-            p.grad.device.type != "cpu" for p in params):
-        with torch.no_grad():
-            for p in params:
-                p.grad = op(p.grad, 0, 1.0 / n)
-        return
     grads = [p.grad for p in params]
     by_dtype = {}
     for g in grads:

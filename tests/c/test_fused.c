@@ -1,6 +1,7 @@
 /* tests/c/test_fused.c — the fused elementwise interpreter on its own:
- * broadcasting, scalars, bf16 storage rounding, int/bool compute types, NaN
- * propagation, integer division by zero, and speed vs separate passes;
+ * broadcasting, scalars, bf16 storage rounding, explicit bf16 casts
+ * (rounded in the register), int/bool compute types, NaN propagation,
+ * integer division by zero, and speed vs separate passes;
  * vmath.h's f32 exp/log/tanh/erf against double libm; parallel argmax /
  * argmin over a flattened input. */
 #include <stdarg.h>
@@ -88,6 +89,63 @@ static void test_scalar_and_bf16(void **state)
         assert_int_equal(out[i], lt_f32_to_bf16(want));  /* one rounding */
     }
     lt_fused_free(f);
+    free(x);
+    free(out);
+}
+
+/* An explicit cast to bf16 inside a fused group rounds to nearest even in
+ * the register (XLA's convert), though the group computes in f32/f64 and the
+ * output is f32: x -> bf16 -> f32, * 1. Expected values by hand (ties go to
+ * the even mantissa) and from dtype.c's converter. */
+static void test_bf16_cast_rounds(void **state)
+{
+    enum { N = 2000 };
+    float *x = malloc(N * sizeof *x), *out = malloc(N * sizeof *out);
+    const float hand_in[6] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f,
+                              1.0f + 0x1p-8f + 0x1p-20f, -2.0f - 0x1p-7f - 0x1p-9f,
+                              3.14159265f, 65504.7f};
+    const float hand_out[6] = {1.0f, 1.0f + 0x1p-6f, 1.0f + 0x1p-7f,
+                               -2.0f - 0x1p-6f, 3.140625f, 65536.0f};
+    for (int i = 0; i < N; i++)
+        x[i] = i < 6 ? hand_in[i] : (float)i * 0.01234567f - 7.3f;
+    x[6] = NAN;
+    x[7] = INFINITY;
+    int64_t dn[1] = {N};
+    double one = 1.0;
+    for (int ct = 0; ct < 2; ct++) {       /* f32 group, then an f64 group */
+        lt_dtype cty = ct ? LT_F64 : LT_F32;
+        lt_view in[2] = {V(x, LT_F32, 1, dn), V(&one, LT_F64, 0, NULL)};
+        lt_view o = V(out, LT_F32, 1, dn);
+        lt_shape s = lt_shape_make(1, dn);
+        lt_fused *f = lt_fused_new(cty, &s, 2);
+        int a = lt_fused_load(f, 0), k = lt_fused_load(f, 1);
+        int h = lt_fused_op(f, LT_OP_cast, LT_BF16, a, -1, -1);
+        int g = lt_fused_op(f, LT_OP_cast, LT_F32, h, -1, -1);
+        int r = lt_fused_op(f, LT_OP_mul, LT_F32, g, k, -1);
+        lt_fused_store(f, r);
+        assert_int_equal(lt_fused_finish(f), LT_OK);
+        memset(out, 0, N * sizeof *out);
+        assert_int_equal(lt_fused_run(f, in, &o, &CTX), LT_OK);
+        for (int i = 0; i < 6; i++)
+            assert_float_equal(out[i], hand_out[i], 0);
+        assert_true(isnan(out[6]));
+        assert_true(isinf(out[7]) && out[7] > 0);
+        for (int i = 8; i < N; i++)
+            assert_float_equal(out[i], lt_bf16_to_f32(lt_f32_to_bf16(x[i])), 0);
+        lt_fused_free(f);
+    }
+    /* a bf16 node that is not a cast keeps f32 precision in the register */
+    lt_view in1[1] = {V(x, LT_F32, 1, dn)};
+    lt_view o1 = V(out, LT_F32, 1, dn);
+    lt_shape s1 = lt_shape_make(1, dn);
+    lt_fused *f1 = lt_fused_new(LT_F32, &s1, 1);
+    int a1 = lt_fused_load(f1, 0);
+    int n1 = lt_fused_op(f1, LT_OP_neg, LT_BF16, a1, -1, -1);
+    lt_fused_store(f1, n1);
+    assert_int_equal(lt_fused_finish(f1), LT_OK);
+    assert_int_equal(lt_fused_run(f1, in1, &o1, &CTX), LT_OK);
+    assert_float_equal(out[0], -(1.0f + 0x1p-8f), 0);
+    lt_fused_free(f1);
     free(x);
     free(out);
 }
@@ -568,6 +626,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_broadcast),
         cmocka_unit_test(test_scalar_and_bf16),
+        cmocka_unit_test(test_bf16_cast_rounds),
         cmocka_unit_test(test_int_bool_types),
         cmocka_unit_test(test_nan_propagation),
         cmocka_unit_test(test_reduce_outer_small),

@@ -275,6 +275,12 @@ static void test_metrics_are_merged(void **state)
     assert_non_null(strstr(buf, "== merged over 3 ordinals (3 reports) ==\n"));
     assert_non_null(strstr(buf, "Metric: ExecuteTime\n  TotalSamples: 6\n"));
     assert_non_null(strstr(buf, "Counter: MarkStep\n  Value: 6\n"));
+    /* per-ordinal rows only for what differs: MarkStep 1/2/3, not the
+     * identical ExecuteTime */
+    const char *po = strstr(buf, "== per ordinal (where ordinals differ) ==\n");
+    assert_non_null(po);
+    assert_non_null(strstr(po, "Counter: MarkStep\n  PerOrdinal: 1 2 3\n"
+                               "== ordinal 0 =="));
     assert_non_null(strstr(buf, "== ordinal 2 ==\nMetric: ExecuteTime"));
     snprintf(path, sizeof path, "%s/metrics.txt.ordinal-1", tmpdir);
     assert_int_equal(access(path, F_OK), -1);

@@ -326,8 +326,6 @@ def test_bf16(name):
     check_op(fn, *args, dtype=torch.bfloat16, atol=2e-2, rtol=2e-2)
 
 
-@pytest.mark.xfail(reason="core: a fused f32->bf16->f32 cast chain skips the bf16 rounding",
-                   strict=False)
 def test_bf16_roundtrip_fused():
     check_op(lambda t: t.to(torch.bfloat16).float() * 1.0, R(3, 4))
 
