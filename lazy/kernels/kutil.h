@@ -35,29 +35,9 @@ static inline float kt_bf16_to_f32(uint16_t h)
     return f;
 }
 
-static inline const char *kt_dtname(lt_dtype dt)
-{
-    switch (dt) {
-    case LT_F32: return "f32";
-    case LT_BF16: return "bf16";
-    case LT_F64: return "f64";
-    case LT_I64: return "i64";
-    case LT_I32: return "i32";
-    case LT_BOOL: return "bool";
-    default: return "?";
-    }
-}
-
-static inline size_t kt_dtsize(lt_dtype dt)
-{
-    switch (dt) {
-    case LT_F32: case LT_I32: return 4;
-    case LT_BF16: return 2;
-    case LT_F64: case LT_I64: return 8;
-    case LT_BOOL: return 1;
-    default: return 0;
-    }
-}
+/* Names and sizes come from the one dtype table (lazy/dtype.c). */
+static inline const char *kt_dtname(lt_dtype dt) { return lt_dtype_name(dt); }
+static inline size_t kt_dtsize(lt_dtype dt) { return lt_dtype_size(dt); }
 
 static inline int kt_is_float(lt_dtype dt)
 {
