@@ -6,11 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include "program.h"
-#include <stdio.h>
-#include <time.h>
-static double qprof_t[4096]; static int qprof_op[4096]; static const lt_program *qprof_p; static long qprof_runs;
-static void qprof_dump(void){ for(int i=0;i<4096;i++) if(qprof_t[i]>0) fprintf(stderr,"QPROF step %d %s kind? %.1f us\n",i,lt_op_name(qprof_op[i]),qprof_t[i]/qprof_runs/1e3);}
-static double qnow(void){struct timespec t; clock_gettime(CLOCK_MONOTONIC,&t); return t.tv_sec*1e9+t.tv_nsec;}
 
 static int bind(const lt_program *p, const lt_exec_args *a,
                 const uint64_t *slots, const lt_pview *pv, lt_view *out)
@@ -89,7 +84,6 @@ lt_status lt_program_run(const lt_program *p, const lt_exec_args *args,
                               "unbound buffer", s, lt_op_name(step->op));
             break;
         }
-        double qt0 = qnow();
         switch (step->kind) {
         case LT_STEP_FUSED:
             st = lt_fused_run(step->fused, in, out, &ctx);
@@ -102,7 +96,6 @@ lt_status lt_program_run(const lt_program *p, const lt_exec_args *args,
             st = step->fn(step->op, &step->attrs, in, step->n_in, out, &ctx);
             break;
         }
-        if (getenv("QPROF") && s < 4096 && p->n_steps > 5) { if (qprof_p != p) { qprof_p = p; memset(qprof_t,0,sizeof qprof_t); qprof_runs=0; static int reg; if(!reg){reg=1; atexit(qprof_dump);} } if (s==0) qprof_runs++; qprof_t[s] += qnow()-qt0; qprof_op[s]=step->op; }
     }
     free(views);
     free(slots);
