@@ -296,10 +296,18 @@ PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "lazytpu._C",
 
 }  // namespace
 
+/* Before a sync the core starts by itself (graph size limit): the user's
+ * frame for the recompilation notes. */
+static void core_caller_hook(void) {
+  std::string s = python_caller();
+  lt_set_caller(s.empty() ? nullptr : s.c_str());
+}
+
 extern "C" PyMODINIT_FUNC PyInit__C(void) {
   lt_status st = lt_init();
   if (st != LT_OK) return raise_status(st);
   lazytpu_set_caller_hook(python_caller);
+  lt_set_caller_hook(core_caller_hook);
   lazytpu_register_late();
   PyObject *m = PyModule_Create(&moddef);
   if (!m) return nullptr;

@@ -257,6 +257,11 @@ lt_status lt_wait(int core);
  * ("train.py:42 in step"), recorded on rare events (compiles, value reads,
  * fallbacks). NULL clears. The string is copied. */
 void lt_set_caller(const char *frame);
+/* Registers fn, called on the tracing thread just before a sync that the
+ * library starts by itself (a graph cut at LAZYTPU_GRAPH_LIMIT), so that the
+ * embedder can describe the user's code there with lt_set_caller. Rare:
+ * never called per traced op. NULL unregisters. */
+void lt_set_caller_hook(void (*fn)(void));
 
 /* ---------------------------------------------------------------- metrics */
 

@@ -49,6 +49,10 @@ typedef struct lt_runtime {
 /* The runtime (initialises it lazily: lt_init). NULL when lt_init failed
  * (error set). */
 lt_runtime *lt_rt(void);
+
+/* Runs the embedder's caller hook (lt_set_caller_hook), if any: before a
+ * sync the library starts itself (graph size limit). */
+void lt_caller_hook_run(void);
 /* The runtime if initialised, else NULL (never initialises). */
 lt_runtime *lt_rt_peek(void);
 

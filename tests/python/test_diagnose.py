@@ -221,6 +221,9 @@ def test_size_limit_subprocess(tmp_path):
     assert re.search(r"Counter: SyncCause::size_limit\n  Value: [1-9]", out)
     notes = [ln for ln in out.splitlines() if ln.startswith("recompiled:")]
     assert any("cause size_limit" in ln and "structure changed" in ln for ln in notes), notes
+    # the cut happens inside an op, yet the note names the user's line
+    assert any("cause size_limit" in ln and re.search(r"at script\.py:\d+ in grow", ln)
+               for ln in notes), notes
     # the value matches eager
     torch.manual_seed(0)
     w = torch.randn(16, 16) * 0.1
