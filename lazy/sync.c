@@ -42,10 +42,11 @@ static void (*_Atomic caller_hook)(void);
 
 void lt_set_caller_hook(void (*fn)(void)) { atomic_store(&caller_hook, fn); }
 
-void lt_caller_hook_run(void)
+int lt_caller_hook_run(void)
 {
     void (*fn)(void) = atomic_load(&caller_hook);
     if (fn) fn();
+    return fn != NULL;
 }
 
 const char *lt_sync_cause_name(lt_sync_cause c)

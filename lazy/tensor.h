@@ -51,8 +51,9 @@ typedef struct lt_runtime {
 lt_runtime *lt_rt(void);
 
 /* Runs the embedder's caller hook (lt_set_caller_hook), if any: before a
- * sync the library starts itself (graph size limit). */
-void lt_caller_hook_run(void);
+ * sync the library starts itself (graph size limit). Returns 1 if a hook ran
+ * (it set the caller frame, which the caller clears afterwards). */
+int lt_caller_hook_run(void);
 /* The runtime if initialised, else NULL (never initialises). */
 lt_runtime *lt_rt_peek(void);
 

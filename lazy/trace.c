@@ -139,9 +139,9 @@ lt_status lt_trace(lt_op op, lt_tensor *const *inputs, int n_inputs,
     lt_counter_add(op_counter(op), 1);
     if (over) {
         lt_counter_add(lt_fe_metrics_get()->size_limit_sync, 1);
-        lt_caller_hook_run();          /* the user's frame for the notes */
+        int hooked = lt_caller_hook_run();   /* the user's frame for the notes */
         st = lt_sync_core(core, LT_SYNC_SIZE_LIMIT, 0);
-        lt_set_caller(NULL);
+        if (hooked) lt_set_caller(NULL);
         if (st != LT_OK) {
             lt_tensor_release(t);
             return st;
