@@ -149,6 +149,7 @@ void lt_program_destroy(lt_program *p)
     free(p->out_dtype);
     free(p->out_donor);
     free(p->out_alias);
+    free(p->out_same);
     free(p->consts);
     free(p);
 }
@@ -258,6 +259,11 @@ int lt_program_output_donor(const lt_program *p, int k)
 int lt_program_output_alias(const lt_program *p, int k)
 {
     return p->out_alias[k];
+}
+
+int lt_program_output_same(const lt_program *p, int k)
+{
+    return p->out_same ? p->out_same[k] : -1;
 }
 
 size_t lt_program_scratch_bytes(const lt_program *p)

@@ -35,6 +35,11 @@ int lt_program_output_donor(const lt_program *p, int k);
 /* If output k is just parameter j (a root that is already data, or a pure
  * reshape of it), returns j: the caller shares the buffer, no copy. Else -1. */
 int lt_program_output_alias(const lt_program *p, int k);
+/* If output k is the same value as an earlier output k0 < k (one node
+ * reached twice, e.g. g and 0 + g), returns k0: the program writes only
+ * k0's buffer and the caller passes that buffer as output k too (the
+ * values are immutable, so sharing is safe). Else -1. */
+int lt_program_output_same(const lt_program *p, int k);
 /* Bytes of scratch the program needs for intermediates. */
 size_t lt_program_scratch_bytes(const lt_program *p);
 /* Kernel count after fusion (for tests/metrics). */

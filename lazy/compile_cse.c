@@ -7,6 +7,13 @@
  * collisions never merge different nodes. Parameters (data leaves, scalar
  * parameters), random and collective ops are never merged. DCE keeps what
  * the outputs reach. One forward and one backward pass, no recursion.
+ *
+ * Algebraic identities are folded in the same forward pass by making the
+ * node's representative its operand: x + 0, 0 + x, x - 0, x * 1, 1 * x and
+ * x / 1, where the 0 / 1 is a constant scalar (LT_NODE_CONST) seen through
+ * any movement ops (e.g. zero_grad's expand(0) + grad), and only when the
+ * result has x's shape and dtype (else a broadcast or cast is still
+ * needed). x + 0 turns -0 into +0 in IEEE arithmetic; that sign is dropped.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +27,48 @@ static int mergeable(const lt_node *n)
         return 0;
     lt_op_kind k = lt_op_kind_of(n->op);
     return k != LT_KIND_RANDOM && k != LT_KIND_COLLECTIVE;
+}
+
+/* 1 if canonical position q is the constant `value` (a constant scalar,
+ * possibly under movement ops: every element of a view of it is it). */
+static int is_const_value(const lt_cctx *c, int q, double value)
+{
+    for (int guard = 0; guard < 64; guard++) {
+        const lt_node *n = lt_cc_node(c, q);
+        if (n->op == LT_OP_scalar)
+            return (n->flags & LT_NODE_CONST) && n->value == value;
+        if (lt_op_kind_of(n->op) != LT_KIND_MOVEMENT || lt_cc_nin(c, q) != 1)
+            return 0;
+        q = lt_cc_in(c, q, 0);
+    }
+    return 0;
+}
+
+/* The canonical operand node i reduces to by an identity (see top), or -1. */
+static int identity_operand(const lt_cctx *c, int i)
+{
+    const lt_node *nd = lt_cc_node(c, i);
+    double unit;
+    int commutes;
+    switch (nd->op) {
+    case LT_OP_add: unit = 0; commutes = 1; break;
+    case LT_OP_sub: unit = 0; commutes = 0; break;
+    case LT_OP_mul: unit = 1; commutes = 1; break;
+    case LT_OP_div: unit = 1; commutes = 0; break;
+    default: return -1;
+    }
+    if (lt_cc_nin(c, i) != 2)
+        return -1;
+    for (int k = 0; k < 2; k++) {
+        if (k == 0 && !commutes)
+            continue;
+        int x = lt_cc_in(c, i, 1 - k), u = lt_cc_in(c, i, k);
+        const lt_node *xn = lt_cc_node(c, x);
+        if (xn->dtype == nd->dtype && lt_shape_equal(&xn->shape, &nd->shape) &&
+            is_const_value(c, u, unit))
+            return x;
+    }
+    return -1;
 }
 
 static int same_node(const lt_cctx *c, int a, int b)
@@ -63,6 +112,11 @@ lt_status lt_cc_cse(lt_cctx *c)
         const lt_node *nd = lt_cc_node(c, i);
         if (!mergeable(nd))
             continue;
+        int x = identity_operand(c, i);
+        if (x >= 0) {
+            c->cn[i].canon = x;   /* x is canonical: operands come first */
+            continue;
+        }
         uint64_t h = lt_hash_mix(nd->hash, (uint64_t)nd->op);
         for (int k = 0; k < lt_cc_nin(c, i); k++)
             h = lt_hash_mix(h, (uint64_t)lt_cc_in(c, i, k) + 1);

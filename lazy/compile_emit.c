@@ -3,7 +3,8 @@
  * one fused step per elementwise group (not absorbed by a reduction), one
  * reduce step per reduction (with its absorbed producer group), one kernel
  * step per library op or materialising copy, and a copy step per output that
- * is neither produced in place nor an alias of a parameter.
+ * is neither produced in place, an alias of a parameter, nor the buffer of
+ * an earlier output (the same value reached twice).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -262,14 +263,20 @@ static lt_status emit_output(lt_cctx *c, int k)
     p->out_dtype[k] = nd->dtype;
     p->out_alias[k] = -1;
     p->out_donor[k] = -1;
+    p->out_same[k] = -1;
     const lt_pview *pv = &cn->pv;
     int contig = cn->has_pv && pv->v.offset == 0 &&
                  lt_view_is_contiguous(&pv->v);
     int64_t bytes = lt_shape_numel(&nd->shape) * (int64_t)lt_cc_esize(nd->dtype);
-    if (contig && pv->base == LT_BASE_BUF &&
-        c->bufs[pv->index].output < 0 && c->bufs[pv->index].bytes == bytes) {
-        c->bufs[pv->index].output = k;
-        return LT_OK;
+    if (contig && pv->base == LT_BASE_BUF && c->bufs[pv->index].bytes == bytes) {
+        if (c->bufs[pv->index].output < 0) {
+            c->bufs[pv->index].output = k;
+            return LT_OK;
+        }
+        if (c->bufs[pv->index].output < k) {  /* an earlier output's buffer */
+            p->out_same[k] = c->bufs[pv->index].output;
+            return LT_OK;
+        }
     }
     if (contig && pv->base == LT_BASE_PARAM) {
         const lt_node *pn = lt_cc_node(c, c->g->param_pos[pv->index]);
@@ -322,10 +329,12 @@ lt_status lt_cc_emit(lt_cctx *c)
     p->out_shape = calloc(no, sizeof *p->out_shape);
     p->out_dtype = calloc(no, 1);
     p->out_alias = malloc(no * sizeof(int));
+    p->out_same = malloc(no * sizeof(int));
     p->out_donor = malloc(no * sizeof(int));
     lt_status st = LT_OK;
     if (!es.head || !es.nxt || !es.val || !es.loadval || !tail ||
-        !p->out_shape || !p->out_dtype || !p->out_alias || !p->out_donor) {
+        !p->out_shape || !p->out_dtype || !p->out_alias || !p->out_donor ||
+        !p->out_same) {
         st = lt_set_error(LT_ERR_OOM, "compile: out of host memory");
         goto done;
     }

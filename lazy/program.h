@@ -58,6 +58,7 @@ struct lt_program {
     uint8_t *out_dtype;
     int *out_donor;
     int *out_alias;
+    int *out_same;            /* earlier output sharing k's buffer, or -1 */
     int n_consts;
     uint64_t *consts;         /* constant values stored in their dtype */
     int n_steps;

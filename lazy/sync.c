@@ -284,6 +284,11 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
     }
     for (int k = 0; k < g.n_outputs; k++) {
         if (args.out_bufs[k]) continue;
+        int same = lt_program_output_same(p, k);   /* same value: share */
+        if (same >= 0 && same < k && args.out_bufs[same]) {
+            args.out_bufs[k] = lt_buffer_retain(args.out_bufs[same]);
+            continue;
+        }
         int j = lt_program_output_alias(p, k);
         if (j >= 0 && j < g.n_params && args.param_bufs[j]) {
             args.out_bufs[k] = lt_buffer_retain(args.param_bufs[j]);

@@ -344,10 +344,48 @@ struct lt_fused_bound {
     void *blocks;           /* storage of the loads' broadcast blocks */
     int stride;             /* elements between registers (max block) */
     uint8_t direct_ok[256]; /* output k may be written before the block ends
-                               (no input reads its buffer) */
+                               (no input reads its buffer, or only before
+                               its op: inplace_direct_safe) */
     uint8_t done[256];      /* output k is written by its op directly */
     lt_fload loads[];
 };
+
+/* 1 if output k, whose buffer `data` is also read by loads (donation:
+ * the same view, so the same index), may still be written by its op during
+ * the block (p - lr * g straight into p): no load of that buffer runs
+ * after that op, and no later op, later store or the result reads a
+ * register that may point into the buffer (contiguous loads of the
+ * compute type are read in place). */
+static int inplace_direct_safe(const lt_fused *f, const lt_view *in,
+                               const void *data, int k)
+{
+    int s = -1;
+    for (int t = 0; t < f->n_ins && s < 0; t++)
+        if (f->ins[t].direct == k + 1)
+            s = t;
+    if (s < 0 || f->n_regs <= 0)
+        return 0;
+    uint8_t alias[f->n_regs];
+    memset(alias, 0, sizeof alias);
+    for (int t = 0; t < f->n_ins; t++) {
+        const lt_fused_ins *ins = &f->ins[t];
+        if (ins->op == LT_FUSED_LOAD) {
+            int al = in[ins->a].data == data;
+            if (al && t > s)
+                return 0;
+            alias[ins->dst] = (uint8_t)al;
+            continue;
+        }
+        if (t > s && (alias[ins->a] || (ins->b >= 0 && alias[ins->b]) ||
+                      (ins->c >= 0 && alias[ins->c])))
+            return 0;
+        alias[ins->dst] = 0;
+    }
+    for (int k2 = 0; k2 < f->n_out; k2++)
+        if (alias[f->out_val[k2]])
+            return 0;
+    return f->result < 0 || !alias[f->result];
+}
 
 lt_fused_bound *lt_fused_bind(const lt_fused *f, const lt_view *in,
                               const lt_view *out)
@@ -393,10 +431,11 @@ lt_fused_bound *lt_fused_bind(const lt_fused *f, const lt_view *in,
     }
     memset(b->direct_ok, 0, sizeof b->direct_ok);
     for (int k = 0; out && k < f->n_out && k < 255; k++) {
-        int ok = out[k].dtype == f->ctype;
+        int ok = out[k].dtype == f->ctype, shared = 0;
         for (int q = 0; q < f->n_in && ok; q++)
-            if (in[q].data == out[k].data)   /* donated: same buffer */
-                ok = 0;
+            shared |= in[q].data == out[k].data;   /* donated: same buffer */
+        if (ok && shared)
+            ok = inplace_direct_safe(f, in, out[k].data, k);
         b->direct_ok[k] = (uint8_t)ok;
     }
     memset(b->done, 0, sizeof b->done);

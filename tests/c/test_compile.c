@@ -95,7 +95,11 @@ static run_out run(lt_node **roots, int n, int donate)
     a.out_bufs = calloc(g.n_outputs + 1, sizeof(lt_buffer *));
     for (int k = 0; k < g.n_outputs; k++) {
         int al = lt_program_output_alias(r.p, k), dn = lt_program_output_donor(r.p, k);
-        if (al >= 0)
+        int same = lt_program_output_same(r.p, k);
+        if (same >= 0) {
+            assert_true(same < k);
+            a.out_bufs[k] = lt_buffer_retain(a.out_bufs[same]);
+        } else if (al >= 0)
             a.out_bufs[k] = lt_buffer_retain(a.param_bufs[al]);
         else if (donate && dn >= 0)
             a.out_bufs[k] = lt_buffer_retain(a.param_bufs[dn]);
@@ -182,6 +186,106 @@ static void test_cse_dce(void **state)
     near(r.out[0]->data, want, 1, 1e-5);
     run_free(&r);
     run_free(&r2);
+}
+
+/* Algebraic identities: zero_grad's expand(0) + grad, x * 1, x - 0, x / 1
+ * fold away (fewer kernels, no scratch); where the result's shape or dtype
+ * differs from x's the op is kept. */
+static void test_identities(void **state)
+{
+    enum { M = 8, K = 5, NN = 6 };
+    float a[M * K], b[K * NN], w[M * NN], g[M * NN], want[M * NN];
+    fill(a, M * K, -1, 2);
+    fill(b, K * NN, 0.5f, 1);
+    fill(w, M * NN, -3, 1);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < NN; j++) {
+            double acc = 0;
+            for (int k = 0; k < K; k++)
+                acc += (double)a[i * K + k] * b[k * NN + j];
+            g[i * NN + j] = (float)acc;
+        }
+    /* grad = expand(0) + mm(a, b); upd = w + grad * lr: the mm writes the
+     * gradient output directly, one fused update step, no scratch */
+    lt_node *gm = N(LT_OP_mm, LT_F32, S(2, M, NN), NULL, 2,
+                    P(LT_F32, S(2, M, K), a), P(LT_F32, S(2, K, NN), b));
+    lt_node *z = N(LT_OP_expand, LT_F32, S(2, M, NN), &(lt_attrs){.n = 2, .i = {M, NN}}, 1,
+                   N(LT_OP_reshape, LT_F32, S(2, 1, 1), &(lt_attrs){.n = 2, .i = {1, 1}}, 1,
+                     lt_node_new_scalar(0, LT_F32, 0, 0)));
+    lt_node *grad = N(LT_OP_add, LT_F32, S(2, M, NN), NULL, 2, z, gm);
+    lt_node *upd = N(LT_OP_add, LT_F32, S(2, M, NN), NULL, 2, P(LT_F32, S(2, M, NN), w),
+                     N(LT_OP_mul, LT_F32, S(2, M, NN), NULL, 2, lt_node_retain(grad),
+                       lt_node_new_scalar(-0.5, LT_F64, 0, LT_NODE_WRAPPED)));
+    lt_node *roots[2] = {grad, upd};
+    run_out r = run(roots, 2, 0);
+    assert_int_equal(lt_program_n_kernels(r.p), 2);
+    assert_int_equal(lt_program_scratch_bytes(r.p), 0);
+    near(r.out[0]->data, g, M * NN, 1e-5);
+    for (int i = 0; i < M * NN; i++)
+        want[i] = w[i] + g[i] * -0.5f;
+    near(r.out[1]->data, want, M * NN, 1e-5);
+    run_free(&r);
+
+    /* g and expand(0) + g both outputs (autograd's gradient and the
+     * accumulated p.grad): one mm, no copy; output 1 shares output 0's buffer */
+    gm = N(LT_OP_mm, LT_F32, S(2, M, NN), NULL, 2,
+           P(LT_F32, S(2, M, K), a), P(LT_F32, S(2, K, NN), b));
+    z = N(LT_OP_expand, LT_F32, S(2, M, NN), &(lt_attrs){.n = 2, .i = {M, NN}}, 1,
+          N(LT_OP_reshape, LT_F32, S(2, 1, 1), &(lt_attrs){.n = 2, .i = {1, 1}}, 1,
+            lt_node_new_scalar(0, LT_F32, 0, 0)));
+    roots[0] = lt_node_retain(gm);
+    roots[1] = N(LT_OP_add, LT_F32, S(2, M, NN), NULL, 2, z, gm);
+    r = run(roots, 2, 0);
+    assert_int_equal(lt_program_n_kernels(r.p), 1);
+    assert_int_equal(lt_program_output_same(r.p, 1), 0);
+    assert_true(r.out[0] == r.out[1]);
+    near(r.out[1]->data, g, M * NN, 1e-5);
+    run_free(&r);
+
+    /* ((1 * x) - 0) / 1 with 1 broadcast from a constant: no kernel at all,
+     * the output is the parameter itself */
+    lt_node *one = N(LT_OP_expand, LT_F32, S(2, M, NN), &(lt_attrs){.n = 2, .i = {M, NN}}, 1,
+                     N(LT_OP_reshape, LT_F32, S(2, 1, 1), &(lt_attrs){.n = 2, .i = {1, 1}}, 1,
+                       lt_node_new_scalar(1, LT_F32, 0, 0)));
+    lt_node *y = N(LT_OP_mul, LT_F32, S(2, M, NN), NULL, 2, one, P(LT_F32, S(2, M, NN), w));
+    y = N(LT_OP_sub, LT_F32, S(2, M, NN), NULL, 2, y, lt_node_new_scalar(0, LT_F32, 0, 0));
+    y = N(LT_OP_div, LT_F32, S(2, M, NN), NULL, 2, y, lt_node_new_scalar(1, LT_F32, 0, 0));
+    r = run(&y, 1, 0);
+    assert_int_equal(lt_program_n_kernels(r.p), 0);
+    assert_int_equal(lt_program_output_alias(r.p, 0), 0);
+    near(r.out[0]->data, w, M * NN, 0);
+    run_free(&r);
+
+    /* kept: a broadcast (v[NN] + zeros[M, NN]), a dtype change
+     * (i64 + f32 0 -> f32), 0 - x and 1 / x (not identities) */
+    int64_t iv[NN];
+    for (int j = 0; j < NN; j++)
+        iv[j] = j * 3 - 7;
+    lt_node *zb = N(LT_OP_expand, LT_F32, S(2, M, NN), &(lt_attrs){.n = 2, .i = {M, NN}}, 1,
+                    N(LT_OP_reshape, LT_F32, S(2, 1, 1), &(lt_attrs){.n = 2, .i = {1, 1}}, 1,
+                      lt_node_new_scalar(0, LT_F32, 0, 0)));
+    lt_node *bc = N(LT_OP_add, LT_F32, S(2, M, NN), NULL, 2, P(LT_F32, S(1, NN), b), zb);
+    lt_node *cv = N(LT_OP_add, LT_F32, S(1, NN), NULL, 2, P(LT_I64, S(1, NN), iv),
+                    lt_node_new_scalar(0, LT_F32, 0, 0));
+    lt_node *ns = N(LT_OP_sub, LT_F32, S(1, NN), NULL, 2, lt_node_new_scalar(0, LT_F32, 0, 0),
+                    P(LT_F32, S(1, NN), b));
+    lt_node *rc = N(LT_OP_div, LT_F32, S(1, NN), NULL, 2, lt_node_new_scalar(1, LT_F32, 0, 0),
+                    P(LT_F32, S(1, NN), b));
+    lt_node *kept[4] = {bc, cv, ns, rc};
+    r = run(kept, 4, 0);
+    for (int i = 0; i < M; i++)
+        near((float *)r.out[0]->data + i * NN, b, NN, 0);
+    float wc[NN], wn[NN], wr[NN];
+    for (int j = 0; j < NN; j++) {
+        wc[j] = (float)iv[j];
+        wn[j] = -b[j];
+        wr[j] = 1.0f / b[j];
+    }
+    assert_int_equal(lt_program_output_dtype(r.p, 1), LT_F32);
+    near(r.out[1]->data, wc, NN, 0);
+    near(r.out[2]->data, wn, NN, 0);
+    near(r.out[3]->data, wr, NN, 1e-6);
+    run_free(&r);
 }
 
 static void test_chain_one_kernel(void **state)
@@ -410,6 +514,46 @@ static void test_transpose_mm(void **state)
     run_free(&r);
 }
 
+/* A donated output written in place during the block (p' = p - lr * g
+ * straight into p's buffer) must not be visible to ops that read p after
+ * it in the same kernel: z = p * 3 + p' still sees the old p, whichever of
+ * p * 3 and the update comes first. */
+static void test_donation_inplace_order(void **state)
+{
+    enum { NB = 3 * 40000 };
+    float *p = malloc(NB * 4), *g = malloc(NB * 4), *want = malloc(NB * 4);
+    fill(p, NB, -1, 2);
+    fill(g, NB, 0, 1);
+    for (int order = 0; order < 2; order++) {
+        lt_node *pp = P(LT_F32, S(2, 3, 40000), p), *gp = P(LT_F32, S(2, 3, 40000), g);
+        lt_buffer *pbuf = pp->buf;
+        lt_node *three = lt_node_new_scalar(3, LT_F64, 0, LT_NODE_WRAPPED);
+        lt_node *t = NULL;
+        if (order == 1)   /* p * 3 before the update's op */
+            t = N(LT_OP_mul, LT_F32, S(2, 3, 40000), NULL, 2, lt_node_retain(pp), three);
+        lt_node *upd = N(LT_OP_sub, LT_F32, S(2, 3, 40000), NULL, 2, lt_node_retain(pp),
+                         N(LT_OP_mul, LT_F32, S(2, 3, 40000), NULL, 2, gp,
+                           lt_node_new_scalar(0.125, LT_F64, 0, LT_NODE_WRAPPED)));
+        if (order == 0)
+            t = N(LT_OP_mul, LT_F32, S(2, 3, 40000), NULL, 2, lt_node_retain(pp), three);
+        lt_node *z = N(LT_OP_add, LT_F32, S(2, 3, 40000), NULL, 2, t, lt_node_retain(upd));
+        lt_node_release(pp);
+        lt_node *roots[2] = {upd, z};
+        run_out r = run(roots, 2, 1);
+        assert_int_equal(lt_program_n_kernels(r.p), 1);
+        assert_int_equal(lt_program_output_donor(r.p, 0), 0);
+        assert_true(r.out[0] == pbuf);
+        for (int i = 0; i < NB; i++)
+            want[i] = p[i] - g[i] * 0.125f;
+        near(r.out[0]->data, want, NB, 1e-6);
+        for (int i = 0; i < NB; i++)
+            want[i] = p[i] * 3 + (p[i] - g[i] * 0.125f);
+        near(r.out[1]->data, want, NB, 1e-6);
+        run_free(&r);
+    }
+    free(p); free(g); free(want);
+}
+
 static void test_donation_alias(void **state)
 {
     enum { N0 = 1000 };
@@ -619,6 +763,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cse_dce),
+        cmocka_unit_test(test_identities),
         cmocka_unit_test(test_chain_one_kernel),
         cmocka_unit_test(test_broadcast_producer),
         cmocka_unit_test(test_reduce_fused),
@@ -626,6 +771,7 @@ int main(void)
         cmocka_unit_test(test_views),
         cmocka_unit_test(test_transpose_mm),
         cmocka_unit_test(test_donation_alias),
+        cmocka_unit_test(test_donation_inplace_order),
         cmocka_unit_test(test_scratch_reuse),
         cmocka_unit_test(test_softmax_primitives),
         cmocka_unit_test(test_buffer_cache),
