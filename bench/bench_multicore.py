@@ -28,37 +28,16 @@ import time
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import lazytpu  # noqa: E402
 import lazytpu.spawn as lsp  # noqa: E402
 from lazytpu.loader import MpDeviceLoader  # noqa: E402
 
-
-class MLP(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(784, 256)
-        self.fc2 = nn.Linear(256, 10)
-
-    def forward(self, x):
-        return self.fc2(F.relu(self.fc1(x.flatten(1))))
-
-
-class CNN(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
-        self.bn1 = nn.BatchNorm2d(16)
-        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
-        self.bn2 = nn.BatchNorm2d(32)
-        self.fc = nn.Linear(32 * 7 * 7, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
-        x = F.max_pool2d(F.relu(self.bn2(self.conv2(x))), 2)
-        return self.fc(x.flatten(1))
+# the models of the example, not a copy of them
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "examples"))
+from fashion_mnist import CNN, MLP  # noqa: E402
 
 
 def _batches(n_steps, per_core, rank):

@@ -95,20 +95,27 @@ static int chunker_next(chunker *c)
 
 /* -------------------------------------------------------------- all_reduce */
 
+/* A reduction with no world (one rank): recv = reduce(send) * scale. */
+static lt_status reduce_alone(const char *what, const void *send, void *recv,
+                              int64_t n, lt_dtype dtype,
+                              lt_reduce_type reduce, double scale)
+{
+    if (n <= 0) return LT_OK;
+    const void *src[1] = { send };
+    if (lt_reduce_slots(recv, src, 1, n, dtype, reduce, scale) != LT_OK)
+        return lt_set_error(LT_ERR_ARG, "%s: bad dtype %d or reduce type %d",
+                            what, (int)dtype, (int)reduce);
+    return LT_OK;
+}
+
 lt_status lt_world_all_reduce(lt_world *w, const void *send, void *recv,
                               int64_t n, lt_dtype dtype,
                               lt_reduce_type reduce, double scale,
                               const lt_shape *shape)
 {
     const char *what = "all_reduce";
-    if (!w) {
-        if (n <= 0) return LT_OK;
-        const void *src[1] = { send };
-        if (lt_reduce_slots(recv, src, 1, n, dtype, reduce, scale) != LT_OK)
-            return lt_set_error(LT_ERR_ARG, "all_reduce: bad dtype %d or "
-                                "reduce type %d", (int)dtype, (int)reduce);
-        return LT_OK;
-    }
+    if (!w)
+        return reduce_alone(what, send, recv, n, dtype, reduce, scale);
     lt_wdesc d;
     desc_init(&d, LT_WOP_ALL_REDUCE, dtype, n, shape);
     d.reduce = reduce;
@@ -213,14 +220,8 @@ lt_status lt_world_reduce_scatter(lt_world *w, const void *send, void *recv,
     const char *what = "reduce_scatter";
     int N = w ? w->size : 1;
     int64_t n = outer * block;   /* output elements */
-    if (!w) {
-        if (n <= 0) return LT_OK;
-        const void *src[1] = { send };
-        if (lt_reduce_slots(recv, src, 1, n, dtype, reduce, scale) != LT_OK)
-            return lt_set_error(LT_ERR_ARG, "reduce_scatter: bad dtype %d or "
-                                "reduce type %d", (int)dtype, (int)reduce);
-        return LT_OK;
-    }
+    if (!w)
+        return reduce_alone(what, send, recv, n, dtype, reduce, scale);
     lt_wdesc d;
     desc_init(&d, LT_WOP_REDUCE_SCATTER, dtype, n * N, shape);
     d.reduce = reduce;
