@@ -123,6 +123,8 @@ static lt_status order_steps(lt_cctx *c, int *prod)
     }
     memcpy(c->steps, sorted, ns * sizeof *sorted);
     memcpy(c->step_anchor, sorted_anchor, ns * sizeof(int));
+    for (int t = 0; t < ns; t++)
+        c->steps[t].node = c->step_anchor[t] < c->n ? c->step_anchor[t] : -1;
 done:
     free(indeg);
     free(off);

@@ -477,8 +477,9 @@ static lt_status verify_descs(lt_world *w)
     char a[200], b[200];
     for (int k = 0; k < w->size; k++)
         if (ds[k].bad[0])
-            return lt_set_error(LT_ERR_COLLECTIVE,
-                                "%s: rank %d passed invalid arguments: %s",
+            return lt_set_error(LT_ERR_COLLECTIVE, ds[k].abstain
+                                ? "%s: rank %d could not take part: %s"
+                                : "%s: rank %d passed invalid arguments: %s",
                                 wop_name(ds[k].op), k, ds[k].bad);
     const lt_wdesc *r = &ds[0];
     for (int k = 1; k < w->size; k++) {
@@ -542,6 +543,23 @@ lt_status lt_world_agree(lt_world *w, lt_wdesc *d, const char *what)
     lt_status st = lt_world_wait_all(w, what);
     if (st != LT_OK) return st;
     return lt_world_verify(w, what);
+}
+
+lt_status lt_world_abstain(lt_world *w, const char *what, const char *reason)
+{
+    if (!w) return LT_OK;
+    lt_wdesc d;
+    memset(&d, 0, sizeof d);
+    d.op = LT_WOP_BARRIER;
+    for (int op = LT_WOP_BARRIER; op <= LT_WOP_EXCHANGE; op++)
+        if (what && strcmp(what, wop_name(op)) == 0) d.op = op;
+    d.reduce = -1;
+    d.abstain = 1;
+    snprintf(d.bad, sizeof d.bad, "%s", reason && *reason ? reason : "unknown error");
+    /* lt_world_agree fails (our own bad descriptor) on every rank after the
+     * first barrier, and lt_world_verify passes the second one: the same
+     * two barriers a rank that found bad arguments goes through. */
+    return lt_world_agree(w, &d, d.op == LT_WOP_BARRIER ? "barrier" : wop_name(d.op));
 }
 
 lt_status lt_world_barrier(lt_world *w)

@@ -107,6 +107,15 @@ void lt_world_abort(lt_world *w, const char *msg);
 /* 1 if aborted; copies the message into buf (may be NULL). */
 int lt_world_aborted(const lt_world *w, char *buf, size_t cap);
 
+/* Takes part in this rank's next collective (`what`: "all_reduce",
+ * "all_gather", "reduce_scatter", "broadcast", "barrier") without data, as a
+ * failure: after the first barrier every rank's collective returns
+ * LT_ERR_COLLECTIVE "<what>: rank R could not take part: <reason>" (R the
+ * lowest rank that abstained or passed bad arguments) and the world stays
+ * usable. For a rank whose operand does not exist (its program failed, its
+ * input is poisoned). reason is truncated to ~380 chars. LT_OK for w NULL. */
+lt_status lt_world_abstain(lt_world *w, const char *what, const char *reason);
+
 /* Waits until every rank called lt_world_barrier (a collective: checked
  * against the other ranks' descriptors like the others). */
 lt_status lt_world_barrier(lt_world *w);

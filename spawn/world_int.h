@@ -27,7 +27,9 @@ typedef struct lt_wdesc {
     uint64_t seq;           /* per-process collective counter */
     lt_shape shape;
     char tag[LT_WORLD_TAG_MAX];
-    char bad[128];          /* non-empty: this rank's arguments are invalid */
+    int32_t abstain;        /* 1: this rank cannot take part (bad = why) */
+    char bad[384];          /* non-empty: this rank's arguments are invalid,
+                               or (abstain) why it cannot take part */
 } lt_wdesc;
 
 typedef struct lt_whdr {
