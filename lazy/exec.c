@@ -77,8 +77,9 @@ static lt_status with_where(lt_status st, const lt_program *p, int s,
     int n_in = 0;
     if (step)
         for (; n_in < step->n_in && n_in < 8; n_in++) in[n_in] = step->in[n_in].v;
-    lt_fault_where(where, sizeof where, step ? step_node(step, a) : NULL,
-                   step ? (int)step->op : -1, in, n_in, a->sync_frame,
+    const lt_node *nd = step ? step_node(step, a) : NULL;
+    int op = !step || (step->kind == LT_STEP_FUSED && !nd) ? -1 : (int)step->op;
+    lt_fault_where(where, sizeof where, nd, op, in, n_in, a->sync_frame,
                    a->cause, core);
     return lt_set_error(st, "%s%s", msg, where);
 }
@@ -93,12 +94,20 @@ static lt_status check_params(const lt_program *p, const lt_exec_args *a,
         int s, k;
         if (!b || !b->fault || !param_reader(p, j, &s, &k)) continue;
         lt_fault *o = lt_fault_origin(b->fault);
-        const lt_pview *pv = &p->steps[s].in[k];
+        const lt_step *step = &p->steps[s];
+        const lt_pview *pv = &step->in[k];
         char sh[160];
         lt_shape_str(&pv->v.shape, sh, sizeof sh);
-        lt_set_error(o->st, "%s: input %d (%s%s) was poisoned by an earlier "
-                     "error: %s", lt_op_name(p->steps[s].op), k,
-                     lt_dtype_name(pv->v.dtype), sh, o->msg);
+        const lt_node *nd = step_node(step, a);
+        if (step->kind == LT_STEP_FUSED)   /* k is the group's input, not the op's */
+            lt_set_error(o->st, "%s (fused elementwise): an input (%s%s) was "
+                         "poisoned by an earlier error: %s",
+                         nd ? lt_op_name((lt_op)nd->op) : "elementwise",
+                         lt_dtype_name(pv->v.dtype), sh, o->msg);
+        else
+            lt_set_error(o->st, "%s: input %d (%s%s) was poisoned by an "
+                         "earlier error: %s", lt_op_name(step->op), k,
+                         lt_dtype_name(pv->v.dtype), sh, o->msg);
         if (cause) *cause = lt_fault_retain(b->fault);
         return with_where(o->st, p, s, a, core);
     }

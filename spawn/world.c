@@ -90,9 +90,10 @@ lt_status lt_world_create(int size, size_t bytes, lt_world **out)
     int fd = shm_open(w->name, O_RDWR | O_CREAT | O_EXCL, 0600);
     if (fd < 0) {
         int e = errno;
+        lt_set_error(LT_ERR_INTERNAL, "world: shm_open(%s): %s", w->name,
+                     strerror(e));
         free(w);
-        return lt_set_error(LT_ERR_INTERNAL, "world: shm_open(%s): %s",
-                            w->name, strerror(e));
+        return LT_ERR_INTERNAL;
     }
     if (ftruncate(fd, (off_t)bytes) != 0) {
         int e = errno;
