@@ -223,8 +223,13 @@ static void describe_exit(launch *L, int k)
     }
 }
 
+/* Reaps every exited worker, then names the first failure: a worker killed
+ * by a signal before one that exited with an error (peers of a killed
+ * worker notice its death and exit with an error themselves; reaped in
+ * the same pass, the killed one is the cause). */
 static void reap(launch *L)
 {
+    int newly[LT_WORLD_MAX_RANKS], nn = 0;
     for (int k = 0; k < L->n; k++) {
         worker *wk = &L->w[k];
         if (wk->pid <= 0) continue;
@@ -242,8 +247,12 @@ static void reap(launch *L)
             struct pollfd pf = { wk->fd, POLLIN, 0 };
             if (poll(&pf, 1, 0) <= 0 || !pump(gord(L, k), wk)) break;
         }
-        describe_exit(L, k);
+        newly[nn++] = k;
     }
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < nn; i++)
+            if (WIFSIGNALED(L->w[newly[i]].status) == !pass)
+                describe_exit(L, newly[i]);
 }
 
 /* ------------------------------------------------------------------ start */

@@ -111,6 +111,7 @@ typedef struct cli {
     char **argv;
 } cli;
 
+#ifdef LAZYTPU_HAVE_MPI
 /* Execs mpirun -np H ... <this lazytpu-run> <the options> -- CMD. Returns
  * only on failure (exit code). */
 static int exec_mpirun(const cli *c, int cmd_index)
@@ -203,6 +204,7 @@ static int exec_mpirun(const cli *c, int cmd_index)
     free(av);
     return 127;
 }
+#endif
 
 int main(int argc, char **argv)
 {
