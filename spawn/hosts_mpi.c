@@ -69,6 +69,7 @@ typedef struct hosts {
     MPI_Request fault_rq;
     fault_rec fault_in;
     int have_fault_rq;
+    int connected;            /* comm and fcomm exist */
     uint32_t served;
     uint64_t nagree;
     size_t inter;
@@ -267,6 +268,7 @@ static int mpi_start(hosts *x)
     }
     MPI_Comm_set_errhandler(x->comm, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(x->fcomm, MPI_ERRORS_RETURN);
+    x->connected = 1;
     /* the fault channel is live before anything else can fail */
     rc = MPI_Irecv(&x->fault_in, (int)sizeof x->fault_in, MPI_BYTE,
                    MPI_ANY_SOURCE, TAG_FAULT, x->fcomm, &x->fault_rq);
@@ -566,6 +568,7 @@ static int serve(hosts *x, uint32_t seq, const lt_hreq *q)
 
 static void send_faults(hosts *x)
 {
+    if (!x->connected) return;   /* MPI never came up: mpirun ends the job */
     fault_rec f;
     memset(&f, 0, sizeof f);
     f.magic = FAULT_MAGIC;
@@ -746,6 +749,7 @@ static void finish(hosts *x)
     }
     MPI_Comm_free(&x->comm);
     MPI_Comm_free(&x->fcomm);
+    x->connected = 0;
     MPI_Finalize();
     post_event(x, EV_FINISHED, 0, -1, "");
 }
