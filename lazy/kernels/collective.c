@@ -9,7 +9,10 @@
  * input * scale (and/or of floats normalised to 0/1), reduce_scatter the
  * same, all_gather and broadcast copy the input.
  * Strided inputs are packed into contiguous memory first; the output is
- * contiguous. Timed in metric CollectiveTime, bytes in CollectiveBytes.
+ * contiguous. Timed in metric CollectiveTime, bytes in CollectiveBytes. On
+ * several hosts (spawn/hostlink.h) each collective's time is also split
+ * into IntraHostCollectiveTime (shared memory on this host) and
+ * InterHostCollectiveTime (waiting for the host proxy's MPI exchange).
  * A rank that cannot take part (its output shape does not fit the world,
  * no memory to pack its input, its program failed or its input is poisoned:
  * lt_collective_abstain) still joins the collective as a failure, so every
@@ -102,6 +105,7 @@ lt_status lt_kernel_collective(lt_op op, const lt_attrs *a, const lt_view *in,
     if (!src) return local_failure(w, op, LT_ERR_OOM);
     void *dst = kt_ptr(out);
     int64_t t0 = lt_now_ns();
+    int64_t inter0 = lt_world_inter_ns(w);
     switch (op) {
     case LT_OP_all_reduce:
         st = lt_world_all_reduce(w, src, dst, n, dt, (lt_reduce_type)a->i[0],
@@ -133,10 +137,18 @@ lt_status lt_kernel_collective(lt_op op, const lt_attrs *a, const lt_view *in,
     }
     free(owned);
     if (st == LT_OK && N > 1) {
+        int64_t total = lt_now_ns() - t0;
         lt_metric_add(lt_metric_get("CollectiveTime", LT_UNIT_NS),
-                      (double)(lt_now_ns() - t0));
+                      (double)total);
         lt_metric_add(lt_metric_get("CollectiveBytes", LT_UNIT_BYTES),
                       (double)n * (double)kt_dtsize(dt));
+        if (lt_world_num_hosts(w) > 1) {
+            int64_t inter = lt_world_inter_ns(w) - inter0;
+            lt_metric_add(lt_metric_get("InterHostCollectiveTime", LT_UNIT_NS),
+                          (double)inter);
+            lt_metric_add(lt_metric_get("IntraHostCollectiveTime", LT_UNIT_NS),
+                          (double)(total - inter));
+        }
     }
     return st;
 }
