@@ -198,8 +198,7 @@ int lt_shape_fits(const lt_shape *s, int64_t *numel)
             zero = 1;
             continue;
         }
-        if (v > LT_MAX_NUMEL / nz) return 0;
-        nz *= v;
+        if (__builtin_mul_overflow(nz, v, &nz) || nz > LT_MAX_NUMEL) return 0;
     }
     if (numel) *numel = zero ? 0 : nz;
     return 1;

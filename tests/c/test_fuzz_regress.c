@@ -169,6 +169,77 @@ static void test_float_to_int_saturates(void **state)
     lt_tensor_release(sum); lt_tensor_release(i); lt_tensor_release(sb);
 }
 
+/* Integer reductions wrap too (UBSan: signed overflow in reduce_tmpl.h). */
+static void test_integer_reductions_wrap(void **state)
+{
+    int64_t v[2] = {INT64_MAX, 2};
+    lt_tensor *a = host(v, LT_I64, 1, (int64_t[]){2}), *s, *p;
+    lt_attrs all = {.n = 2, .i = {1, 0}};
+    assert_int_equal(lt_trace1(LT_OP_sum, a, &all, &s), LT_OK);
+    assert_int_equal(lt_trace1(LT_OP_prod, a, &all, &p), LT_OK);
+    int64_t r;
+    read_i64(s, &r);
+    assert_true(r == INT64_MIN + 1);
+    read_i64(p, &r);
+    assert_true(r == -2);
+    lt_tensor_release(a); lt_tensor_release(s); lt_tensor_release(p);
+}
+
+/* all_reduce of integers with a scale that does not fit (NaN, 1e30): the
+ * scaled value saturates (UBSan: float-cast-overflow in spawn/reduce.c). */
+static void test_integer_all_reduce_scale_saturates(void **state)
+{
+    int64_t v[3] = {5, -5, 0};
+    lt_tensor *a = host(v, LT_I64, 1, (int64_t[]){3}), *o;
+    int64_t r[3];
+    lt_attrs at = {.n = 1, .i = {LT_REDUCE_SUM}, .f = {1e30}};
+    assert_int_equal(lt_trace1(LT_OP_all_reduce, a, &at, &o), LT_OK);
+    read_i64(o, r);
+    assert_true(r[0] == INT64_MAX && r[1] == INT64_MIN && r[2] == 0);
+    lt_tensor_release(o);
+    at.f[0] = NAN;
+    assert_int_equal(lt_trace1(LT_OP_all_reduce, a, &at, &o), LT_OK);
+    read_i64(o, r);
+    assert_true(r[0] == 0 && r[1] == 0 && r[2] == 0);
+    lt_tensor_release(o);
+    int32_t w[2] = {3, -3};
+    lt_tensor *b = host(w, LT_I32, 1, (int64_t[]){2});
+    at.f[0] = 1e10;
+    assert_int_equal(lt_trace1(LT_OP_all_reduce, b, &at, &o), LT_OK);
+    int32_t q[2];
+    assert_int_equal(lt_tensor_to_host(o, q, LT_I32), LT_OK);
+    assert_true(q[0] == INT32_MAX && q[1] == INT32_MIN);
+    lt_tensor_release(o); lt_tensor_release(b); lt_tensor_release(a);
+}
+
+/* argmax of a block of only -inf (argmin: +inf): clang's simd max
+ * reduction starts at -FLT_MAX, which no element equals; the search for
+ * the first extreme then read past the block (ASan: heap-buffer-overflow
+ * in arg_run). */
+static void test_argmax_of_infinities(void **state)
+{
+    float v[600];
+    for (int i = 0; i < 600; i++) v[i] = -INFINITY;
+    lt_tensor *a = host(v, LT_F32, 1, (int64_t[]){600}), *am, *an, *bm;
+    lt_attrs flat = {.n = 2, .i = {-1, 0}};
+    assert_int_equal(lt_trace1(LT_OP_argmax, a, &flat, &am), LT_OK);
+    int64_t r;
+    read_i64(am, &r);
+    assert_true(r == 0);
+    for (int i = 0; i < 600; i++) v[i] = INFINITY;
+    v[300] = -INFINITY;
+    v[450] = -INFINITY;
+    lt_tensor *b = host(v, LT_F32, 1, (int64_t[]){600});
+    assert_int_equal(lt_trace1(LT_OP_argmin, b, &flat, &an), LT_OK);
+    read_i64(an, &r);
+    assert_true(r == 300);
+    assert_int_equal(lt_trace1(LT_OP_argmax, b, &flat, &bm), LT_OK);
+    read_i64(bm, &r);
+    assert_true(r == 0);
+    lt_tensor_release(a); lt_tensor_release(am); lt_tensor_release(b);
+    lt_tensor_release(an); lt_tensor_release(bm);
+}
+
 /* exp(NaN) is NaN (UBSan: the vectorised exp converted NaN to int). */
 static void test_exp_of_nan(void **state)
 {
@@ -216,6 +287,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_shape_rules_with_extreme_attributes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_integer_arithmetic_wraps, setup, teardown),
         cmocka_unit_test_setup_teardown(test_float_to_int_saturates, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_integer_reductions_wrap, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_integer_all_reduce_scale_saturates, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_argmax_of_infinities, setup, teardown),
         cmocka_unit_test_setup_teardown(test_exp_of_nan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_program_without_steps, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fallback_time_saturates, setup, teardown),
