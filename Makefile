@@ -2,12 +2,17 @@
 #   make run    bootstrap Debian packages, build, train the example, print metrics
 #   make test   bootstrap, build, run every test (C, ASan, Python)
 #   make bench  build and run the benchmarks
+#   make fuzz-c libFuzzer (clang, ASan+UBSan) on the C API for FUZZ_SECONDS
+#               (default 600); new crashes land in $(FUZZ)/artifacts/
 PY      ?= /usr/bin/python3
 BUILD   ?= build
 ASAN    ?= build-asan
 JOBS    ?= 2
+FUZZ    ?= build-fuzz
+FUZZ_SECONDS ?= 600
+FUZZ_CC ?= clang-14
 
-.PHONY: all bootstrap build build-asan test test-c test-asan run bench clean
+.PHONY: all bootstrap build build-asan test test-c test-asan run bench fuzz-c clean
 
 all: build
 
@@ -36,5 +41,17 @@ bench: build
 	PYTHONPATH=python $(PY) bench/train_step.py
 	PYTHONPATH=python LAZYTPU_BIN_DIR=$(BUILD) $(PY) bench/bench_multicore.py
 
+# Working corpus in $(FUZZ)/corpus (kept between runs), seeded with the
+# committed regression inputs tests/fuzz/corpus/ (read only). One job on
+# purpose: the machine is shared.
+fuzz-c:
+	@cmake -S . -B $(FUZZ) -DCMAKE_C_COMPILER=$(FUZZ_CC) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	    -DLAZYTPU_FUZZ=ON -DLAZYTPU_TORCH=OFF >/dev/null
+	@cmake --build $(FUZZ) -j$(JOBS) --target fuzz_trace
+	@mkdir -p $(FUZZ)/corpus $(FUZZ)/artifacts
+	$(FUZZ)/fuzz_trace -max_total_time=$(FUZZ_SECONDS) -timeout=20 -rss_limit_mb=3072 \
+	    -max_len=2048 -print_final_stats=1 -artifact_prefix=$(FUZZ)/artifacts/ \
+	    $(FUZZ)/corpus tests/fuzz/corpus
+
 clean:
-	rm -rf $(BUILD) $(ASAN)
+	rm -rf $(BUILD) $(ASAN) $(FUZZ)

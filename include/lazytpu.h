@@ -206,7 +206,10 @@ typedef struct lt_tensor lt_tensor;
 
 /* Copies host data (contiguous, row-major, `dtype`) to a new device tensor on
  * `core`. In bf16 mode f32 data is stored as bf16 and still reports f32.
- * Counted in TransferToDeviceTime / InboundData. */
+ * Counted in TransferToDeviceTime / InboundData. Fails with LT_ERR_SHAPE for
+ * a negative size or a shape of more than 2^56 elements (counting the
+ * non-zero dims only, so [0, 2^40, 2^40] is refused too), LT_ERR_DTYPE,
+ * LT_ERR_DEVICE (core), LT_ERR_OOM (budget); creates nothing then. */
 lt_status lt_tensor_from_host(int core, const void *data, lt_dtype dtype,
                               const lt_shape *shape, lt_tensor **out);
 /* Copies the tensor's value into host memory as `dst_dtype` (contiguous).
@@ -240,7 +243,10 @@ int64_t lt_live_tensors(int core);
 /* Traces `op` on `inputs` (all on one core) with `attrs` (NULL = none) and
  * returns a new pending tensor. Shape/dtype rules are checked at once: on a
  * mismatch returns LT_ERR_SHAPE/LT_ERR_DTYPE/LT_ERR_ARG with a message naming
- * the op, the input shapes and dtypes, and creates nothing. */
+ * the op, the input shapes and dtypes, and creates nothing. Any attribute
+ * value is accepted as input (no overflow); an output of more than 2^56
+ * elements is LT_ERR_SHAPE. Integer arithmetic wraps (two's complement, as
+ * in PyTorch); float -> integer conversions truncate, saturate, NaN -> 0. */
 lt_status lt_trace(lt_op op, lt_tensor *const *inputs, int n_inputs,
                    const lt_attrs *attrs, lt_tensor **out);
 lt_status lt_trace1(lt_op op, lt_tensor *a, const lt_attrs *attrs,

@@ -17,6 +17,18 @@
 #include "device.h"
 #include "kernels/par.h"
 
+/* GCC defines __SANITIZE_ADDRESS__, clang has __has_feature */
+#if defined(__SANITIZE_ADDRESS__)
+#define LT_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LT_UNDER_ASAN 1
+#endif
+#endif
+#ifndef LT_UNDER_ASAN
+#define LT_UNDER_ASAN 0
+#endif
+
 #define LT_MAX_CORES 64
 #define LT_DEFAULT_CORES 8
 #define LT_DEFAULT_HBM (16ull << 30)
@@ -221,7 +233,7 @@ lt_status lt_devices_init(void)
     g_nproc = np > 0 ? (int)np : 1;
     e = getenv("LAZYTPU_OMP_THREADS");
     g_omp_override = (e && atoi(e) > 0) ? atoi(e) : 0;
-#if defined(__SANITIZE_ADDRESS__)
+#if LT_UNDER_ASAN
     g_cache_limit = 0;    /* ASan must see every free (use-after-free) */
 #else
     g_cache_limit = LT_DEFAULT_BUFFER_CACHE;

@@ -126,6 +126,19 @@ static void reduce_bf16(uint16_t *dst, const void *const *srcs, int nsrc,
     }
 }
 
+/* v * scale truncated toward zero into a `bytes`-wide integer, saturating
+ * (NaN -> 0): a plain cast of an out-of-range double is undefined. */
+static inline int64_t sat_scaled(int64_t v, double scale, int bytes)
+{
+    double d = (double)v * scale;
+    if (d != d) return 0;
+    double hi = bytes == 4 ? 2147483647.0 : 9.2233720368547758e18;
+    double lo = bytes == 4 ? -2147483648.0 : -9.2233720368547758e18;
+    if (d >= hi) return bytes == 4 ? INT32_MAX : INT64_MAX;
+    if (d <= lo) return bytes == 4 ? INT32_MIN : INT64_MIN;
+    return (int64_t)d;
+}
+
 /* ---- integers (U = unsigned twin for wrapping arithmetic) ---- */
 #define INT_REDUCE_FN(NAME, T, U)                                             \
     static void NAME(T *dst, const void *const *srcs, int nsrc, int64_t n,    \
@@ -165,7 +178,7 @@ static void reduce_bf16(uint16_t *dst, const void *const *srcs, int nsrc,
             }                                                                 \
             if (scale != 1.0)                                                 \
                 for (int64_t i = 0; i < m; i++)                               \
-                    acc[i] = (T)((double)acc[i] * scale);                     \
+                    acc[i] = (T)sat_scaled(acc[i], scale, (int)sizeof(T));     \
         }                                                                     \
     }
 
