@@ -19,6 +19,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
+#include "lt_register.h"
 
 #include <mutex>
 #include <string>
@@ -95,9 +96,6 @@ const char *const kInplace[] = {
     "bernoulli_.float", "uniform_", "index_put_", "copy_",
 };
 
-struct SilentWarnings : c10::WarningHandler {
-  void process(const c10::SourceLocation &, const std::string &, const bool) override {}
-};
 
 }  // namespace
 
@@ -106,7 +104,7 @@ void register_functional_inplace() {
   static torch::Library *lib = nullptr;
   if (lib) return;
   SilentWarnings silent;
-  c10::Warning::WarningHandlerGuard guard(&silent);  /* "overriding a kernel" */
+  c10::WarningUtils::WarningHandlerGuard guard(&silent);  /* "overriding a kernel" */
   lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::Functionalize,
                            __FILE__, __LINE__);
   auto &d = c10::Dispatcher::singleton();

@@ -19,5 +19,8 @@ void lazytpu_set_caller_hook(std::string (*fn)(void));
 /* Registrations that need every static registration done first (called
  * once from the module init): see fallback.cpp. */
 void lazytpu_register_late(void);
+/* Kernels that could not be registered (signature mismatches), one per
+ * line; "" when all registered. Implemented in fallback.cpp. */
+std::string lazytpu_registration_errors(void);
 
 #endif

@@ -304,6 +304,13 @@ static void core_caller_hook(void) {
 }
 
 extern "C" PyMODINIT_FUNC PyInit__C(void) {
+  std::string bad = lazytpu_registration_errors();
+  if (!bad.empty()) {
+    PyErr_Format(PyExc_ImportError,
+                 "lazytpu: kernels do not match this torch's operator schemas "
+                 "(built against another torch?):\n%s", bad.c_str());
+    return nullptr;
+  }
   lt_status st = lt_init();
   if (st != LT_OK) return raise_status(st);
   lazytpu_set_caller_hook(python_caller);
