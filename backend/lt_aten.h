@@ -177,6 +177,8 @@ void set_current_core(int idx);
 int64_t rng_next_seed(int core);
 void rng_set_state(int core, uint64_t seed);
 uint64_t rng_get_state(int core);
+uint64_t rng_get_seed(int core);                 /* what manual_seed set */
+void rng_restore(int core, uint64_t seed, uint64_t state);
 
 /* Hook set by the Python module: describes the user's Python frame that is
  * running now ("train.py:42 in step"), or "" . Called only on rare events

@@ -76,6 +76,21 @@ void rng_set_state(int core, uint64_t seed) {
   g_rng_init[c] = true;
 }
 
+uint64_t rng_get_seed(int core) {
+  std::lock_guard<std::mutex> g(g_rng_mu);
+  int c = slot(core);
+  ensure_init(c);
+  return g_rng_seed[c];
+}
+
+void rng_restore(int core, uint64_t seed, uint64_t state) {
+  std::lock_guard<std::mutex> g(g_rng_mu);
+  int c = slot(core);
+  g_rng_seed[c] = seed;
+  g_rng_state[c] = state;
+  g_rng_init[c] = true;
+}
+
 uint64_t rng_get_state(int core) {
   std::lock_guard<std::mutex> g(g_rng_mu);
   int c = slot(core);
@@ -270,3 +285,7 @@ void set_current_core(int idx) {
 
 void lazytpu_rng_set_state(int core, uint64_t seed) { lazytpu::rng_set_state(core, seed); }
 uint64_t lazytpu_rng_get_state(int core) { return lazytpu::rng_get_state(core); }
+uint64_t lazytpu_rng_get_seed(int core) { return lazytpu::rng_get_seed(core); }
+void lazytpu_rng_restore(int core, uint64_t seed, uint64_t state) {
+  lazytpu::rng_restore(core, seed, state);
+}

@@ -13,8 +13,9 @@ calls before the first tensor is created on the device, or by
 import os
 import sys
 
-import torch
-
+# torch is imported inside the functions: `import lazytpu` before `import
+# torch` imports this module, whose first `import torch` runs PyTorch's
+# autoloading, which imports this module again (still half-initialised).
 NAME = "lazytpu"
 _registered = False
 
@@ -27,6 +28,7 @@ def register():
     global _registered
     if _registered:
         return
+    import torch
     current = torch._C._get_privateuse1_backend_name()
     if current not in ("privateuseone", NAME):
         raise RuntimeError(
@@ -89,6 +91,7 @@ def current_device():
 
 
 def set_device(device):
+    import torch
     idx = torch.device(device).index if not isinstance(device, int) else device
     idx = 0 if idx is None else int(idx)
     if not 0 <= idx < device_count():
@@ -103,42 +106,69 @@ def synchronize(device=None):
         _engine().wait_device_ops()
 
 
+def _core(device):
+    import torch
+    if device is None:
+        return current_device()
+    if isinstance(device, int):
+        return device
+    idx = torch.device(device).index
+    return current_device() if idx is None else idx
+
+
 def manual_seed(seed):
-    _engine().set_rng_state(int(seed))
+    """Seeds the current core's generator."""
+    _engine()._C.set_rng_state(int(seed) & ((1 << 64) - 1), current_device())
 
 
 def manual_seed_all(seed):
-    lt = _engine()
-    for i in range(lt.device_count()):
-        lt.set_rng_state(int(seed), device="%s:%d" % (NAME, i))
+    """Seeds every core's generator (torch.manual_seed calls this)."""
+    C = _engine()._C
+    for i in range(device_count()):
+        C.set_rng_state(int(seed) & ((1 << 64) - 1), i)
 
 
 def seed():
+    import torch
     manual_seed(torch.seed())
 
 
 def seed_all():
+    import torch
     manual_seed_all(torch.seed())
 
 
 def initial_seed():
-    return _engine().get_rng_state()
+    """The seed the current core's generator was last seeded with."""
+    return _engine()._C.get_rng_seed(current_device())
 
 
-def get_rng_state(device="lazytpu"):
-    """The core's generator state as a uint8 tensor (like torch.cuda)."""
-    s = _engine().get_rng_state(device)
-    return torch.tensor(list(int(s).to_bytes(8, "little")), dtype=torch.uint8)
+def get_rng_state(device=None):
+    """The core's generator state: a CPU uint8 tensor of 16 bytes (the seed,
+    then the running state), as torch.Generator("lazytpu").get_state()."""
+    import torch
+    C = _engine()._C
+    core = _core(device)
+    raw = (C.get_rng_seed(core).to_bytes(8, "little")
+           + C.get_rng_state(core).to_bytes(8, "little"))
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8)
 
 
-def set_rng_state(new_state, device="lazytpu"):
-    if isinstance(new_state, torch.Tensor):
-        new_state = int.from_bytes(bytes(new_state.tolist()[:8]), "little")
-    _engine().set_rng_state(int(new_state), device=device)
+def set_rng_state(new_state, device=None):
+    """Restores a state from get_rng_state (16 bytes)."""
+    import torch
+    if not (isinstance(new_state, torch.Tensor) and new_state.dtype == torch.uint8
+            and new_state.numel() == 16):
+        raise TypeError("torch.lazytpu.set_rng_state: expected the uint8 tensor of 16 "
+                        "bytes get_rng_state returns")
+    raw = bytes(new_state.cpu().tolist())
+    _engine()._C.rng_restore(_core(device), int.from_bytes(raw[:8], "little"),
+                             int.from_bytes(raw[8:], "little"))
 
 
 def get_amp_supported_dtype():
     """dtypes torch.autocast("lazytpu", dtype=...) accepts."""
+    import torch
     return [torch.bfloat16]
 
 

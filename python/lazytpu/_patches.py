@@ -83,3 +83,34 @@ def _copy_(self, src, non_blocking=False):
 
 
 torch.Tensor.copy_ = _copy_
+
+# - torch.compile on lazytpu tensors. Dynamo turns every input into a fake
+#   tensor by describing its storage; a lazytpu tensor has none, and the raw
+#   error ("Cannot access storage of lazytpu device tensor") says nothing
+#   useful. Say what works instead. (A dynamo backend for lazytpu is the
+#   speed work of docs/benchmarks.md.)
+_COMPILE_MSG = (
+    "lazytpu: torch.compile cannot trace tensors on the lazytpu device with "
+    "this backend (dynamo needs host storage to make fake tensors, and lazytpu "
+    "tensors have none). lazytpu already traces and compiles every step "
+    "lazily: call the model without torch.compile, or compile a CPU model.")
+
+
+def _patch_meta_describer():
+    try:
+        from torch._subclasses import meta_utils
+    except ImportError:  # torch without dynamo support
+        return
+    desc = meta_utils.MetaTensorDescriber
+    orig = desc.describe_tensor
+
+    def describe_tensor(self, t, *args, **kwargs):
+        if (isinstance(t, torch.Tensor) and t.device.type == "lazytpu"
+                and not torch._is_functional_tensor(t)):
+            raise RuntimeError(_COMPILE_MSG)
+        return orig(self, t, *args, **kwargs)
+
+    desc.describe_tensor = describe_tensor
+
+
+_patch_meta_describer()
