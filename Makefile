@@ -3,13 +3,18 @@
 #               the example on 8 simulated cores, print the metrics report
 #   make test   bootstrap, build, run every test (C, ASan, Python vs eager PyTorch)
 #   make bench  build and run the benchmarks
+#   make fuzz-c libFuzzer (clang, ASan+UBSan) on the C API for FUZZ_SECONDS
+#               (default 600); new crashes land in $(FUZZ)/artifacts/
 VENV    := .venv
 PY      := $(CURDIR)/$(VENV)/bin/python
 BUILD   ?= build
 ASAN    ?= build-asan
 JOBS    ?= 2
+FUZZ    ?= build-fuzz
+FUZZ_SECONDS ?= 600
+FUZZ_CC ?= clang
 
-.PHONY: all bootstrap build build-asan install test test-c test-asan run bench clean
+.PHONY: all bootstrap build build-asan install test test-c test-asan run bench fuzz-c clean
 
 all: build
 
@@ -48,5 +53,17 @@ bench: build
 	$(PY) bench/train_step.py
 	LAZYTPU_BIN_DIR=$(BUILD) $(PY) bench/bench_multicore.py
 
+# Working corpus in $(FUZZ)/corpus (kept between runs), seeded with the
+# committed regression inputs tests/fuzz/corpus/ (read only). One job on
+# purpose: the machine is shared.
+fuzz-c: bootstrap
+	@cmake -S . -B $(FUZZ) -DCMAKE_C_COMPILER=$(FUZZ_CC) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	    -DLAZYTPU_FUZZ=ON -DLAZYTPU_TORCH=OFF >/dev/null
+	@cmake --build $(FUZZ) -j$(JOBS) --target fuzz_trace
+	@mkdir -p $(FUZZ)/corpus $(FUZZ)/artifacts
+	$(FUZZ)/fuzz_trace -max_total_time=$(FUZZ_SECONDS) -timeout=20 -rss_limit_mb=3072 \
+	    -max_len=2048 -print_final_stats=1 -artifact_prefix=$(FUZZ)/artifacts/ \
+	    $(FUZZ)/corpus tests/fuzz/corpus
+
 clean:
-	rm -rf $(BUILD) $(ASAN)
+	rm -rf $(BUILD) $(ASAN) $(FUZZ)

@@ -29,6 +29,34 @@
  * - Functions that can fail on user input return lt_status; on failure the
  *   thread-local lt_last_error() names the op, shapes and dtypes involved.
  *   Nothing aborts on user input; assert() guards internal invariants only.
+ * - Errors found while a program runs (an index out of range, a class id
+ *   past the classes, a failed collective) are asynchronous. The rules
+ *   (docs/errors.md):
+ *   1. A failed program poisons exactly the tensors it computes (all
+ *      outputs of that sync's graph on that core); their buffers are never
+ *      valid. Its inputs, other programs' tensors and other cores are not
+ *      affected; the core keeps running later programs.
+ *   2. Reading a poisoned tensor (lt_tensor_to_host) returns the error,
+ *      every time, with the same message: the kernel's message then
+ *      " [in op(dtype[shape], ...) -> dtype[shape] traced at <frame>;
+ *      program synced at <frame> (<cause>); core C; rank R of N]" (the
+ *      traced-at frame for ops that check their input data, see
+ *      lt_set_caller_hook; the rank under a world of several processes).
+ *   3. Nothing else returns it: reads of other tensors, tracing, graph cuts
+ *      and lt_sync of other tensors never report another program's error.
+ *   4. An error that no read has returned ("unclaimed") is reported once, by
+ *      the first of: lt_wait; lt_sync_core with wait=1; lt_sync_core with
+ *      wait=0 and a step cause, when it waits for that program to bound the
+ *      pipeline (LAZYTPU_MAX_INFLIGHT programs later on that core). Several
+ *      errors in one report: the first, with "(+N more failed programs on
+ *      core C)". Afterwards no wait reports it again (reads still do).
+ *   5. A program that reads a poisoned tensor fails without running: "<op>:
+ *      input k (dtype[shape]) was poisoned by an earlier error: <original
+ *      message>" (quoting the original error once, however long the chain),
+ *      with the original's lt_status.
+ *   Collectives of a failed program still take part, as failures, so every
+ *   rank gets "<op>: rank R could not take part: <R's error>" at once
+ *   instead of waiting for rank R.
  * - Handles are reference counted. Every function returning a handle through
  *   an out-pointer gives the caller one reference, released with *_release.
  * - The op set is the table lazy/ops.def: one line per op gives its enum
@@ -178,12 +206,19 @@ typedef struct lt_tensor lt_tensor;
 
 /* Copies host data (contiguous, row-major, `dtype`) to a new device tensor on
  * `core`. In bf16 mode f32 data is stored as bf16 and still reports f32.
- * Counted in TransferToDeviceTime / InboundData. */
+ * Counted in TransferToDeviceTime / InboundData. Fails with LT_ERR_SHAPE for
+ * a negative size or a shape of more than 2^56 elements (counting the
+ * non-zero dims only, so [0, 2^40, 2^40] is refused too), LT_ERR_DTYPE,
+ * LT_ERR_DEVICE (core), LT_ERR_OOM (budget); creates nothing then. */
 lt_status lt_tensor_from_host(int core, const void *data, lt_dtype dtype,
                               const lt_shape *shape, lt_tensor **out);
 /* Copies the tensor's value into host memory as `dst_dtype` (contiguous).
  * Syncs the tensor first if its value is pending (cause LT_SYNC_VALUE_READ)
- * and waits until it is ready. Counted in TransferFromDeviceTime. */
+ * and waits until it is ready. Counted in TransferFromDeviceTime.
+ * Fails with the error of the program that computed the value if that
+ * program failed (the tensor is poisoned), on every call, and that error
+ * is then never reported by a wait (Conventions, rules 2 and 4); errors of
+ * other programs are never returned here. */
 lt_status lt_tensor_to_host(lt_tensor *t, void *dst, lt_dtype dst_dtype);
 
 lt_tensor *lt_tensor_retain(lt_tensor *t);  /* returns t; NULL-safe */
@@ -208,7 +243,10 @@ int64_t lt_live_tensors(int core);
 /* Traces `op` on `inputs` (all on one core) with `attrs` (NULL = none) and
  * returns a new pending tensor. Shape/dtype rules are checked at once: on a
  * mismatch returns LT_ERR_SHAPE/LT_ERR_DTYPE/LT_ERR_ARG with a message naming
- * the op, the input shapes and dtypes, and creates nothing. */
+ * the op, the input shapes and dtypes, and creates nothing. Any attribute
+ * value is accepted as input (no overflow); an output of more than 2^56
+ * elements is LT_ERR_SHAPE. Integer arithmetic wraps (two's complement, as
+ * in PyTorch); float -> integer conversions truncate, saturate, NaN -> 0. */
 lt_status lt_trace(lt_op op, lt_tensor *const *inputs, int n_inputs,
                    const lt_attrs *attrs, lt_tensor **out);
 lt_status lt_trace1(lt_op op, lt_tensor *a, const lt_attrs *attrs,
@@ -243,24 +281,41 @@ const char *lt_sync_cause_name(lt_sync_cause c); /* "mark_step", ... */
 /* Executes the pending values of `tensors` (one graph per core involved).
  * Returns once the program is queued; with wait=1 also waits for it. After
  * the call every listed tensor refers to a device buffer (maybe not ready
- * yet: reading waits). Errors (OOM, ...) are reported here, synchronously. */
+ * yet: reading waits). Errors in making the program (OOM, ...) are reported
+ * here, synchronously. With wait=1 a listed tensor's poison is returned
+ * like a read's (claimed); errors of other programs never are. */
 lt_status lt_sync(lt_tensor *const *tensors, int n, lt_sync_cause cause,
                   int wait);
 /* Syncs every live pending tensor of `core` (mark_step); counts MarkStep when
- * cause is LT_SYNC_MARK_STEP. */
+ * cause is LT_SYNC_MARK_STEP. A step boundary reports unclaimed execution
+ * errors of the core's programs once (Conventions, rule 4): with wait=1 all
+ * up to its own program; with wait=0 those at least LAZYTPU_MAX_INFLIGHT
+ * programs older than its own (the ones it waits for), so step N's error
+ * surfaces at the latest at step N + LAZYTPU_MAX_INFLIGHT. Causes
+ * LT_SYNC_SIZE_LIMIT and LT_SYNC_VALUE_READ report nothing. */
 lt_status lt_sync_core(int core, lt_sync_cause cause, int wait);
 /* Waits until all programs queued on `core` (-1: all cores) have finished.
- * Returns the first execution error, if any. */
+ * Returns the first unclaimed execution error of that core (-1: of the
+ * first core that has one; the next call reports the next core's), with
+ * "(+N more failed programs on core C)" when there are several, and claims
+ * them: each error is reported once (Conventions, rule 4). */
 lt_status lt_wait(int core);
 
 /* Thread-local description of the user's code that caused what follows
  * ("train.py:42 in step"), recorded on rare events (compiles, value reads,
- * fallbacks). NULL clears. The string is copied. */
+ * fallbacks, the sync that queues a program: named in its execution errors)
+ * and by lt_trace for ops that check their input data. NULL clears. The
+ * string is copied. */
 void lt_set_caller(const char *frame);
-/* Registers fn, called on the tracing thread just before a sync that the
- * library starts by itself (a graph cut at LAZYTPU_GRAPH_LIMIT), so that the
- * embedder can describe the user's code there with lt_set_caller. Rare:
- * never called per traced op. NULL unregisters. */
+/* Registers fn, called on the tracing thread when the library needs the
+ * user's frame and none is set (lt_set_caller): just before a sync that the
+ * library starts by itself (a graph cut at LAZYTPU_GRAPH_LIMIT), and when
+ * tracing an op whose kernel checks its input data at run time
+ * (index_select, gather, scatter_add, embedding_backward, nll_loss,
+ * nll_loss_backward: the node keeps the frame for "traced at" in execution
+ * errors). fn describes the user's code with lt_set_caller; the library
+ * clears the frame again afterwards. Never called for other ops. NULL
+ * unregisters. */
 void lt_set_caller_hook(void (*fn)(void));
 
 /* ---------------------------------------------------------------- metrics */

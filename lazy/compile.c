@@ -29,8 +29,19 @@ void lt_slot_store(uint64_t *slot, double value, lt_dtype dt)
         break;
     }
     case LT_F64: memcpy(slot, &value, 8); break;
-    case LT_I64: { int64_t v = (int64_t)value; memcpy(slot, &v, 8); break; }
-    case LT_I32: { int32_t v = (int32_t)value; memcpy(slot, &v, 4); break; }
+    case LT_I64: {      /* saturating: (int64_t) of 2^63 or NaN is UB */
+        int64_t v;
+        lt_convert(&value, LT_F64, &v, LT_I64, 1);
+        memcpy(slot, &v, 8);
+        break;
+    }
+    case LT_I32: {
+        int64_t w;
+        lt_convert(&value, LT_F64, &w, LT_I64, 1);
+        int32_t v = (int32_t)w;
+        memcpy(slot, &v, 4);
+        break;
+    }
     case LT_BOOL: { uint8_t v = value != 0; memcpy(slot, &v, 1); break; }
     default: break;
     }

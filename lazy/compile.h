@@ -54,10 +54,25 @@ typedef struct lt_exec_args {
     int n_outputs;
     lt_buffer **out_bufs;     /* allocated by the caller (or donated/aliased) */
     lt_buffer *scratch;       /* lt_program_scratch_bytes() bytes, or NULL */
+    /* For error messages only (all optional): */
+    lt_node *const *nodes;    /* the graph's nodes by position (borrowed) */
+    int n_nodes;
+    const char *sync_frame;   /* the user's code that started the sync */
+    lt_sync_cause cause;
 } lt_exec_args;
 
 /* Runs p with args on the calling thread (the core's worker), using the
- * core's OpenMP budget. Returns LT_OK or an error with message. */
-lt_status lt_program_run(const lt_program *p, const lt_exec_args *args, int core);
+ * core's OpenMP budget. Returns LT_OK or an error whose message is the
+ * failing kernel's, followed by lt_fault_where's " [in op(shapes) -> shape
+ * traced at ...; program synced at ...; core C; rank R of N]".
+ * A parameter buffer that is poisoned (lt_buffer.fault) and read by a step
+ * fails the program before any step runs: "<op>: input k (f32[2]) was
+ * poisoned by an earlier error: <original message>"; *cause (if non-NULL)
+ * then receives a reference to that buffer's fault. After a failure the
+ * program's remaining collective steps still take part in their
+ * collectives, as failures (lt_collective_abstain), so that the other ranks
+ * get an error naming this rank instead of waiting for it. */
+lt_status lt_program_run(const lt_program *p, const lt_exec_args *args,
+                         int core, struct lt_fault **cause);
 
 #endif

@@ -121,8 +121,12 @@ static lt_status order_steps(lt_cctx *c, int *prod)
         sorted[t] = c->steps[order[t]];
         sorted_anchor[t] = c->step_anchor[order[t]];
     }
-    memcpy(c->steps, sorted, ns * sizeof *sorted);
-    memcpy(c->step_anchor, sorted_anchor, ns * sizeof(int));
+    if (ns > 0) {       /* a graph of leaves only has no steps (NULL arrays) */
+        memcpy(c->steps, sorted, ns * sizeof *sorted);
+        memcpy(c->step_anchor, sorted_anchor, ns * sizeof(int));
+    }
+    for (int t = 0; t < ns; t++)
+        c->steps[t].node = c->step_anchor[t] < c->n ? c->step_anchor[t] : -1;
 done:
     free(indeg);
     free(off);

@@ -17,16 +17,26 @@
 #include "device.h"
 #include "kernels/par.h"
 
+/* GCC defines __SANITIZE_ADDRESS__, clang has __has_feature */
+#if defined(__SANITIZE_ADDRESS__)
+#define LT_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LT_UNDER_ASAN 1
+#endif
+#endif
+#ifndef LT_UNDER_ASAN
+#define LT_UNDER_ASAN 0
+#endif
+
 #define LT_MAX_CORES 64
 #define LT_DEFAULT_CORES 8
 #define LT_DEFAULT_HBM (16ull << 30)
 #define LT_DEFAULT_BUFFER_CACHE ((size_t)512 << 20)
 
-typedef struct lt_job_error {
-    uint64_t seq;
-    lt_status st;
-    char *msg;
-} lt_job_error;
+/* Unclaimed faults kept per core for lt_core_wait(report=1); past this
+ * bound the oldest are dropped (and counted in the next report). */
+#define LT_MAX_PENDING_FAULTS 256
 
 typedef struct lt_core {
     pthread_t thread;
@@ -37,11 +47,12 @@ typedef struct lt_core {
     lt_job *head, *tail;
     uint64_t last_seq;           /* last assigned seq */
     uint64_t done_seq;           /* all jobs <= done_seq finished */
-    uint64_t reported_seq;       /* lt_core_wait reported errors up to here */
     int stop;
     atomic_int used;             /* has received work */
-    lt_job_error *errs;
-    int n_errs, cap_errs;
+    lt_fault **pend;             /* faults not yet reported by a wait, in seq
+                                    order (some may be claimed by reads) */
+    int n_pend, cap_pend;
+    int64_t n_dropped;           /* unclaimed faults dropped past the bound */
     atomic_size_t bytes_in_use;
     size_t budget;
     lt_par_pool *pool;           /* helper threads (worker thread only) */
@@ -104,6 +115,61 @@ static void fmt_bytes(char *buf, size_t cap, double b)
         snprintf(buf, cap, "%.2f %s", b, units[u]);
 }
 
+/* Keeps f (takes the reference) for lt_core_wait; c->mu held. Claimed
+ * faults are pruned first; past the bound the oldest is dropped. */
+static void pend_push(lt_core *c, lt_fault *f)
+{
+    if (c->n_pend == c->cap_pend) {
+        int k = 0;
+        for (int q = 0; q < c->n_pend; q++) {
+            if (lt_fault_is_claimed(c->pend[q])) lt_fault_release(c->pend[q]);
+            else c->pend[k++] = c->pend[q];
+        }
+        c->n_pend = k;
+    }
+    if (c->n_pend == c->cap_pend && c->cap_pend < LT_MAX_PENDING_FAULTS) {
+        int nc = c->cap_pend ? 2 * c->cap_pend : 8;
+        lt_fault **np = realloc(c->pend, (size_t)nc * sizeof *np);
+        if (np) {
+            c->pend = np;
+            c->cap_pend = nc;
+        }
+    }
+    if (c->n_pend == c->cap_pend) {
+        if (c->n_pend == 0) {        /* no memory at all: forget it */
+            c->n_dropped++;
+            lt_fault_release(f);
+            return;
+        }
+        lt_fault_release(c->pend[0]);
+        memmove(&c->pend[0], &c->pend[1], (size_t)(c->n_pend - 1) * sizeof *c->pend);
+        c->n_pend--;
+        c->n_dropped++;
+    }
+    c->pend[c->n_pend++] = f;
+}
+
+/* Runs job on the calling thread; on failure makes its fault and lets the
+ * job attach it to its outputs. Returns the fault (owned) or NULL. Calls
+ * done() last. */
+static lt_fault *job_execute(lt_job *job, int core)
+{
+    uint64_t seq = job->seq;
+    lt_set_error(LT_OK, "%s", "");
+    lt_status st = job->run(job, core);
+    lt_fault *f = NULL;
+    if (st != LT_OK) {
+        const char *m = lt_last_error();
+        f = lt_fault_new(st, m && *m ? m : "device job failed", core, seq,
+                         job->cause);
+        if (f && job->fail) job->fail(job, f);
+    }
+    lt_fault_release(job->cause);
+    job->cause = NULL;
+    if (job->done) job->done(job);
+    return f;
+}
+
 static void *core_main(void *arg)
 {
     lt_core *c = arg;
@@ -123,31 +189,10 @@ static void *core_main(void *arg)
         pthread_mutex_unlock(&c->mu);
 
         uint64_t seq = job->seq;
-        lt_set_error(LT_OK, "%s", "");
-        lt_status st = job->run(job, idx);
-        char *msg = NULL;
-        if (st != LT_OK) {
-            const char *m = lt_last_error();
-            msg = strdup(m && *m ? m : "device job failed");
-        }
-        if (job->done)
-            job->done(job);
+        lt_fault *f = job_execute(job, idx);   /* job is freed now */
 
         pthread_mutex_lock(&c->mu);
-        if (st != LT_OK) {
-            if (c->n_errs == c->cap_errs) {
-                int nc = c->cap_errs ? 2 * c->cap_errs : 8;
-                lt_job_error *ne = realloc(c->errs, nc * sizeof *ne);
-                if (ne) {
-                    c->errs = ne;
-                    c->cap_errs = nc;
-                }
-            }
-            if (c->n_errs < c->cap_errs)
-                c->errs[c->n_errs++] = (lt_job_error){seq, st, msg};
-            else
-                free(msg);
-        }
+        if (f) pend_push(c, f);
         c->done_seq = seq;
         pthread_cond_broadcast(&c->cv_done);
         pthread_mutex_unlock(&c->mu);
@@ -188,7 +233,7 @@ lt_status lt_devices_init(void)
     g_nproc = np > 0 ? (int)np : 1;
     e = getenv("LAZYTPU_OMP_THREADS");
     g_omp_override = (e && atoi(e) > 0) ? atoi(e) : 0;
-#if defined(__SANITIZE_ADDRESS__)
+#if LT_UNDER_ASAN
     g_cache_limit = 0;    /* ASan must see every free (use-after-free) */
 #else
     g_cache_limit = LT_DEFAULT_BUFFER_CACHE;
@@ -332,12 +377,13 @@ void lt_devices_shutdown(void)
         pthread_join(c->thread, NULL);
         c->running = 0;
         pthread_mutex_lock(&c->mu);
-        for (int k = 0; k < c->n_errs; k++)
-            free(c->errs[k].msg);
-        free(c->errs);
-        c->errs = NULL;
-        c->n_errs = c->cap_errs = 0;
-        c->reported_seq = c->done_seq = c->last_seq;
+        for (int k = 0; k < c->n_pend; k++)
+            lt_fault_release(c->pend[k]);
+        free(c->pend);
+        c->pend = NULL;
+        c->n_pend = c->cap_pend = 0;
+        c->n_dropped = 0;
+        c->done_seq = c->last_seq;
         pthread_mutex_unlock(&c->mu);
         cache_flush(c);
         lt_par_pool_free(c->pool);   /* the worker is joined: no user */
@@ -444,6 +490,7 @@ lt_status lt_buffer_alloc(int core, lt_dtype dt, int64_t numel,
     b->bytes = bytes;
     b->data = data;
     b->ready_seq = 0;
+    b->fault = NULL;
     *out = b;
     return LT_OK;
 }
@@ -461,6 +508,7 @@ void lt_buffer_release(lt_buffer *b)
         return;
     atomic_fetch_sub(&g_cores[b->core].bytes_in_use, b->bytes);
     cache_put(&g_cores[b->core], b->data, cache_class(b->bytes));
+    lt_fault_release(b->fault);
     free(b);
 }
 
@@ -485,22 +533,31 @@ uint64_t lt_core_next_seq(int core)
     return s;
 }
 
+uint64_t lt_core_last_seq(int core)
+{
+    if (!lt_core_valid(core)) return 0;
+    lt_core *c = &g_cores[core];
+    pthread_mutex_lock(&c->mu);
+    uint64_t s = c->last_seq;
+    pthread_mutex_unlock(&c->mu);
+    return s;
+}
+
 /* Queues job (FIFO). If the core's worker is not running (after
  * lt_devices_shutdown) the job runs inline on the caller so nothing hangs. */
 uint64_t lt_core_submit(int core, lt_job *job)
 {
     lt_core *c = &g_cores[core];
+    job->cause = NULL;
     if (!c->running) {
         pthread_mutex_lock(&c->mu);
         job->seq = ++c->last_seq;
         pthread_mutex_unlock(&c->mu);
         uint64_t seq = job->seq;
-        lt_status st = job->run(job, core);
-        if (job->done)
-            job->done(job);
+        /* the outputs are still poisoned on failure; no wait reports it */
+        lt_fault_release(job_execute(job, core));
         pthread_mutex_lock(&c->mu);
-        (void)st;   /* no waiter can observe it after shutdown */
-        c->done_seq = c->reported_seq = seq;
+        c->done_seq = seq;
         pthread_cond_broadcast(&c->cv_done);
         pthread_mutex_unlock(&c->mu);
         return seq;
@@ -529,9 +586,10 @@ static void wait_done_locked(lt_core *c, uint64_t seq)
         pthread_cond_wait(&c->cv_done, &c->mu);
 }
 
-/* Errors are reported once: a job error is returned by the first
- * lt_core_wait whose range covers it (lt_buffer_wait always sees it). */
-lt_status lt_core_wait(int core, uint64_t seq)
+/* Faults are reported once: the first lt_core_wait(report=1) whose range
+ * covers a fault that no read has claimed yet returns it; every fault in the
+ * range is claimed and dropped from the list. */
+lt_status lt_core_wait(int core, uint64_t seq, int report)
 {
     if (!lt_core_valid(core))
         return lt_set_error(LT_ERR_DEVICE, "wait: invalid core %d", core);
@@ -541,23 +599,58 @@ lt_status lt_core_wait(int core, uint64_t seq)
         seq = c->last_seq;
     wait_done_locked(c, seq);
     lt_status st = LT_OK;
-    for (int k = 0; k < c->n_errs; k++) {
-        lt_job_error *e = &c->errs[k];
-        if (e->seq > c->reported_seq && e->seq <= seq) {
-            st = lt_set_error(e->st, "%s", e->msg ? e->msg : "job failed");
-            break;
+    if (report) {
+        lt_fault *first = NULL;
+        int64_t more = c->n_dropped;
+        int k = 0;
+        for (int q = 0; q < c->n_pend; q++) {
+            lt_fault *f = c->pend[q];
+            if (f->seq > seq) {
+                c->pend[k++] = f;
+                continue;
+            }
+            if (!lt_fault_is_claimed(f)) {
+                if (!first) first = lt_fault_retain(f);
+                else more++;
+            }
+            lt_fault_claim(f);
+            lt_fault_release(f);
+        }
+        c->n_pend = k;
+        if (first) {
+            c->n_dropped = 0;
+            if (more > 0)
+                st = lt_set_error(first->st, "%s (+%lld more failed program%s "
+                                  "on core %d)", first->msg, (long long)more,
+                                  more > 1 ? "s" : "", core);
+            else
+                st = lt_set_error(first->st, "%s", first->msg);
+            lt_fault_release(first);
         }
     }
-    if (seq > c->reported_seq)
-        c->reported_seq = seq;
     pthread_mutex_unlock(&c->mu);
     return st;
 }
 
+int lt_core_has_unclaimed(int core, uint64_t seq)
+{
+    if (!lt_core_valid(core)) return 0;
+    lt_core *c = &g_cores[core];
+    pthread_mutex_lock(&c->mu);
+    int any = 0;
+    for (int q = 0; q < c->n_pend && !any; q++)
+        any = (seq == 0 || c->pend[q]->seq <= seq) &&
+              !lt_fault_is_claimed(c->pend[q]);
+    pthread_mutex_unlock(&c->mu);
+    return any;
+}
+
 lt_status lt_buffer_wait(lt_buffer *b)
 {
-    if (!b || b->ready_seq == 0)
+    if (!b)
         return LT_OK;
+    if (b->ready_seq == 0)
+        return b->fault ? lt_fault_raise(b->fault) : LT_OK;
     lt_core *c = &g_cores[b->core];
     uint64_t seq = b->ready_seq;
     pthread_mutex_lock(&c->mu);
@@ -568,13 +661,12 @@ lt_status lt_buffer_wait(lt_buffer *b)
                             (unsigned long long)seq);
     }
     wait_done_locked(c, seq);
-    lt_status st = LT_OK;
-    for (int k = 0; k < c->n_errs; k++)
-        if (c->errs[k].seq == seq) {
-            st = lt_set_error(c->errs[k].st, "%s",
-                              c->errs[k].msg ? c->errs[k].msg : "job failed");
-            break;
-        }
+    lt_fault *f = lt_fault_retain(b->fault);
     pthread_mutex_unlock(&c->mu);
+    lt_status st = LT_OK;
+    if (f) {
+        st = lt_fault_raise(f);
+        lt_fault_release(f);
+    }
     return st;
 }

@@ -13,6 +13,7 @@
 
 #include <stdatomic.h>
 #include "lazytpu.h"
+#include "fault.h"
 
 typedef struct lt_buffer {
     atomic_int refs;
@@ -22,6 +23,11 @@ typedef struct lt_buffer {
     size_t bytes;
     void *data;
     uint64_t ready_seq;       /* 0 = ready now; else the job seq that writes it */
+    struct lt_fault *fault;   /* owned; set (by the core's worker, before the
+                                 job counts as done) when the writing job
+                                 failed: the buffer is poisoned, its data is
+                                 never valid. Read it only after
+                                 lt_buffer_wait, or on the core's worker. */
 } lt_buffer;
 
 /* Creates the cores (once). n_cores from LAZYTPU_NUM_CORES (default 8). */
@@ -44,19 +50,28 @@ void *lt_core_par_pool(int core);
 lt_status lt_buffer_alloc(int core, lt_dtype dt, int64_t numel, lt_buffer **out);
 lt_buffer *lt_buffer_retain(lt_buffer *b);
 void lt_buffer_release(lt_buffer *b);   /* frees and un-accounts at 0 */
-/* Blocks until the buffer's writer job finished. Returns that job's error
- * status (LT_OK normally). */
+/* Blocks until the buffer's writer job finished. Returns LT_OK, or, when
+ * that job failed (the buffer is poisoned), the job's fault: its status and
+ * message, every time it is called; the fault is then claimed (a later
+ * lt_core_wait does not report it again). */
 lt_status lt_buffer_wait(lt_buffer *b);
 size_t lt_core_bytes_in_use(int core);
 
 /* A job run on the core's worker thread. run() returns a status; on failure
- * it must have called lt_set_error. done() is always called afterwards on
- * the worker (free the job there). */
+ * it must have called lt_set_error, and it may set `cause` (an owned
+ * reference) to the fault of a poisoned input it found. The core then makes
+ * one lt_fault of the message (derived from `cause` if set) and calls
+ * fail(), if given, which attaches it to the job's output buffers
+ * (lt_buffer.fault); the fault is also kept on the core's list of
+ * unclaimed faults for lt_core_wait. done() is always called last, on the
+ * worker (free the job there). */
 typedef struct lt_job {
     lt_status (*run)(struct lt_job *job, int core);
+    void (*fail)(struct lt_job *job, struct lt_fault *f);   /* may be NULL */
     void (*done)(struct lt_job *job);
     struct lt_job *next;      /* queue link, owned by the core */
     uint64_t seq;             /* assigned by lt_core_submit */
+    struct lt_fault *cause;   /* see above; NULLed by lt_core_submit */
 } lt_job;
 
 /* Queues job on core; assigns and returns job->seq (> 0). Never blocks on
@@ -67,8 +82,18 @@ uint64_t lt_core_submit(int core, lt_job *job);
 void lt_core_lock(int core);
 void lt_core_unlock(int core);
 uint64_t lt_core_next_seq(int core);
-/* Waits until all jobs up to seq (0 = all submitted so far) are done; returns
- * the first error status of a job in that range, with its message. */
-lt_status lt_core_wait(int core, uint64_t seq);
+/* Sequence number of the last submitted job (0 = none yet). */
+uint64_t lt_core_last_seq(int core);
+/* Waits until all jobs up to seq (0 = all submitted so far) are done.
+ * report=0: returns LT_OK (a plain wait; errors stay with their buffers).
+ * report=1: returns the first unclaimed fault of a job in that range (its
+ * status and message, with " (+N more failed programs on core C)" when
+ * there were several) and claims every fault in the range, so each failure
+ * is reported at most once; LT_OK when there was none. LT_ERR_DEVICE for an
+ * invalid core. */
+lt_status lt_core_wait(int core, uint64_t seq, int report);
+/* 1 if core has an unclaimed fault of a job <= seq (0 = any) that has
+ * finished; never waits. */
+int lt_core_has_unclaimed(int core, uint64_t seq);
 
 #endif

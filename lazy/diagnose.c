@@ -368,7 +368,8 @@ void lt_fallback_record(const char *aten_op, int64_t ns, const char *frame)
     }
     if (o) {
         o->calls++;
-        if (ns > 0) o->ns += ns;
+        if (ns > 0 && __builtin_add_overflow(o->ns, ns, &o->ns))
+            o->ns = INT64_MAX;            /* saturate: ns is the caller's */
         if (frame && frame[0] && o->n_frames < FB_FRAMES) {
             int seen = 0;
             for (int k = 0; k < o->n_frames; k++)

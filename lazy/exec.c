@@ -2,9 +2,16 @@
  * lazy/exec.c — lt_program_run: resolves program views against the
  * execution's buffers and runs the steps in order on the calling thread
  * (the core's worker) with the core's OpenMP budget.
+ *
+ * Failures: a poisoned input fails the program before its first step; a
+ * failing step stops it. Either way the message names the step's op, input
+ * shapes/dtypes and frames (lt_fault_where), and the remaining collective
+ * steps abstain from their collectives so that peer ranks fail too instead
+ * of waiting (see compile.h).
  */
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include "program.h"
 
 static int bind(const lt_program *p, const lt_exec_args *a,
@@ -38,9 +45,96 @@ static int bind(const lt_program *p, const lt_exec_args *a,
     }
 }
 
-lt_status lt_program_run(const lt_program *p, const lt_exec_args *args,
-                         int core)
+/* First step operand reading parameter j: *step, *k; 0 if none. */
+static int param_reader(const lt_program *p, int j, int *step, int *k)
 {
+    for (int s = 0; s < p->n_steps; s++)
+        for (int q = 0; q < p->steps[s].n_in; q++) {
+            const lt_pview *pv = &p->steps[s].in[q];
+            if (pv->base == LT_BASE_PARAM && pv->index == j) {
+                *step = s;
+                *k = q;
+                return 1;
+            }
+        }
+    return 0;
+}
+
+static const lt_node *step_node(const lt_step *step, const lt_exec_args *a)
+{
+    if (!a->nodes || step->node < 0 || step->node >= a->n_nodes) return NULL;
+    return a->nodes[step->node];
+}
+
+/* Appends where step s failed to the thread's error message. */
+static lt_status with_where(lt_status st, const lt_program *p, int s,
+                            const lt_exec_args *a, int core)
+{
+    char msg[1024], where[512];
+    snprintf(msg, sizeof msg, "%s", lt_last_error());
+    const lt_step *step = s >= 0 ? &p->steps[s] : NULL;
+    lt_view in[8];
+    int n_in = 0;
+    if (step)
+        for (; n_in < step->n_in && n_in < 8; n_in++) in[n_in] = step->in[n_in].v;
+    const lt_node *nd = step ? step_node(step, a) : NULL;
+    int op = !step || (step->kind == LT_STEP_FUSED && !nd) ? -1 : (int)step->op;
+    lt_fault_where(where, sizeof where, nd, op, in, n_in, a->sync_frame,
+                   a->cause, core);
+    return lt_set_error(st, "%s%s", msg, where);
+}
+
+/* A poisoned parameter some step reads: fails like that step would, naming
+ * the input and the original error. LT_OK if there is none. */
+static lt_status check_params(const lt_program *p, const lt_exec_args *a,
+                              int core, lt_fault **cause)
+{
+    for (int j = 0; j < a->n_params; j++) {
+        lt_buffer *b = a->param_bufs ? a->param_bufs[j] : NULL;
+        int s, k;
+        if (!b || !b->fault || !param_reader(p, j, &s, &k)) continue;
+        lt_fault *o = lt_fault_origin(b->fault);
+        const lt_step *step = &p->steps[s];
+        const lt_pview *pv = &step->in[k];
+        char sh[160];
+        lt_shape_str(&pv->v.shape, sh, sizeof sh);
+        const lt_node *nd = step_node(step, a);
+        if (step->kind == LT_STEP_FUSED)   /* k is the group's input, not the op's */
+            lt_set_error(o->st, "%s (fused elementwise): an input (%s%s) was "
+                         "poisoned by an earlier error: %s",
+                         nd ? lt_op_name((lt_op)nd->op) : "elementwise",
+                         lt_dtype_name(pv->v.dtype), sh, o->msg);
+        else
+            lt_set_error(o->st, "%s: input %d (%s%s) was poisoned by an "
+                         "earlier error: %s", lt_op_name(step->op), k,
+                         lt_dtype_name(pv->v.dtype), sh, o->msg);
+        if (cause) *cause = lt_fault_retain(b->fault);
+        return with_where(o->st, p, s, a, core);
+    }
+    return LT_OK;
+}
+
+/* After a failure: every collective step from `from` on takes part in its
+ * collective as a failure, so that the peers are not left waiting. Keeps
+ * the thread's error message. */
+static void abstain_from(const lt_program *p, int from)
+{
+    int any = 0;
+    for (int s = from; s < p->n_steps && !any; s++)
+        any = lt_op_kind_of(p->steps[s].op) == LT_KIND_COLLECTIVE;
+    if (!any) return;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", lt_last_error());
+    for (int s = from; s < p->n_steps; s++)
+        if (lt_op_kind_of(p->steps[s].op) == LT_KIND_COLLECTIVE)
+            lt_collective_abstain(p->steps[s].op, msg);
+    lt_set_error(LT_OK, "%s", msg);
+}
+
+lt_status lt_program_run(const lt_program *p, const lt_exec_args *args,
+                         int core, lt_fault **cause)
+{
+    if (cause) *cause = NULL;
     if (args->n_params != p->n_params || args->n_outputs != p->n_outputs)
         return lt_set_error(LT_ERR_INTERNAL, "run: program has %d params / "
                             "%d outputs, got %d / %d", p->n_params,
@@ -49,10 +143,18 @@ lt_status lt_program_run(const lt_program *p, const lt_exec_args *args,
                              args->scratch->bytes < p->scratch_bytes))
         return lt_set_error(LT_ERR_INTERNAL, "run: scratch of %zu bytes "
                             "needed", p->scratch_bytes);
+    lt_status st = check_params(p, args, core, cause);
+    if (st != LT_OK) {
+        abstain_from(p, 0);
+        return st;
+    }
     int np = p->n_params;
     uint64_t *slots = calloc(np ? np : 1, sizeof *slots);
-    if (!slots)
-        return lt_set_error(LT_ERR_OOM, "run: out of host memory");
+    if (!slots) {
+        st = lt_set_error(LT_ERR_OOM, "run: out of host memory");
+        abstain_from(p, 0);
+        return st;
+    }
     for (int j = 0; j < np; j++)
         if (p->param_scalar[j])
             lt_slot_store(&slots[j], args->param_values ? args->param_values[j]
@@ -60,8 +162,8 @@ lt_status lt_program_run(const lt_program *p, const lt_exec_args *args,
     lt_kernel_ctx ctx = {core, lt_core_omp_threads(core)};
     int cap = 0;
     lt_view *views = NULL;
-    lt_status st = LT_OK;
-    for (int s = 0; s < p->n_steps && st == LT_OK; s++) {
+    int s = 0;
+    for (; s < p->n_steps && st == LT_OK; s++) {
         const lt_step *step = &p->steps[s];
         int need = step->n_in + step->n_out;
         if (need > cap) {
@@ -96,8 +198,14 @@ lt_status lt_program_run(const lt_program *p, const lt_exec_args *args,
             st = step->fn(step->op, &step->attrs, in, step->n_in, out, &ctx);
             break;
         }
+        if (st != LT_OK) break;
     }
     free(views);
     free(slots);
+    if (st != LT_OK) {
+        int failed = s < p->n_steps ? s : p->n_steps - 1;
+        st = with_where(st, p, failed, args, core);
+        abstain_from(p, failed + 1);
+    }
     return st;
 }

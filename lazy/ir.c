@@ -118,6 +118,7 @@ lt_node *lt_node_new(lt_op op, lt_node *const *in, int n_in,
     }
     n->buf = NULL;
     n->value = 0;
+    n->frame = NULL;
     for (int i = 0; i < n_in; i++) {
         n->in[i] = in[i];
         atomic_fetch_add_explicit(&in[i]->refs, 1, memory_order_relaxed);
@@ -155,6 +156,7 @@ lt_node *lt_node_new_scalar(double value, lt_dtype dtype, int core, int flags)
     memset(&n->attrs, 0, sizeof n->attrs);
     n->buf = NULL;
     n->value = value;
+    n->frame = NULL;
     node_hashes(n);
     return n;
 }
@@ -173,6 +175,7 @@ static int node_unref(lt_node *n)
 static void node_free_one(lt_node *n)
 {
     if (n->buf) lt_buffer_release(n->buf);
+    free(n->frame);
     free(n);
 }
 

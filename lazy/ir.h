@@ -37,6 +37,9 @@ typedef struct lt_node {
     uint64_t hash, dag_hash, struct_hash;
     struct lt_buffer *buf;    /* LT_OP_data: one owned reference */
     double value;             /* LT_OP_scalar */
+    char *frame;              /* owned; the user's code that traced the node,
+                                 recorded only for ops that check their input
+                                 data at run time (lt_trace), else NULL */
     struct lt_node **in;      /* n_in owned references (points at in_inline when n_in <= 3) */
     struct lt_node *in_inline[3];
 } lt_node;

@@ -46,6 +46,9 @@ typedef struct lt_step {
     lt_fused *fused;          /* FUSED, REDUCE (owned) */
     lt_reduce_plan plan;      /* REDUCE */
     int32_t *hint;            /* FUSED: per out, preferred donor input or -1 */
+    int32_t node;             /* graph position of the node the step computes
+                                 (a fused group: its last member), -1 for an
+                                 output copy; for error messages */
 } lt_step;
 
 struct lt_program {

@@ -178,7 +178,30 @@ lt_status lt_infer(lt_op op, const lt_operand *in, int n, lt_attrs *attrs,
     if (ar >= 0 && n != ar)
         return fail(LT_ERR_ARG, op, in, n, "takes %d inputs, got %d", ar, n);
     TRY(lt_op_shape_rule(op)(op, in, n, attrs, out_shape));
+    if (!lt_shape_fits(out_shape, NULL)) {
+        char b[160];
+        return fail(LT_ERR_SHAPE, op, in, n, "output shape %s is invalid or too large "
+                    "(more than 2^56 elements)", lt_shape_str(out_shape, b, sizeof b));
+    }
     return lt_infer_dtype(op, in, n, attrs, out_dtype);
+}
+
+int lt_shape_fits(const lt_shape *s, int64_t *numel)
+{
+    if (!s || s->ndim < 0 || s->ndim > LT_MAX_DIMS) return 0;
+    int64_t nz = 1;
+    int zero = 0;
+    for (int d = 0; d < s->ndim; d++) {
+        int64_t v = s->dims[d];
+        if (v < 0) return 0;
+        if (v == 0) {
+            zero = 1;
+            continue;
+        }
+        if (__builtin_mul_overflow(nz, v, &nz) || nz > LT_MAX_NUMEL) return 0;
+    }
+    if (numel) *numel = zero ? 0 : nz;
+    return 1;
 }
 
 int lt_shape_world_size(void)
@@ -414,12 +437,21 @@ static lt_status conv_params(lt_op op, const lt_operand *in, int n,
     return LT_OK;
 }
 
-/* PyTorch's output size: (in + 2p - d*(k-1) - 1) / s + 1 (floor). */
+/* Attribute arithmetic is done in 128 bits (attributes come from the user
+ * and may be anything); results are clamped back to int64 (a clamped size
+ * then fails lt_shape_fits). */
+typedef __int128 i128;
+static int64_t clamp64(i128 v)
+{
+    return v > INT64_MAX ? INT64_MAX : v < INT64_MIN ? INT64_MIN : (int64_t)v;
+}
+
+/* PyTorch's output size: (in + 2p - d*(k-1) - 1) / s + 1 (floor); s > 0. */
 static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d)
 {
-    int64_t num = in + 2 * p - d * (k - 1) - 1;
+    i128 num = (i128)in + 2 * (i128)p - (i128)d * ((i128)k - 1) - 1;
     if (num < 0) return 0;
-    return num / s + 1;
+    return clamp64(num / s + 1);
 }
 
 static int spatial_ok(const lt_shape *s) { return s->ndim == 4 || s->ndim == 3; }
@@ -435,10 +467,11 @@ lt_status lt_shape_rule_conv2d(lt_op op, const lt_operand *in, int n,
     int b = x->ndim == 4;
     int64_t C = x->dims[b], H = x->dims[b + 1], W = x->dims[b + 2];
     int64_t O = w->dims[0];
-    if (w->dims[1] * p.g != C)
+    if ((i128)w->dims[1] * p.g != C)
         return fail(LT_ERR_SHAPE, op, in, n,
                     "input has %lld channels but weight expects %lld (= %lld x groups %lld)",
-                    (long long)C, (long long)(w->dims[1] * p.g), (long long)w->dims[1], (long long)p.g);
+                    (long long)C, (long long)clamp64((i128)w->dims[1] * p.g),
+                    (long long)w->dims[1], (long long)p.g);
     if (O % p.g != 0)
         return fail(LT_ERR_SHAPE, op, in, n, "out channels %lld not divisible by groups %lld",
                     (long long)O, (long long)p.g);
@@ -448,7 +481,8 @@ lt_status lt_shape_rule_conv2d(lt_op op, const lt_operand *in, int n,
         return fail(LT_ERR_SHAPE, op, in, n,
                     "kernel %lldx%lld (dilation %lld, %lld) is larger than the padded input %lldx%lld",
                     (long long)w->dims[2], (long long)w->dims[3], (long long)p.dh,
-                    (long long)p.dw, (long long)(H + 2 * p.ph), (long long)(W + 2 * p.pw));
+                    (long long)p.dw, (long long)clamp64(H + 2 * (i128)p.ph),
+                    (long long)clamp64(W + 2 * (i128)p.pw));
     out->ndim = x->ndim;
     if (b) out->dims[0] = x->dims[0];
     out->dims[b] = O;
@@ -481,7 +515,7 @@ lt_status lt_shape_rule_conv2d_bwd_in(lt_op op, const lt_operand *in, int n,
                     (long long)ow, (long long)H, (long long)W);
     out->ndim = gr->ndim;
     if (b) out->dims[0] = gr->dims[0];
-    out->dims[b] = w->dims[1] * p.g;
+    out->dims[b] = clamp64((i128)w->dims[1] * p.g);
     out->dims[b + 1] = H;
     out->dims[b + 2] = W;
     return LT_OK;
@@ -524,10 +558,10 @@ lt_status lt_shape_rule_conv2d_bwd_w(lt_op op, const lt_operand *in, int n,
  * inside the input or the left padding. */
 static int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, int ceil)
 {
-    int64_t num = in + 2 * p - d * (k - 1) - 1 + (ceil ? s - 1 : 0);
-    int64_t o = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;
-    if (ceil && (o - 1) * s >= in + p) o--;
-    return o;
+    i128 num = (i128)in + 2 * (i128)p - (i128)d * ((i128)k - 1) - 1 + (ceil ? (i128)s - 1 : 0);
+    i128 o = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;
+    if (ceil && (o - 1) * s >= (i128)in + p) o--;
+    return clamp64(o);
 }
 
 /* Forward pool output shape of x (op is max_pool2d*, avg_pool2d). */
@@ -547,11 +581,11 @@ static lt_status pool_shape(lt_op op, lt_op fwd, const lt_operand *in, int n,
         return fail(LT_ERR_SHAPE, op, in, n, "expects input [N, C, H, W] or [C, H, W]");
     if (kh <= 0 || kw <= 0 || sh <= 0 || sw <= 0 || dh <= 0 || dw <= 0)
         return fail(LT_ERR_ARG, op, in, n, "kernel, stride and dilation must be > 0");
-    if (ph < 0 || pw < 0 || ph > ((kh - 1) * dh + 1) / 2 || pw > ((kw - 1) * dw + 1) / 2)
+    i128 ekh = ((i128)kh - 1) * dh + 1, ekw = ((i128)kw - 1) * dw + 1;
+    if (ph < 0 || pw < 0 || ph > ekh / 2 || pw > ekw / 2)
         return fail(LT_ERR_ARG, op, in, n,
                     "padding %lldx%lld must be >= 0 and at most half the effective kernel %lldx%lld",
-                    (long long)ph, (long long)pw, (long long)((kh - 1) * dh + 1),
-                    (long long)((kw - 1) * dw + 1));
+                    (long long)ph, (long long)pw, (long long)clamp64(ekh), (long long)clamp64(ekw));
     int b = x->ndim - 3;
     int64_t oh = pool_out(x->dims[b + 1], kh, sh, ph, dh, (int)ceil);
     int64_t ow = pool_out(x->dims[b + 2], kw, sw, pw, dw, (int)ceil);
@@ -632,7 +666,8 @@ lt_status lt_shape_rule_reshape(lt_op op, const lt_operand *in, int n,
         if (v == -1 && infer < 0) { infer = d; continue; }
         if (v < 0)
             return fail(LT_ERR_ARG, op, in, n, "invalid size %lld at dim %d", (long long)v, d);
-        known *= v;
+        if (__builtin_mul_overflow(known, v, &known))
+            return fail(LT_ERR_SHAPE, op, in, n, "shape has too many elements");
         out->dims[d] = v;
     }
     int64_t numel = lt_shape_numel(s);
@@ -721,7 +756,7 @@ static lt_status slice_view(lt_op op, const lt_operand *in, int n,
     a->i[1] = st;
     a->i[2] = en;
     *out = *s;
-    out->dims[a->i[0]] = (en - st + step - 1) / step;
+    out->dims[a->i[0]] = en == st ? 0 : (en - st - 1) / step + 1;   /* no overflow */
     return LT_OK;
 }
 
@@ -802,7 +837,7 @@ static lt_status as_strided_view(lt_op op, const lt_operand *in, int n,
             return fail(LT_ERR_ARG, op, in, n, "negative size or stride at dim %d", d);
         out->dims[d] = sz;
         if (sz == 0) empty = 1;
-        else maxi += (sz - 1) * st;
+        else maxi = clamp64((i128)maxi + (i128)(sz - 1) * st);
     }
     int64_t numel = lt_shape_numel(s);
     if (!empty && maxi >= numel) {
@@ -875,7 +910,8 @@ lt_status lt_shape_rule_cat(lt_op op, const lt_operand *in, int n,
                 return fail(LT_ERR_SHAPE, op, in, n,
                             "input %d has size %lld at dim %d, expected %lld",
                             i, (long long)s->dims[d], d, (long long)ref->dims[d]);
-        out->dims[dim] += s->dims[dim];
+        if (__builtin_add_overflow(out->dims[dim], s->dims[dim], &out->dims[dim]))
+            return fail(LT_ERR_SHAPE, op, in, n, "the result is too large");
     }
     return LT_OK;
 }

@@ -86,6 +86,18 @@ lt_status lt_infer_dtype(lt_op op, const lt_operand *in, int n,
 lt_status lt_infer(lt_op op, const lt_operand *in, int n, lt_attrs *attrs,
                    lt_shape *out_shape, lt_dtype *out_dtype);
 
+/* The largest tensor lazytpu accepts: 2^56 elements, and the product of
+ * the non-zero dims of a shape at most that too (so that element counts,
+ * byte sizes and contiguous strides of every shape fit in int64 without
+ * overflow, even for 0-size shapes with huge other dims). */
+#define LT_MAX_NUMEL ((int64_t)1 << 56)
+
+/* 1 if s is a valid tensor shape: 0 <= ndim <= LT_MAX_DIMS, every dim >= 0,
+ * product of the non-zero dims <= LT_MAX_NUMEL. Sets *numel (may be NULL)
+ * when valid. Every shape entering the core (host transfers, shape rules'
+ * outputs) is checked with it. */
+int lt_shape_fits(const lt_shape *s, int64_t *numel);
+
 /* Storage dtype of a logical dtype: f32 -> bf16 when bf16_mode. */
 static inline lt_dtype lt_storage_dtype(lt_dtype logical, int bf16_mode)
 {

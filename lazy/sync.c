@@ -1,7 +1,8 @@
 /*
  * lazy/sync.c — the sync pipeline: pending roots -> capture -> cache / compile
  * -> buffers (alias, donation, allocation) -> job on the core -> roots become
- * data. Also the recompilation analysis and the caller frame.
+ * data; when and where execution errors of programs are reported (see
+ * include/lazytpu.h, Conventions, and docs/errors.md).
  *
  * Steps of one core's sync (lt_sync_tensors_core):
  *   1 roots     take each tensor's pending value (under the live lock)
@@ -25,30 +26,6 @@
 #include "graph_dump.h"
 #include "trace_events.h"
 
-/* ------------------------------------------------------------ caller frame */
-
-static _Thread_local char caller_frame[256];
-
-void lt_set_caller(const char *frame)
-{
-    if (!frame) {
-        caller_frame[0] = 0;
-        return;
-    }
-    snprintf(caller_frame, sizeof caller_frame, "%s", frame);
-}
-
-static void (*_Atomic caller_hook)(void);
-
-void lt_set_caller_hook(void (*fn)(void)) { atomic_store(&caller_hook, fn); }
-
-int lt_caller_hook_run(void)
-{
-    void (*fn)(void) = atomic_load(&caller_hook);
-    if (fn) fn();
-    return fn != NULL;
-}
-
 const char *lt_sync_cause_name(lt_sync_cause c)
 {
     switch (c) {
@@ -62,8 +39,6 @@ const char *lt_sync_cause_name(lt_sync_cause c)
     }
 }
 
-const char *lt_caller_frame(void) { return caller_frame; }
-
 void lt_sync_state_reset(void) { lt_diagnose_reset(); }
 
 /* -------------------------------------------------------------------- jobs */
@@ -71,6 +46,7 @@ void lt_sync_state_reset(void) { lt_diagnose_reset(); }
 typedef struct sync_job {
     lt_job job;
     uint64_t key;                  /* graph key (trace events) */
+    char *frame;                   /* the sync's caller frame (messages), or NULL */
     lt_node **nodes;               /* the graph's node references, released on
                                       the worker: freeing the IR is off the
                                       host's path */
@@ -96,7 +72,7 @@ static lt_status job_run(lt_job *job, int core)
 {
     sync_job *j = (sync_job *)job;
     int64_t t0 = lt_now_ns();
-    lt_status st = lt_program_run(j->prog, &j->args, core);
+    lt_status st = lt_program_run(j->prog, &j->args, core, &job->cause);
     int64_t t1 = lt_now_ns();
     lt_metric_add(lt_fe_metrics_get()->execute_time, (double)(t1 - t0));
     if (lt_trace_enabled()) {
@@ -107,9 +83,23 @@ static lt_status job_run(lt_job *job, int core)
     return st;
 }
 
+/* The program failed: every buffer it was to write (stamped with its seq:
+ * fresh or donated, not aliased inputs) is poisoned with f. */
+static void job_fail(lt_job *job, lt_fault *f)
+{
+    sync_job *j = (sync_job *)job;
+    for (int k = 0; k < j->args.n_outputs; k++) {
+        lt_buffer *b = j->args.out_bufs[k];
+        if (!b || b->ready_seq != job->seq || b->fault == f) continue;
+        lt_fault_release(b->fault);
+        b->fault = lt_fault_retain(f);
+    }
+}
+
 static void job_done(lt_job *job)
 {
     sync_job *j = (sync_job *)job;
+    free(j->frame);
     exec_args_release(&j->args);
     for (int i = j->n_nodes - 1; i >= 0; i--) lt_node_release(j->nodes[i]);
     free(j->nodes);
@@ -146,14 +136,37 @@ static lt_status fail_cleanup(lt_status st, lt_graph *g, lt_program *p,
     return st;
 }
 
+/* Bounds the pipeline: the host may trace ahead of the core by at most
+ * max_inflight programs (step N+1 traces while step N runs). Without it a
+ * loop that never reads a value queues every step, holding every step's
+ * buffers (memory grows, no buffer is ever reused). Waits for the programs
+ * more than max_inflight older than `seq` (0: the last queued); with report
+ * their unclaimed faults are reported (a step sync), else not. */
+static lt_status bound_inflight(int core, uint64_t seq, int report)
+{
+    lt_runtime *rtm = lt_rt();
+    if (seq == 0) seq = lt_core_last_seq(core);
+    if (rtm && rtm->max_inflight > 0 && seq > (uint64_t)rtm->max_inflight)
+        return lt_core_wait(core, seq - (uint64_t)rtm->max_inflight, report);
+    return LT_OK;
+}
+
+/* Nothing to run: a waiting sync waits for the core, an asynchronous step
+ * sync still bounds (and reports) like one that queued a program. */
+static lt_status sync_nothing(int core, int wait, int report)
+{
+    if (wait) return lt_core_wait(core, 0, report);
+    return report ? bound_inflight(core, 0, 1) : LT_OK;
+}
+
 static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
-                                lt_sync_cause cause, int wait)
+                                lt_sync_cause cause, int wait, int report)
 {
     const lt_fe_metrics *m = lt_fe_metrics_get();
     lt_runtime *r = lt_rt();
     if (!r) return LT_ERR_DEVICE;
     lt_counter_add(m->sync_cause[(unsigned)cause < LT_NUM_SYNC_CAUSES ? cause : LT_SYNC_EXPLICIT], 1);
-    if (n == 0) return wait ? lt_core_wait(core, 0) : LT_OK;
+    if (n == 0) return sync_nothing(core, wait, report);
 
     /* 1 roots */
     lt_node **roots = malloc((size_t)n * sizeof *roots);
@@ -179,9 +192,9 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
     if (nr == 0) {
         free(roots);
         free(rts);
-        return wait ? lt_core_wait(core, 0) : LT_OK;
+        return sync_nothing(core, wait, report);
     }
-    if (cause == LT_SYNC_VALUE_READ) lt_diagnose_value_read(core, caller_frame);
+    if (cause == LT_SYNC_VALUE_READ) lt_diagnose_value_read(core, lt_caller_frame());
 
     /* 2 capture */
     lt_graph g;
@@ -191,7 +204,7 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
         return fail_cleanup(st, &g, NULL, &args, roots, nr);
     }
     lt_metric_add(m->graph_size, (double)g.n_nodes);
-    if (lt_graph_dump_enabled()) lt_graph_dump_sync(&g, cause, caller_frame);
+    if (lt_graph_dump_enabled()) lt_graph_dump_sync(&g, cause, lt_caller_frame());
 
     /* 3 program */
     lt_program *p = lt_cache_get(r->cache, g.key);
@@ -214,7 +227,7 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
         }
         lt_counter_add(m->uncached, 1);
         lt_cache_put(r->cache, g.key, p);
-        lt_diagnose_compile(&g, cause, caller_frame);
+        lt_diagnose_compile(&g, cause, lt_caller_frame());
     }
     if (lt_program_n_params(p) != g.n_params || lt_program_n_outputs(p) != g.n_outputs) {
         free(rts);
@@ -355,12 +368,18 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
 
     /* 5 submit */
     job->job.run = job_run;
+    job->job.fail = job_fail;
     job->job.done = job_done;
     job->prog = p;                 /* the job takes our program reference */
     job->key = g.key;
     job->args = args;
     job->nodes = g.nodes;          /* the job takes the graph's node references */
     job->n_nodes = g.n_nodes;
+    job->frame = lt_caller_frame()[0] ? strdup(lt_caller_frame()) : NULL;
+    job->args.nodes = job->nodes;  /* for error messages */
+    job->args.n_nodes = job->n_nodes;
+    job->args.sync_frame = job->frame;
+    job->args.cause = cause;
     g.nodes = NULL;
     g.n_nodes = 0;
     lt_core_lock(core);
@@ -394,22 +413,14 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
     for (int i = 0; i < nr; i++) lt_node_release(roots[i]);
     free(roots);
 
-    if (wait) return lt_core_wait(core, seq);
-    /* Bound the pipeline: the host may trace ahead of the core by at most
-     * max_inflight programs (step N+1 traces while step N runs). Without it
-     * a loop that never reads a value queues every step, holding every
-     * step's buffers (memory grows, no buffer is ever reused). An error of
-     * an earlier program surfaces here. */
-    lt_runtime *rtm = lt_rt();
-    if (rtm && rtm->max_inflight > 0 && seq > (uint64_t)rtm->max_inflight)
-        return lt_core_wait(core, seq - (uint64_t)rtm->max_inflight);
-    return LT_OK;
+    if (wait) return lt_core_wait(core, seq, report);
+    return bound_inflight(core, seq, report);
 }
 
 lt_status lt_sync_tensors_core(int core, lt_tensor *const *ts, int n,
-                               lt_sync_cause cause, int wait)
+                               lt_sync_cause cause, int wait, int report)
 {
-    if (!lt_trace_enabled()) return sync_core_impl(core, ts, n, cause, wait);
+    if (!lt_trace_enabled()) return sync_core_impl(core, ts, n, cause, wait, report);
     int64_t t0 = lt_now_ns();
     lt_core_live *L = lt_live(core);
     pthread_mutex_lock(&L->mu);
@@ -417,7 +428,7 @@ lt_status lt_sync_tensors_core(int core, lt_tensor *const *ts, int n,
     pthread_mutex_unlock(&L->mu);
     if (prev > 0 && prev < t0)
         lt_trace_event("trace", "trace", prev, t0 - prev, LT_TRACE_TID_HOST);
-    lt_status st = sync_core_impl(core, ts, n, cause, wait);
+    lt_status st = sync_core_impl(core, ts, n, cause, wait, report);
     int64_t t1 = lt_now_ns();
     char a[64];
     snprintf(a, sizeof a, "\"cause\":\"%s\",\"core\":%d", lt_sync_cause_name(cause), core);
@@ -450,12 +461,18 @@ lt_status lt_sync(lt_tensor *const *tensors, int n, lt_sync_cause cause,
         int k = 0;
         for (int q = i; q < n; q++)
             if (tensors[q]->core == core) grp[k++] = tensors[q];
-        lt_status st = lt_sync_tensors_core(core, grp, k, cause, wait);
+        lt_status st = lt_sync_tensors_core(core, grp, k, cause, wait, 0);
         if (lt_cause_is_step(cause)) lt_diagnose_step(core);
         if (st != LT_OK && first == LT_OK) first = st;
         if (st != LT_OK) break;
     }
     free(grp);
+    /* waiting: the listed tensors' own faults, if any (claimed) */
+    for (int i = 0; i < n && wait && first == LT_OK; i++) {
+        lt_node *v = lt_tensor_value(tensors[i]);
+        if (v->op == LT_OP_data) first = lt_buffer_wait(v->buf);
+        lt_node_release(v);
+    }
     return first;
 }
 
@@ -484,7 +501,10 @@ lt_status lt_sync_core(int core, lt_sync_cause cause, int wait)
         ts[k++] = t;
     }
     pthread_mutex_unlock(&L->mu);
-    lt_status st = lt_sync_tensors_core(core, ts, (int)k, cause, wait);
+    /* a graph cut or a value read is no place to report other programs'
+     * errors; a step boundary is */
+    int report = cause != LT_SYNC_SIZE_LIMIT && cause != LT_SYNC_VALUE_READ;
+    lt_status st = lt_sync_tensors_core(core, ts, (int)k, cause, wait, report);
     if (lt_cause_is_step(cause)) lt_diagnose_step(core);
     for (int64_t i = 0; i < k; i++) lt_tensor_release(ts[i]);
     free(ts);
@@ -498,12 +518,12 @@ lt_status lt_wait(int core)
     if (core >= 0) {
         if (!lt_core_valid(core))
             return lt_set_error(LT_ERR_DEVICE, "wait: invalid core %d", core);
-        return lt_core_wait(core, 0);
+        return lt_core_wait(core, 0, 1);
     }
-    lt_status first = LT_OK;
-    for (int c = 0; c < r->n_cores; c++) {
-        lt_status st = lt_core_wait(c, 0);
-        if (st != LT_OK && first == LT_OK) first = st;
-    }
-    return first;
+    /* every core finishes; the faults of the first core that has any are
+     * reported (claimed), other cores' stay for the next wait */
+    for (int c = 0; c < r->n_cores; c++) lt_core_wait(c, 0, 0);
+    for (int c = 0; c < r->n_cores; c++)
+        if (lt_core_has_unclaimed(c, 0)) return lt_core_wait(c, 0, 1);
+    return LT_OK;
 }

@@ -142,7 +142,12 @@ lt_status lt_tensor_from_host(int core, const void *data, lt_dtype dtype,
             return lt_set_error(LT_ERR_SHAPE, "from_host: negative size in %s",
                                 lt_shape_str(shape, b, sizeof b));
         }
-    int64_t numel = lt_shape_numel(shape);
+    int64_t numel;
+    if (!lt_shape_fits(shape, &numel)) {
+        char b[128];
+        return lt_set_error(LT_ERR_SHAPE, "from_host: shape %s is too large (more "
+                            "than 2^56 elements)", lt_shape_str(shape, b, sizeof b));
+    }
     if (numel > 0 && !data)
         return lt_set_error(LT_ERR_ARG, "from_host: NULL data for %lld elements",
                             (long long)numel);

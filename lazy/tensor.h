@@ -54,6 +54,10 @@ lt_runtime *lt_rt(void);
  * sync the library starts itself (graph size limit). Returns 1 if a hook ran
  * (it set the caller frame, which the caller clears afterwards). */
 int lt_caller_hook_run(void);
+/* The frame to record on a node that is being traced: a malloc'd copy of
+ * the thread's caller frame (lt_set_caller) if set, else what the caller
+ * hook sets (run here, the frame cleared again afterwards), else NULL. */
+char *lt_caller_capture(void);
 /* The runtime if initialised, else NULL (never initialises). */
 lt_runtime *lt_rt_peek(void);
 
@@ -89,9 +93,12 @@ typedef struct lt_fe_metrics {
 const lt_fe_metrics *lt_fe_metrics_get(void);
 
 /* Sync of an explicit set of pending root tensors on one core (all on
- * `core`, retained by the caller). */
+ * `core`, retained by the caller). report=1 (a step boundary): the waits of
+ * this sync (wait=1: the whole core up to its program; wait=0: the
+ * in-flight bound) report unclaimed faults of earlier programs once;
+ * report=0: they only wait. */
 lt_status lt_sync_tensors_core(int core, lt_tensor *const *ts, int n,
-                               lt_sync_cause cause, int wait);
+                               lt_sync_cause cause, int wait, int report);
 
 /* Forgets the recompilation history (lt_shutdown). */
 void lt_sync_state_reset(void);

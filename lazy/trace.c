@@ -3,7 +3,10 @@
  *
  * Hot path (about 1 us): validate, run the shape/dtype rules, allocate node +
  * tensor, bump the op's pre-resolved counter. No string formatting and no
- * other allocation unless an error is reported. Everything that touches
+ * other allocation unless an error is reported, except for the few ops whose
+ * kernels check their input data at run time (indexing, losses: see
+ * checks_data): their node records the user's frame (lt_caller_capture), so
+ * that an execution error can name the line that traced the op. Everything that touches
  * tensor values runs under the core's live lock.
  */
 #include <stdio.h>
@@ -45,6 +48,20 @@ static lt_status arity_check(lt_op op, int n)
     if (op == LT_OP_nll_loss_backward && n != 3 && n != 4)
         return lt_set_error(LT_ERR_ARG, "nll_loss_backward: takes 3 or 4 inputs, got %d", n);
     return LT_OK;
+}
+
+/* Ops whose kernel can fail on valid shapes because of the input values
+ * (an index out of range, a class id past the classes). */
+static int checks_data(lt_op op)
+{
+    switch (op) {
+    case LT_OP_index_select: case LT_OP_gather: case LT_OP_scatter_add:
+    case LT_OP_embedding_backward: case LT_OP_nll_loss:
+    case LT_OP_nll_loss_backward:
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 lt_status lt_trace(lt_op op, lt_tensor *const *inputs, int n_inputs,
@@ -99,6 +116,7 @@ lt_status lt_trace(lt_op op, lt_tensor *const *inputs, int n_inputs,
         }
     }
 
+    char *frame = checks_data(op) ? lt_caller_capture() : NULL;
     lt_core_live *L = lt_live(core);
     lt_tensor *t = NULL;
     int over = 0;
@@ -119,6 +137,8 @@ lt_status lt_trace(lt_op op, lt_tensor *const *inputs, int n_inputs,
         if (!node) {
             st = LT_ERR_INTERNAL;
         } else {
+            node->frame = frame;
+            frame = NULL;
             t = lt_tensor_new_locked(node, dt, core);
             if (!t) {
                 st = lt_set_error(LT_ERR_INTERNAL, "%s: out of host memory", lt_op_name(op));
@@ -131,6 +151,7 @@ lt_status lt_trace(lt_op op, lt_tensor *const *inputs, int n_inputs,
         }
     }
     pthread_mutex_unlock(&L->mu);
+    free(frame);
     if (opd != opd_inline) {
         free(opd);
         free(nin);

@@ -15,8 +15,8 @@
 #include "reduce.h"
 #include "world_int.h"
 
-static void desc_init(lt_wdesc *d, int op, lt_dtype dt, int64_t count,
-                      const lt_shape *shape)
+void lt_wdesc_init(lt_wdesc *d, int op, lt_dtype dt, int64_t count,
+                   const lt_shape *shape)
 {
     memset(d, 0, sizeof *d);
     d->op = op;
@@ -31,10 +31,8 @@ static void desc_init(lt_wdesc *d, int op, lt_dtype dt, int64_t count,
     }
 }
 
-/* Checks common arguments; fills d->bad (so that every rank fails together
- * after the first barrier instead of the others hanging). */
-static void check_args(lt_wdesc *d, const void *send, const void *recv,
-                       int64_t n, lt_dtype dt)
+void lt_wdesc_check(lt_wdesc *d, const void *send, const void *recv,
+                    int64_t n, lt_dtype dt)
 {
     if (lt_dtype_size(dt) == 0)
         snprintf(d->bad, sizeof d->bad, "invalid dtype %d", (int)dt);
@@ -47,15 +45,8 @@ static void check_args(lt_wdesc *d, const void *send, const void *recv,
 
 /* ------------------------------------------------------------------ chunks */
 
-/* Iterates a [outer][block] index space in chunks of at most cap elements:
- * whole rows when a row fits, else pieces of one row. */
-typedef struct chunker {
-    int64_t outer, block, rows_per, cols_per;
-    int64_t o0, j0, rows, cols;
-    int started;
-} chunker;
-
-static void chunker_init(chunker *c, int64_t outer, int64_t block, int64_t cap)
+/* (lt_chunker: see world_int.h) */
+void lt_chunker_init(lt_chunker *c, int64_t outer, int64_t block, int64_t cap)
 {
     memset(c, 0, sizeof *c);
     c->outer = outer;
@@ -73,7 +64,7 @@ static void chunker_init(chunker *c, int64_t outer, int64_t block, int64_t cap)
 
 /* Advances to the next chunk; the first call always yields one (maybe
  * empty) chunk so that the agreement barrier happens. Returns 0 at the end. */
-static int chunker_next(chunker *c)
+int lt_chunker_next(lt_chunker *c)
 {
     if (!c->started) {
         c->started = 1;
@@ -116,10 +107,13 @@ lt_status lt_world_all_reduce(lt_world *w, const void *send, void *recv,
     const char *what = "all_reduce";
     if (!w)
         return reduce_alone(what, send, recv, n, dtype, reduce, scale);
+    if (lt_world_multihost(w))
+        return lt_hier_all_reduce(w, send, recv, n, dtype, reduce, scale,
+                                  shape);
     lt_wdesc d;
-    desc_init(&d, LT_WOP_ALL_REDUCE, dtype, n, shape);
+    lt_wdesc_init(&d, LT_WOP_ALL_REDUCE, dtype, n, shape);
     d.reduce = reduce;
-    check_args(&d, send, recv, n, dtype);
+    lt_wdesc_check(&d, send, recv, n, dtype);
     if (!d.bad[0] && (reduce < LT_REDUCE_SUM || reduce > LT_REDUCE_OR))
         snprintf(d.bad, sizeof d.bad, "invalid reduce type %d", (int)reduce);
     size_t es = lt_dtype_size(dtype);
@@ -169,11 +163,13 @@ lt_status lt_world_all_gather(lt_world *w, const void *send, void *recv,
             memmove(recv, send, (size_t)n * lt_dtype_size(dtype));
         return LT_OK;
     }
+    if (lt_world_multihost(w))
+        return lt_hier_all_gather(w, send, recv, outer, block, dtype, shape);
     lt_wdesc d;
-    desc_init(&d, LT_WOP_ALL_GATHER, dtype, n, shape);
+    lt_wdesc_init(&d, LT_WOP_ALL_GATHER, dtype, n, shape);
     d.outer = outer;
     d.block = block;
-    check_args(&d, send, recv, n, dtype);
+    lt_wdesc_check(&d, send, recv, n, dtype);
     if (!d.bad[0] && (outer < 0 || block < 0))
         snprintf(d.bad, sizeof d.bad, "negative view [%lld][%lld]",
                  (long long)outer, (long long)block);
@@ -181,10 +177,10 @@ lt_status lt_world_all_gather(lt_world *w, const void *send, void *recv,
     int64_t cap = es ? (int64_t)(w->hdr->chunk_bytes / es) : 1;
     int N = w->size, me = w->rank;
     lt_world_publish(w, &d);
-    chunker c;
-    chunker_init(&c, d.bad[0] ? 0 : outer, d.bad[0] ? 0 : block, cap);
+    lt_chunker c;
+    lt_chunker_init(&c, d.bad[0] ? 0 : outer, d.bad[0] ? 0 : block, cap);
     int first = 1;
-    while (chunker_next(&c)) {
+    while (lt_chunker_next(&c)) {
         unsigned char *mine = lt_world_slot(w, me);
         for (int64_t i = 0; i < c.rows && c.cols > 0; i++)
             memcpy(mine + (size_t)(i * c.cols) * es,
@@ -222,12 +218,15 @@ lt_status lt_world_reduce_scatter(lt_world *w, const void *send, void *recv,
     int64_t n = outer * block;   /* output elements */
     if (!w)
         return reduce_alone(what, send, recv, n, dtype, reduce, scale);
+    if (lt_world_multihost(w))
+        return lt_hier_reduce_scatter(w, send, recv, outer, block, dtype,
+                                      reduce, scale, shape);
     lt_wdesc d;
-    desc_init(&d, LT_WOP_REDUCE_SCATTER, dtype, n * N, shape);
+    lt_wdesc_init(&d, LT_WOP_REDUCE_SCATTER, dtype, n * N, shape);
     d.reduce = reduce;
     d.outer = outer;
     d.block = block;
-    check_args(&d, send, recv, n, dtype);
+    lt_wdesc_check(&d, send, recv, n, dtype);
     if (!d.bad[0] && (reduce < LT_REDUCE_SUM || reduce > LT_REDUCE_OR))
         snprintf(d.bad, sizeof d.bad, "invalid reduce type %d", (int)reduce);
     if (!d.bad[0] && (outer < 0 || block < 0))
@@ -237,10 +236,10 @@ lt_status lt_world_reduce_scatter(lt_world *w, const void *send, void *recv,
     int64_t cap = es ? (int64_t)(w->hdr->chunk_bytes / es) / N : 1;
     int me = w->rank;
     lt_world_publish(w, &d);
-    chunker c;
-    chunker_init(&c, d.bad[0] ? 0 : outer, d.bad[0] ? 0 : block, cap);
+    lt_chunker c;
+    lt_chunker_init(&c, d.bad[0] ? 0 : outer, d.bad[0] ? 0 : block, cap);
     int first = 1;
-    while (chunker_next(&c)) {
+    while (lt_chunker_next(&c)) {
         unsigned char *mine = lt_world_slot(w, me);
         for (int64_t i = 0; i < c.rows && c.cols > 0; i++)
             for (int r = 0; r < N; r++)
@@ -283,10 +282,12 @@ lt_status lt_world_broadcast(lt_world *w, const void *send, void *recv,
         if (n > 0 && send != recv) memmove(recv, send, (size_t)n * es);
         return LT_OK;
     }
+    if (lt_world_multihost(w))
+        return lt_hier_broadcast(w, send, recv, n, dtype, root, shape);
     lt_wdesc d;
-    desc_init(&d, LT_WOP_BROADCAST, dtype, n, shape);
+    lt_wdesc_init(&d, LT_WOP_BROADCAST, dtype, n, shape);
     d.arg = root;
-    check_args(&d, send, recv, n, dtype);
+    lt_wdesc_check(&d, send, recv, n, dtype);
     int N = w->size, me = w->rank;
     if (!d.bad[0] && (root < 0 || root >= N))
         snprintf(d.bad, sizeof d.bad, "root %d out of range 0..%d", root, N - 1);
@@ -333,8 +334,10 @@ lt_status lt_world_exchange(lt_world *w, const char *tag, const void *payload,
         }
         return LT_OK;
     }
+    if (lt_world_multihost(w))
+        return lt_hier_exchange(w, tag, payload, len, all, lens);
     lt_wdesc d;
-    desc_init(&d, LT_WOP_EXCHANGE, LT_BOOL, (int64_t)len, NULL);
+    lt_wdesc_init(&d, LT_WOP_EXCHANGE, LT_BOOL, (int64_t)len, NULL);
     if (!tag) tag = "";
     if (strlen(tag) >= LT_WORLD_TAG_MAX)
         snprintf(d.bad, sizeof d.bad, "tag '%.40s...' longer than %d chars",

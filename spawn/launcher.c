@@ -4,9 +4,10 @@
  * fails (see launcher.h).
  *
  * The supervisor is one poll() loop over a signalfd (SIGCHLD, SIGINT,
- * SIGTERM, SIGHUP, blocked while we run) and the workers' stderr pipes;
- * every iteration reaps exited workers with waitpid(pid, WNOHANG), so
- * coalesced SIGCHLDs cannot be missed.
+ * SIGTERM, SIGHUP, blocked while we run), the workers' stderr pipes and,
+ * on several hosts, the inter-host link's event fd; every iteration reaps
+ * exited workers with waitpid(pid, WNOHANG), so coalesced SIGCHLDs cannot
+ * be missed.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -17,10 +18,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "janitor.h"
 #include "launcher.h"
 #include "metrics_merge.h"
 #include "world.h"
@@ -49,7 +52,17 @@ typedef struct launch {
     int failed;           /* a failure was recorded: shutting down */
     int64_t kill_at;      /* ns: SIGKILL deadline once failed */
     int killed;
+    int host, hosts;      /* this host, number of hosts (1: no link) */
+    const lt_launch_link *link;
+    int link_fd;          /* -1: no link (or not started) */
+    int finishing;        /* link->finish called: waiting for the others */
+    int finished;         /* every host finished */
+    lt_janitor jan;
+    pid_t self;
 } launch;
+
+/* Global ordinal of local worker k. */
+static int gord(const launch *L, int k) { return L->host * L->n + k; }
 
 const char *lt_signal_name(int sig)
 {
@@ -85,7 +98,7 @@ static void write_all(int fd, const char *p, size_t n)
 static void emit_line(int k, worker *wk, const char *s, size_t n)
 {
     char pre[32];
-    int pl = snprintf(pre, sizeof pre, "[ordinal %d] ", k);
+    int pl = snprintf(pre, sizeof pre, "[ordinal %d] ", k);   /* global */
     char out[LINE_CAP + 40];
     memcpy(out, pre, (size_t)pl);
     memcpy(out + pl, s, n);
@@ -100,7 +113,8 @@ static void emit_line(int k, worker *wk, const char *s, size_t n)
     }
 }
 
-/* Reads what is available; returns 0 on EOF/error (fd closed). */
+/* Reads what is available; returns 0 on EOF/error (fd closed). k is the
+ * global ordinal (for the prefix). */
 static int pump(int k, worker *wk)
 {
     char buf[4096];
@@ -139,45 +153,83 @@ static void signal_groups(launch *L, int sig)
     }
 }
 
-static void fail(launch *L, int ordinal, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static void fail(launch *L, int ordinal, int code, const char *fmt, ...)
+/* Records the first failure and stops everything; `remote`: it came from
+ * another host (do not send it back). */
+static void fail_v(launch *L, int ordinal, int code, int remote,
+                   const char *fmt, va_list ap)
 {
     if (L->failed) return;
     L->failed = 1;
     L->res->failed_ordinal = ordinal;
     L->res->exit_code = code;
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(L->res->message, sizeof L->res->message, fmt, ap);
-    va_end(ap);
     lt_world_abort(L->world, L->res->message);
+    if (L->link && L->link_fd >= 0 && !remote)
+        L->link->fault(L->link->ctx, code, ordinal, L->res->message);
     signal_groups(L, SIGTERM);
     double g = L->o->grace_s > 0 ? L->o->grace_s : 5.0;
     L->kill_at = now_ns() + (int64_t)(g * 1e9);
+}
+
+static void fail(launch *L, int ordinal, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void fail(launch *L, int ordinal, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fail_v(L, ordinal, code, 0, fmt, ap);
+    va_end(ap);
+}
+
+static void fail_remote(launch *L, int ordinal, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void fail_remote(launch *L, int ordinal, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fail_v(L, ordinal, code, 1, fmt, ap);
+    va_end(ap);
+}
+
+/* "worker 3" on one host; "worker 5 (host 1, local ordinal 1)" on several. */
+static void worker_name(const launch *L, int k, char *buf, size_t cap)
+{
+    if (L->hosts > 1)
+        snprintf(buf, cap, "worker %d (host %d, local ordinal %d)", gord(L, k),
+                 L->host, k);
+    else
+        snprintf(buf, cap, "worker %d", k);
 }
 
 static void describe_exit(launch *L, int k)
 {
     worker *wk = &L->w[k];
     int st = wk->status;
+    char who[96];
+    worker_name(L, k, who, sizeof who);
     if (WIFSIGNALED(st)) {
         int sig = WTERMSIG(st);
-        fail(L, k, 128 + sig, "worker %d died: killed by signal %d (%s)", k,
-             sig, lt_signal_name(sig));
+        fail(L, gord(L, k), 128 + sig, "%s died: killed by signal %d (%s)",
+             who, sig, lt_signal_name(sig));
     } else if (WIFEXITED(st) && WEXITSTATUS(st) != 0) {
         if (wk->last[0])
-            fail(L, k, WEXITSTATUS(st), "worker %d exited with code %d: %s", k,
-                 WEXITSTATUS(st), wk->last);
+            fail(L, gord(L, k), WEXITSTATUS(st), "%s exited with code %d: %s",
+                 who, WEXITSTATUS(st), wk->last);
         else
-            fail(L, k, WEXITSTATUS(st), "worker %d exited with code %d", k,
+            fail(L, gord(L, k), WEXITSTATUS(st), "%s exited with code %d", who,
                  WEXITSTATUS(st));
     }
 }
 
+/* Reaps every exited worker, then names the first failure: a worker killed
+ * by a signal before one that exited with an error (peers of a killed
+ * worker notice its death and exit with an error themselves; reaped in
+ * the same pass, the killed one is the cause). */
 static void reap(launch *L)
 {
+    int newly[LT_WORLD_MAX_RANKS], nn = 0;
     for (int k = 0; k < L->n; k++) {
         worker *wk = &L->w[k];
         if (wk->pid <= 0) continue;
@@ -193,26 +245,35 @@ static void reap(launch *L)
         /* drain its pipe so the traceback's last line is known */
         while (wk->fd >= 0) {
             struct pollfd pf = { wk->fd, POLLIN, 0 };
-            if (poll(&pf, 1, 0) <= 0 || !pump(k, wk)) break;
+            if (poll(&pf, 1, 0) <= 0 || !pump(gord(L, k), wk)) break;
         }
-        describe_exit(L, k);
+        newly[nn++] = k;
     }
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < nn; i++)
+            if (WIFSIGNALED(L->w[newly[i]].status) == !pass)
+                describe_exit(L, newly[i]);
 }
 
 /* ------------------------------------------------------------------ start */
 
-static char **build_env(int k, int n, const lt_launch_opts *o,
-                        const char *shm, char **store, int nstore)
+#define ENV_STORE 16
+
+static char **build_env(const launch *L, int k, const char *shm,
+                        char **store, int nstore)
 {
+    const lt_launch_opts *o = L->o;
+    int n = L->n;
     int cnt = 0;
     while (environ[cnt]) cnt++;
-    char **env = calloc((size_t)cnt + 16, sizeof *env);
+    char **env = calloc((size_t)cnt + ENV_STORE + 1, sizeof *env);
     if (!env) return NULL;
     int e = 0;
     int have_omp = getenv("OMP_NUM_THREADS") != NULL;
     static const char *ours[] = {
         "LAZYTPU_ORDINAL=", "LAZYTPU_LOCAL_ORDINAL=", "LAZYTPU_WORLD_SIZE=",
-        "LAZYTPU_LOCAL_WORLD_SIZE=", "LAZYTPU_SHM_NAME=", "LAZYTPU_NUM_CORES="
+        "LAZYTPU_LOCAL_WORLD_SIZE=", "LAZYTPU_SHM_NAME=", "LAZYTPU_NUM_CORES=",
+        "LAZYTPU_HOST_INDEX=", "LAZYTPU_NUM_HOSTS="
     };
     for (int i = 0; i < cnt; i++) {
         int skip = 0;
@@ -220,15 +281,21 @@ static char **build_env(int k, int n, const lt_launch_opts *o,
             if (strncmp(environ[i], ours[j], strlen(ours[j])) == 0) skip = 1;
         if (o->metrics_path && strncmp(environ[i], "LAZYTPU_METRICS_FILE=", 21) == 0)
             skip = 1;
+        /* workers never join the MPI job of their launcher */
+        if (L->hosts > 1 && (strncmp(environ[i], "OMPI_", 5) == 0 ||
+                             strncmp(environ[i], "PMIX_", 5) == 0))
+            skip = 1;
         if (!skip) env[e++] = environ[i];
     }
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     long omp = cpus / n > 1 ? cpus / n : 1;
     int s = 0;
-    snprintf(store[s++], 512, "LAZYTPU_ORDINAL=%d", k);
+    snprintf(store[s++], 512, "LAZYTPU_ORDINAL=%d", gord(L, k));
     snprintf(store[s++], 512, "LAZYTPU_LOCAL_ORDINAL=%d", k);
-    snprintf(store[s++], 512, "LAZYTPU_WORLD_SIZE=%d", n);
+    snprintf(store[s++], 512, "LAZYTPU_WORLD_SIZE=%d", n * L->hosts);
     snprintf(store[s++], 512, "LAZYTPU_LOCAL_WORLD_SIZE=%d", n);
+    snprintf(store[s++], 512, "LAZYTPU_HOST_INDEX=%d", L->host);
+    snprintf(store[s++], 512, "LAZYTPU_NUM_HOSTS=%d", L->hosts);
     snprintf(store[s++], 512, "LAZYTPU_SHM_NAME=%s", shm);
     snprintf(store[s++], 512, "LAZYTPU_NUM_CORES=1");
     if (!have_omp) snprintf(store[s++], 512, "OMP_NUM_THREADS=%ld", omp);
@@ -255,10 +322,10 @@ static char **build_env(int k, int n, const lt_launch_opts *o,
 static lt_status start_worker(launch *L, int k, char *const argv[],
                               const sigset_t *oldmask)
 {
-    char storage[14][512];
-    char *store[14];
-    for (int i = 0; i < 14; i++) store[i] = storage[i];
-    char **env = build_env(k, L->n, L->o, lt_world_name(L->world), store, 14);
+    char storage[ENV_STORE][512];
+    char *store[ENV_STORE];
+    for (int i = 0; i < ENV_STORE; i++) store[i] = storage[i];
+    char **env = build_env(L, k, lt_world_name(L->world), store, ENV_STORE);
     if (!env) return lt_set_error(LT_ERR_INTERNAL, "lazytpu-run: out of memory");
     int p[2];
     if (pipe2(p, O_CLOEXEC) != 0) {
@@ -277,6 +344,9 @@ static lt_status start_worker(launch *L, int k, char *const argv[],
     }
     if (pid == 0) {
         setpgid(0, 0);
+        /* die with the launcher, even if it is SIGKILLed */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != L->self) _exit(126);
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
         signal(SIGHUP, SIG_DFL);
@@ -291,6 +361,7 @@ static lt_status start_worker(launch *L, int k, char *const argv[],
         _exit(127);
     }
     setpgid(pid, pid);
+    lt_janitor_watch(&L->jan, pid);
     free(env);
     close(p[1]);
     fcntl(p[0], F_SETFL, fcntl(p[0], F_GETFL) | O_NONBLOCK);
@@ -310,12 +381,55 @@ static void on_timeout(launch *L)
     for (int k = 0; k < L->n && len + 16 < sizeof still; k++)
         if (L->w[k].pid > 0)
             len += (size_t)snprintf(still + len, sizeof still - len, "%s%d",
-                                    len ? ", " : "", k);
+                                    len ? ", " : "", gord(L, k));
     int first = -1;
     for (int k = 0; k < L->n && first < 0; k++)
-        if (L->w[k].pid > 0) first = k;
-    fail(L, first, 124, "timed out after %g s; workers still running: %s",
-         L->o->timeout_s, still);
+        if (L->w[k].pid > 0) first = gord(L, k);
+    if (L->hosts > 1)
+        fail(L, first, 124, "timed out after %g s on host %d; workers still "
+             "running: %s", L->o->timeout_s, L->host,
+             still[0] ? still : "none (waiting for the other hosts)");
+    else
+        fail(L, first, 124, "timed out after %g s; workers still running: %s",
+             L->o->timeout_s, still);
+}
+
+/* Every local worker exited 0: hand this host's metrics reports to the link
+ * and wait for the other hosts. */
+static void begin_finish(launch *L)
+{
+    L->finishing = 1;
+    char **rep = calloc((size_t)L->n, sizeof *rep);
+    if (rep && L->o->metrics_path)
+        for (int k = 0; k < L->n; k++)
+            rep[k] = lt_metrics_read_report(L->o->metrics_path, gord(L, k));
+    L->link->finish(L->link->ctx, rep, rep ? L->n : 0);
+    free(rep);
+}
+
+static void on_link_event(launch *L)
+{
+    int code = 1, ordinal = -1;
+    char msg[1024];
+    int ev = L->link->event(L->link->ctx, &code, &ordinal, msg, sizeof msg);
+    if (ev == 1) {
+        /* failed elsewhere (already told to every host) or in the link */
+        fail_remote(L, ordinal, code ? code : 1, "%s", msg);
+    } else if (ev == 2) {
+        L->finished = 1;
+    }
+}
+
+static void on_signal(launch *L, int sig)
+{
+    if (L->hosts > 1)
+        fail(L, -1, 128 + sig, "host %d interrupted by %s%s; stopping all "
+             "workers", L->host, lt_signal_name(sig),
+             sig == SIGTERM ? " (mpirun sends it when another host's "
+                              "launcher ended abnormally)" : "");
+    else
+        fail(L, -1, 128 + sig, "interrupted by %s; stopping all workers",
+             lt_signal_name(sig));
 }
 
 static void supervise(launch *L, int sfd)
@@ -324,8 +438,8 @@ static void supervise(launch *L, int sfd)
                            ? now_ns() + (int64_t)(L->o->timeout_s * 1e9)
                            : INT64_MAX;
     int64_t drain_until = 0;
-    struct pollfd pf[LT_WORLD_MAX_RANKS + 1];
-    int idx[LT_WORLD_MAX_RANKS + 1];
+    struct pollfd pf[LT_WORLD_MAX_RANKS + 2];
+    int idx[LT_WORLD_MAX_RANKS + 2];
     for (;;) {
         reap(L);
         int64_t t = now_ns();
@@ -335,8 +449,15 @@ static void supervise(launch *L, int sfd)
             if (!drain_until) drain_until = t + 500000000;
             int open_fds = 0;
             for (int k = 0; k < L->n; k++) open_fds += L->w[k].fd >= 0;
-            if (!open_fds || t > drain_until) break;
+            if (open_fds && t <= drain_until) goto wait;
+            /* on several hosts, a clean end waits for every host */
+            if (L->link_fd >= 0 && !L->failed && !L->finished) {
+                if (!L->finishing) begin_finish(L);
+                goto wait;
+            }
+            break;
         }
+    wait:
         if (!L->failed && t >= deadline) on_timeout(L);
         if (L->failed && !L->killed && t >= L->kill_at) {
             signal_groups(L, SIGKILL);
@@ -346,6 +467,11 @@ static void supervise(launch *L, int sfd)
         pf[np].fd = sfd;
         pf[np].events = POLLIN;
         idx[np++] = -1;
+        if (L->link_fd >= 0) {
+            pf[np].fd = L->link_fd;
+            pf[np].events = POLLIN;
+            idx[np++] = -2;
+        }
         for (int k = 0; k < L->n; k++)
             if (L->w[k].fd >= 0) {
                 pf[np].fd = L->w[k].fd;
@@ -354,23 +480,55 @@ static void supervise(launch *L, int sfd)
             }
         int r = poll(pf, (nfds_t)np, 100);
         if (r <= 0) continue;
-        if (pf[0].revents & POLLIN) {
-            struct signalfd_siginfo si;
-            while (read(sfd, &si, sizeof si) == sizeof si) {
-                int sig = (int)si.ssi_signo;
-                if (sig != SIGCHLD)
-                    fail(L, -1, 128 + sig, "interrupted by %s; stopping all "
-                         "workers", lt_signal_name(sig));
+        for (int i = 0; i < np; i++) {
+            if (!pf[i].revents) continue;
+            if (idx[i] == -1) {
+                struct signalfd_siginfo si;
+                while (read(sfd, &si, sizeof si) == sizeof si) {
+                    int sig = (int)si.ssi_signo;
+                    if (sig != SIGCHLD) on_signal(L, sig);
+                }
+            } else if (idx[i] == -2) {
+                on_link_event(L);
+            } else {
+                pump(gord(L, idx[i]), &L->w[idx[i]]);
             }
         }
-        for (int i = 1; i < np; i++)
-            if (pf[i].revents) pump(idx[i], &L->w[idx[i]]);
     }
     for (int k = 0; k < L->n; k++)
         if (L->w[k].fd >= 0) {
             close(L->w[k].fd);
             L->w[k].fd = -1;
         }
+}
+
+/* Metrics at the end: one host merges its reports into the file as before;
+ * on several hosts host 0 writes the merge over every host after a clean
+ * end, and after a failure each host merges its own into <path>.host-<h>. */
+static void write_metrics(launch *L)
+{
+    const char *path = L->o->metrics_path;
+    if (!path) return;
+    if (L->hosts <= 1) {
+        lt_metrics_merge_files(path, L->n);
+        return;
+    }
+    if (L->finished) {
+        if (L->host != 0) return;
+        char **ord = NULL, **hst = NULL;
+        L->link->reports(L->link->ctx, &ord, &hst);
+        lt_metrics_merge_reports(path, ord, L->n * L->hosts, L->hosts, hst);
+        return;
+    }
+    char **rep = calloc((size_t)L->n, sizeof *rep);
+    if (!rep) return;
+    for (int k = 0; k < L->n; k++)
+        rep[k] = lt_metrics_read_report(path, gord(L, k));
+    char p[4096];
+    snprintf(p, sizeof p, "%s.host-%d", path, L->host);
+    lt_metrics_merge_reports(p, rep, L->n, 1, NULL);
+    for (int k = 0; k < L->n; k++) free(rep[k]);
+    free(rep);
 }
 
 lt_status lt_launch(const lt_launch_opts *o, char *const argv[],
@@ -384,19 +542,34 @@ lt_status lt_launch(const lt_launch_opts *o, char *const argv[],
                             LT_WORLD_MAX_RANKS);
     if (!argv || !argv[0])
         return lt_set_error(LT_ERR_ARG, "lazytpu-run: no command given");
+    int hosts = o->num_hosts > 1 ? o->num_hosts : 1;
+    if (hosts > 1 && (!o->link || o->host_index < 0 ||
+                      o->host_index >= hosts || hosts > LT_WORLD_MAX_HOSTS))
+        return lt_set_error(LT_ERR_ARG, "lazytpu-run: host %d of %d needs an "
+                            "inter-host link (1..%d hosts)", o->host_index,
+                            hosts, LT_WORLD_MAX_HOSTS);
     launch L;
     memset(&L, 0, sizeof L);
     L.o = o;
     L.res = res;
     L.n = o->nprocs;
+    L.hosts = hosts;
+    L.host = hosts > 1 ? o->host_index : 0;
+    L.link = hosts > 1 ? o->link : NULL;
+    L.link_fd = -1;
+    L.self = getpid();
+    L.jan.fd = -1;
     L.w = calloc((size_t)L.n, sizeof *L.w);
     if (!L.w) return lt_set_error(LT_ERR_INTERNAL, "lazytpu-run: out of memory");
     for (int k = 0; k < L.n; k++) L.w[k].fd = -1;
-    lt_status st = lt_world_create(L.n, o->shm_bytes, &L.world);
+    lt_status st = lt_world_create_host(L.n, o->shm_bytes, L.host, hosts,
+                                        &L.world);
     if (st != LT_OK) {
         free(L.w);
         return st;
     }
+    /* before any other child or thread: see janitor.h */
+    lt_janitor_start(&L.jan, lt_world_name(L.world));
     sigset_t mask, oldmask;
     sigemptyset(&mask);
     sigaddset(&mask, SIGCHLD);
@@ -410,21 +583,40 @@ lt_status lt_launch(const lt_launch_opts *o, char *const argv[],
                           strerror(errno));
         goto out;
     }
+    /* the proxy thread must not exist yet when the workers are forked */
     for (int k = 0; k < L.n; k++) {
         st = start_worker(&L, k, argv, &oldmask);
         if (st != LT_OK) {
             char msg[600];
             snprintf(msg, sizeof msg, "%s", lt_last_error());
             fail(&L, -1, 1, "%s", msg);
+            lt_set_error(st, "%s", msg);
             break;
         }
     }
+    /* workers are forked before the link starts MPI (no fork after
+     * MPI_Init, no MPI state inherited) */
+    if (L.link && st == LT_OK) {
+        L.link_fd = L.link->start(L.link->ctx, L.world);
+        if (L.link_fd < 0) {
+            char msg[600];
+            snprintf(msg, sizeof msg, "%s", lt_last_error());
+            fail(&L, -1, 1, "%s", msg);
+        }
+    }
+    char err[600];
+    snprintf(err, sizeof err, "%s", st != LT_OK ? lt_last_error() : "");
     supervise(&L, sfd);
-    if (st == LT_OK && o->metrics_path)
-        lt_metrics_merge_files(o->metrics_path, L.n);
+    if (L.link) L.link->stop(L.link->ctx);
+    if (st == LT_OK) write_metrics(&L);
+    if (st != LT_OK) lt_set_error(st, "%s", err);
     if (st == LT_OK && res->message[0] && !o->quiet) {
-        char line[1100];
-        int m = snprintf(line, sizeof line, "lazytpu-run: %s\n", res->message);
+        char line[1200];
+        int m = L.hosts > 1
+                    ? snprintf(line, sizeof line, "lazytpu-run[host %d]: %s\n",
+                               L.host, res->message)
+                    : snprintf(line, sizeof line, "lazytpu-run: %s\n",
+                               res->message);
         write_all(2, line, (size_t)m);
     }
     close(sfd);
@@ -438,8 +630,9 @@ out:
         sigaddset(&chld, SIGCHLD);
         while (sigtimedwait(&chld, NULL, &zero) > 0) {}
     }
-    sigprocmask(SIG_SETMASK, &oldmask, NULL);
     lt_world_unlink(L.world);
+    lt_janitor_done(&L.jan);
+    sigprocmask(SIG_SETMASK, &oldmask, NULL);
     lt_world_close(L.world);
     free(L.w);
     return st;

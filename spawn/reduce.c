@@ -126,6 +126,19 @@ static void reduce_bf16(uint16_t *dst, const void *const *srcs, int nsrc,
     }
 }
 
+/* v * scale truncated toward zero into a `bytes`-wide integer, saturating
+ * (NaN -> 0): a plain cast of an out-of-range double is undefined. */
+static inline int64_t sat_scaled(int64_t v, double scale, int bytes)
+{
+    double d = (double)v * scale;
+    if (d != d) return 0;
+    double hi = bytes == 4 ? 2147483647.0 : 9.2233720368547758e18;
+    double lo = bytes == 4 ? -2147483648.0 : -9.2233720368547758e18;
+    if (d >= hi) return bytes == 4 ? INT32_MAX : INT64_MAX;
+    if (d <= lo) return bytes == 4 ? INT32_MIN : INT64_MIN;
+    return (int64_t)d;
+}
+
 /* ---- integers (U = unsigned twin for wrapping arithmetic) ---- */
 #define INT_REDUCE_FN(NAME, T, U)                                             \
     static void NAME(T *dst, const void *const *srcs, int nsrc, int64_t n,    \
@@ -165,7 +178,7 @@ static void reduce_bf16(uint16_t *dst, const void *const *srcs, int nsrc,
             }                                                                 \
             if (scale != 1.0)                                                 \
                 for (int64_t i = 0; i < m; i++)                               \
-                    acc[i] = (T)((double)acc[i] * scale);                     \
+                    acc[i] = (T)sat_scaled(acc[i], scale, (int)sizeof(T));     \
         }                                                                     \
     }
 
@@ -214,4 +227,59 @@ void lt_reduce_scale(void *buf, int64_t n, lt_dtype dt, double scale)
     if (scale == 1.0 || dt == LT_BOOL) return;
     const void *src[1] = { buf };
     lt_reduce_slots(buf, src, 1, n, dt, LT_REDUCE_SUM, scale);
+}
+
+/* ------------------------------------------------------- two-level (hosts) */
+
+lt_dtype lt_reduce_acc_dtype(lt_dtype dt)
+{
+    return dt == LT_BF16 ? LT_F32 : dt;
+}
+
+lt_status lt_reduce_partial(void *dst, const void *const *srcs, int nsrc,
+                            int64_t n, lt_dtype dt, int reduce)
+{
+    if (dt != LT_BF16)
+        return lt_reduce_slots(dst, srcs, nsrc, n, dt, reduce, 1.0);
+    if (reduce < LT_REDUCE_SUM || reduce > LT_REDUCE_OR || nsrc < 1)
+        return LT_ERR_ARG;
+    float tmp[BLK];
+    for (int64_t b0 = 0; b0 < n; b0 += BLK) {
+        int64_t m = n - b0 < BLK ? n - b0 : BLK;
+        float *acc = (float *)dst + b0;
+        const uint16_t *s0 = (const uint16_t *)srcs[0] + b0;
+        for (int64_t i = 0; i < m; i++) acc[i] = bf2f(s0[i]);
+        FLOAT_NORMALISE(float, acc, m, reduce);
+        for (int k = 1; k < nsrc; k++) {
+            const uint16_t *sk = (const uint16_t *)srcs[k] + b0;
+            for (int64_t i = 0; i < m; i++) tmp[i] = bf2f(sk[i]);
+            const float *src = tmp;
+            FLOAT_COMBINE(float, acc, src, m, reduce);
+        }
+    }
+    return LT_OK;
+}
+
+lt_status lt_reduce_finish(void *dst, const void *const *srcs, int nsrc,
+                           int64_t n, lt_dtype dt, int reduce, double scale)
+{
+    if (dt != LT_BF16)
+        return lt_reduce_slots(dst, srcs, nsrc, n, dt, reduce, scale);
+    if (reduce < LT_REDUCE_SUM || reduce > LT_REDUCE_OR || nsrc < 1)
+        return LT_ERR_ARG;
+    float acc[BLK];
+    float sc = (float)scale;
+    for (int64_t b0 = 0; b0 < n; b0 += BLK) {
+        int64_t m = n - b0 < BLK ? n - b0 : BLK;
+        memcpy(acc, (const float *)srcs[0] + b0, (size_t)m * 4);
+        FLOAT_NORMALISE(float, acc, m, reduce);
+        for (int k = 1; k < nsrc; k++) {
+            const float *src = (const float *)srcs[k] + b0;
+            FLOAT_COMBINE(float, acc, src, m, reduce);
+        }
+        if (scale != 1.0)
+            for (int64_t i = 0; i < m; i++) acc[i] *= sc;
+        for (int64_t i = 0; i < m; i++) ((uint16_t *)dst)[b0 + i] = f2bf(acc[i]);
+    }
+    return LT_OK;
 }

@@ -20,4 +20,16 @@ lt_status lt_reduce_slots(void *dst, const void *const *srcs, int nsrc,
 /* Scales n elements in place (the world-of-1 path of all_reduce). */
 void lt_reduce_scale(void *buf, int64_t n, lt_dtype dt, double scale);
 
+/* Two-level reductions (hosts): the dtype partial results are kept in,
+ * f32 for bf16 (rounded once at the end, as on one host), else dt itself. */
+lt_dtype lt_reduce_acc_dtype(lt_dtype dt);
+/* dst (n elements of lt_reduce_acc_dtype(dt)) = reduce of srcs (dt), no
+ * scale. Same semantics otherwise; dst must not alias any source. */
+lt_status lt_reduce_partial(void *dst, const void *const *srcs, int nsrc,
+                            int64_t n, lt_dtype dt, int reduce);
+/* dst (n elements of dt) = reduce of srcs (acc dtype) * scale, rounding
+ * bf16 once. dst must not alias any source. */
+lt_status lt_reduce_finish(void *dst, const void *const *srcs, int nsrc,
+                           int64_t n, lt_dtype dt, int reduce, double scale);
+
 #endif

@@ -26,20 +26,20 @@
 
 /* ----------------------------------------------------------- small helpers */
 
-static int64_t world_now_ns(void)
+int64_t lt_world_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static void futex_wait(atomic_uint *addr, unsigned val, long ns)
+void lt_world_futex_wait(atomic_uint *addr, unsigned val, long ns)
 {
     struct timespec ts = { ns / 1000000000L, ns % 1000000000L };
     syscall(SYS_futex, (unsigned *)addr, FUTEX_WAIT, val, &ts, NULL, 0);
 }
 
-static void futex_wake_all(atomic_uint *addr)
+void lt_world_futex_wake(atomic_uint *addr)
 {
     syscall(SYS_futex, (unsigned *)addr, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
@@ -66,10 +66,21 @@ static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 lt_status lt_world_create(int size, size_t bytes, lt_world **out)
 {
+    return lt_world_create_host(size, bytes, 0, 1, out);
+}
+
+lt_status lt_world_create_host(int size, size_t bytes, int host_index,
+                               int num_hosts, lt_world **out)
+{
     *out = NULL;
     if (size < 1 || size > LT_WORLD_MAX_RANKS)
         return lt_set_error(LT_ERR_ARG, "world: size %d out of range 1..%d",
                             size, LT_WORLD_MAX_RANKS);
+    if (num_hosts < 1 || num_hosts > LT_WORLD_MAX_HOSTS || host_index < 0 ||
+        host_index >= num_hosts)
+        return lt_set_error(LT_ERR_ARG, "world: host %d of %d out of range "
+                            "(1..%d hosts)", host_index, num_hosts,
+                            LT_WORLD_MAX_HOSTS);
     if (bytes == 0) {
         const char *s = getenv("LAZYTPU_SHM_BYTES");
         bytes = (s && *s) ? (size_t)strtoull(s, NULL, 0)
@@ -85,14 +96,16 @@ lt_status lt_world_create(int size, size_t bytes, lt_world **out)
     if (!w) return lt_set_error(LT_ERR_OOM, "world: out of host memory");
     unsigned rnd = 0;
     if (getrandom(&rnd, sizeof rnd, 0) != sizeof rnd)
-        rnd = (unsigned)world_now_ns() ^ ((unsigned)getpid() << 16);
+        rnd = (unsigned)lt_world_now_ns() ^ ((unsigned)getpid() << 16);
     snprintf(w->name, sizeof w->name, "/lazytpu-%d-%08x", (int)getpid(), rnd);
     int fd = shm_open(w->name, O_RDWR | O_CREAT | O_EXCL, 0600);
     if (fd < 0) {
         int e = errno;
+        char name[64];
+        snprintf(name, sizeof name, "%s", w->name);
         free(w);
         return lt_set_error(LT_ERR_INTERNAL, "world: shm_open(%s): %s",
-                            w->name, strerror(e));
+                            name, strerror(e));
     }
     if (ftruncate(fd, (off_t)bytes) != 0) {
         int e = errno;
@@ -116,10 +129,16 @@ lt_status lt_world_create(int size, size_t bytes, lt_world **out)
     w->bytes = bytes;
     w->rank = -1;
     w->size = size;
+    w->host = host_index;
+    w->hosts = num_hosts;
     w->creator = 1;
     w->timeout_s = env_timeout();
     lt_whdr *h = w->hdr;
     h->size = size;
+    h->host_index = host_index;
+    h->num_hosts = num_hosts;
+    /* on several hosts the creator (the launcher) is the host's proxy */
+    if (num_hosts > 1) atomic_store(&h->proxy_pid, (int)getpid());
     h->total_bytes = bytes;
     h->slot_bytes = slot;
     h->chunk_bytes = slot;
@@ -187,6 +206,8 @@ lt_status lt_world_attach(const char *shm_name, int rank, int size,
     w->bytes = bytes;
     w->rank = rank;
     w->size = size;
+    w->host = h->host_index;
+    w->hosts = h->num_hosts;
     w->timeout_s = env_timeout();
     w->spin = sysconf(_SC_NPROCESSORS_ONLN) >= size ? 256 : 0;
     snprintf(w->name, sizeof w->name, "%s", shm_name);
@@ -211,14 +232,48 @@ lt_status lt_world_attach_from_env(lt_world **out)
     *out = NULL;
     const char *name = getenv("LAZYTPU_SHM_NAME");
     if (!name || !*name) return LT_OK;
-    int rank = 0, size = 1;
-    if (env_int("LAZYTPU_ORDINAL", &rank) != 1 ||
-        env_int("LAZYTPU_WORLD_SIZE", &size) != 1)
+    int grank = 0, gsize = 1, lrank = 0, lsize = 1, host = 0, hosts = 1;
+    if (env_int("LAZYTPU_ORDINAL", &grank) != 1 ||
+        env_int("LAZYTPU_WORLD_SIZE", &gsize) != 1)
         return lt_set_error(LT_ERR_ARG,
                             "world: LAZYTPU_SHM_NAME is set but "
                             "LAZYTPU_ORDINAL / LAZYTPU_WORLD_SIZE are missing "
                             "or malformed");
-    return lt_world_attach(name, rank, size, out);
+    int hl = env_int("LAZYTPU_LOCAL_ORDINAL", &lrank);
+    int hs = env_int("LAZYTPU_LOCAL_WORLD_SIZE", &lsize);
+    int hh = env_int("LAZYTPU_HOST_INDEX", &host);
+    int hn = env_int("LAZYTPU_NUM_HOSTS", &hosts);
+    if (hl < 0 || hs < 0 || hh < 0 || hn < 0)
+        return lt_set_error(LT_ERR_ARG, "world: malformed LAZYTPU_LOCAL_* / "
+                            "LAZYTPU_HOST_INDEX / LAZYTPU_NUM_HOSTS");
+    if (!hl) lrank = grank;
+    if (!hs) lsize = gsize;
+    if (!hh) host = 0;
+    if (!hn) hosts = 1;
+    if (hosts < 1 || host < 0 || host >= hosts || lsize < 1 ||
+        (long)hosts * lsize != gsize || grank != host * lsize + lrank)
+        return lt_set_error(LT_ERR_ARG,
+                            "world: inconsistent environment: "
+                            "LAZYTPU_ORDINAL=%d LAZYTPU_WORLD_SIZE=%d "
+                            "LAZYTPU_LOCAL_ORDINAL=%d "
+                            "LAZYTPU_LOCAL_WORLD_SIZE=%d "
+                            "LAZYTPU_HOST_INDEX=%d LAZYTPU_NUM_HOSTS=%d "
+                            "(want ORDINAL = HOST_INDEX * LOCAL_WORLD_SIZE + "
+                            "LOCAL_ORDINAL, WORLD_SIZE = NUM_HOSTS * "
+                            "LOCAL_WORLD_SIZE)",
+                            grank, gsize, lrank, lsize, host, hosts);
+    lt_status st = lt_world_attach(name, lrank, lsize, out);
+    if (st != LT_OK) return st;
+    if ((*out)->host != host || (*out)->hosts != hosts) {
+        int sh = (*out)->host, sn = (*out)->hosts;
+        lt_world_close(*out);
+        *out = NULL;
+        return lt_set_error(LT_ERR_ARG,
+                            "world: %s belongs to host %d of %d, but "
+                            "LAZYTPU_HOST_INDEX=%d LAZYTPU_NUM_HOSTS=%d",
+                            name, sh, sn, host, hosts);
+    }
+    return LT_OK;
 }
 
 /* The process's world: attached once, kept until exit (like the core
@@ -279,8 +334,29 @@ void lt_world_unlink(lt_world *w)
 }
 
 const char *lt_world_name(const lt_world *w) { return w->name; }
-int lt_world_rank(const lt_world *w) { return w ? w->rank : 0; }
-int lt_world_size(const lt_world *w) { return w ? w->size : 1; }
+
+int lt_world_rank(const lt_world *w)
+{
+    if (!w) return 0;
+    return w->rank < 0 ? -1 : lt_world_grank(w, w->rank);
+}
+
+int lt_world_size(const lt_world *w) { return w ? w->size * w->hosts : 1; }
+int lt_world_local_rank(const lt_world *w) { return w ? w->rank : 0; }
+int lt_world_local_size(const lt_world *w) { return w ? w->size : 1; }
+int lt_world_host_index(const lt_world *w) { return w ? w->host : 0; }
+int lt_world_num_hosts(const lt_world *w) { return w ? w->hosts : 1; }
+int64_t lt_world_inter_ns(const lt_world *w) { return w ? w->inter_ns : 0; }
+
+void lt_world_rank_name(const lt_world *w, int local_rank, char *buf,
+                        size_t cap)
+{
+    if (w->hosts > 1)
+        snprintf(buf, cap, "rank %d (host %d)", lt_world_grank(w, local_rank),
+                 w->host);
+    else
+        snprintf(buf, cap, "rank %d", local_rank);
+}
 size_t lt_world_slot_bytes(const lt_world *w) { return w->hdr->slot_bytes; }
 
 void lt_world_set_timeout(lt_world *w, double seconds)
@@ -297,7 +373,10 @@ void lt_world_abort(lt_world *w, const char *msg)
         snprintf(h->abort_msg, sizeof h->abort_msg, "%s", msg ? msg : "aborted");
         atomic_store(&h->aborted, 1);
     }
-    futex_wake_all(&h->bar_gen);
+    lt_world_futex_wake(&h->bar_gen);
+    lt_world_futex_wake(&h->done_seq);
+    lt_world_futex_wake(&h->req_seq);
+    lt_world_futex_wake(&h->proxy_ready);
 }
 
 int lt_world_aborted(const lt_world *w, char *buf, size_t cap)
@@ -319,8 +398,7 @@ lt_status lt_world_check(lt_world *w, const char *what)
 
 /* ------------------------------------------------------------------ barrier */
 
-/* 1 if process pid is gone or a zombie. */
-static int pid_dead(int pid)
+int lt_world_pid_dead(int pid)
 {
     if (pid <= 0) return 0;
     if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
@@ -345,7 +423,7 @@ static int find_dead_peer(lt_world *w, unsigned gen, int *pid_out)
     for (int k = 0; k < w->size; k++) {
         if (k == w->rank || atomic_load(&h->arrived[k]) == gen + 1) continue;
         int pid = atomic_load(&h->pid[k]);
-        if (pid_dead(pid)) {
+        if (lt_world_pid_dead(pid)) {
             *pid_out = pid;
             return k;
         }
@@ -361,7 +439,7 @@ static void list_missing(lt_world *w, unsigned gen, char *buf, size_t cap)
     for (int k = 0; k < w->size && len + 16 < cap; k++) {
         if (atomic_load(&w->hdr->arrived[k]) == gen + 1) continue;
         len += (size_t)snprintf(buf + len, cap - len, "%s%d",
-                                count ? ", " : "", k);
+                                count ? ", " : "", lt_world_grank(w, k));
         count++;
     }
 }
@@ -379,7 +457,7 @@ lt_status lt_world_wait_all(lt_world *w, const char *what)
     if (atomic_fetch_add(&h->bar_count, 1) == (unsigned)w->size - 1) {
         atomic_store(&h->bar_count, 0);
         atomic_fetch_add(&h->bar_gen, 1);
-        futex_wake_all(&h->bar_gen);
+        lt_world_futex_wake(&h->bar_gen);
         return LT_OK;
     }
     /* Spin only when every rank can have a CPU; oversubscribed (8 ranks on
@@ -388,22 +466,28 @@ lt_status lt_world_wait_all(lt_world *w, const char *what)
         if (atomic_load(&h->bar_gen) != gen) return LT_OK;
         __builtin_ia32_pause();
     }
-    int64_t start = world_now_ns();
+    int64_t start = lt_world_now_ns();
     int64_t next_check = start + LT_WORLD_POLL_NS;
     int64_t limit = (int64_t)(w->timeout_s * 1e9);
     while (atomic_load(&h->bar_gen) == gen) {
         if (atomic_load(&h->aborted)) return lt_world_check(w, what);
-        futex_wait(&h->bar_gen, gen, LT_WORLD_POLL_NS);
-        int64_t t = world_now_ns();
+        lt_world_futex_wait(&h->bar_gen, gen, LT_WORLD_POLL_NS);
+        int64_t t = lt_world_now_ns();
         if (t < next_check) continue;
         next_check = t + LT_WORLD_POLL_NS;
         int pid = 0;
         int dead = find_dead_peer(w, gen, &pid);
         char msg[400];
         if (dead >= 0 && atomic_load(&h->bar_gen) == gen) {
-            snprintf(msg, sizeof msg,
-                     "rank %d (pid %d) exited or died during %s", dead, pid,
-                     what);
+            if (w->hosts > 1)
+                snprintf(msg, sizeof msg,
+                         "rank %d (host %d, local %d, pid %d) exited or died "
+                         "during %s", lt_world_grank(w, dead), w->host, dead,
+                         pid, what);
+            else
+                snprintf(msg, sizeof msg,
+                         "rank %d (pid %d) exited or died during %s", dead,
+                         pid, what);
             lt_world_abort(w, msg);
             return lt_world_check(w, what);
         }
@@ -411,8 +495,9 @@ lt_status lt_world_wait_all(lt_world *w, const char *what)
             char missing[200];
             list_missing(w, gen, missing, sizeof missing);
             snprintf(msg, sizeof msg,
-                     "%s timed out after %g s: rank %d waited for rank(s) %s",
-                     what, w->timeout_s, w->rank, missing);
+                     "%s timed out after %g s: rank %d waited for rank(s) %s%s",
+                     what, w->timeout_s, lt_world_grank(w, w->rank), missing,
+                     w->hosts > 1 ? " of its host" : "");
             lt_world_abort(w, msg);
             return lt_world_check(w, what);
         }
@@ -422,7 +507,7 @@ lt_status lt_world_wait_all(lt_world *w, const char *what)
 
 /* ---------------------------------------------------------------- agreement */
 
-static const char *wop_name(int op)
+const char *lt_wop_name(int op)
 {
     switch (op) {
     case LT_WOP_BARRIER: return "barrier";
@@ -453,7 +538,7 @@ static int shape_eq(const lt_shape *a, const lt_shape *b)
 }
 
 /* "f32 [2, 3]" */
-static void desc_str(const lt_wdesc *d, char *buf, size_t cap)
+void lt_wdesc_str(const lt_wdesc *d, char *buf, size_t cap)
 {
     char s[160];
     shape_str(&d->shape, s, sizeof s);
@@ -471,61 +556,67 @@ void lt_world_publish(lt_world *w, lt_wdesc *d)
     w->hdr->desc[w->rank] = *d;
 }
 
-static lt_status verify_descs(lt_world *w)
+int lt_wdesc_compare(const lt_wdesc *d, const char *dname, const lt_wdesc *r,
+                     const char *rname, char *msg, size_t cap)
+{
+    char a[200], b[200];
+    lt_wdesc_str(d, a, sizeof a);
+    lt_wdesc_str(r, b, sizeof b);
+    msg[0] = 0;
+    if (d->op != r->op) {
+        snprintf(msg, cap, "collective mismatch: %s called %s %s but %s "
+                 "called %s %s", dname, lt_wop_name(d->op), a, rname,
+                 lt_wop_name(r->op), b);
+        return 1;
+    }
+    const char *name = lt_wop_name(r->op);
+    if (d->seq != r->seq)
+        snprintf(msg, cap, "%s: %s is at collective #%llu but %s at #%llu",
+                 name, dname, (unsigned long long)d->seq, rname,
+                 (unsigned long long)r->seq);
+    else if (strncmp(d->tag, r->tag, LT_WORLD_TAG_MAX) != 0)
+        snprintf(msg, cap, "%s: %s used tag '%s' but %s used tag '%s'", name,
+                 dname, d->tag, rname, r->tag);
+    else if (r->op != LT_WOP_EXCHANGE && r->op != LT_WOP_BARRIER &&
+             (d->dtype != r->dtype || d->count != r->count ||
+              d->outer != r->outer || d->block != r->block ||
+              !shape_eq(&d->shape, &r->shape)))
+        snprintf(msg, cap, "%s: %s sent %s but %s sent %s", name, dname, a,
+                 rname, b);
+    else if (d->reduce != r->reduce)
+        snprintf(msg, cap, "%s: %s asked for reduce type %s but %s for %s",
+                 name, dname, lt_reduce_type_name(d->reduce), rname,
+                 lt_reduce_type_name(r->reduce));
+    else if (d->arg != r->arg)
+        snprintf(msg, cap, "%s: %s named root %d but %s root %d", name, dname,
+                 d->arg, rname, r->arg);
+    return msg[0] != 0;
+}
+
+lt_status lt_world_verify_local(lt_world *w)
 {
     const lt_wdesc *ds = w->hdr->desc;
-    char a[200], b[200];
+    char dn[64], rn[64], msg[1024];
     for (int k = 0; k < w->size; k++)
-        if (ds[k].bad[0])
-            return lt_set_error(LT_ERR_COLLECTIVE,
-                                "%s: rank %d passed invalid arguments: %s",
-                                wop_name(ds[k].op), k, ds[k].bad);
-    const lt_wdesc *r = &ds[0];
+        if (ds[k].bad[0]) {
+            lt_world_rank_name(w, k, dn, sizeof dn);
+            return lt_set_error(LT_ERR_COLLECTIVE, ds[k].abstain
+                                ? "%s: %s could not take part: %s"
+                                : "%s: %s passed invalid arguments: %s",
+                                lt_wop_name(ds[k].op), dn, ds[k].bad);
+        }
+    lt_world_rank_name(w, 0, rn, sizeof rn);
     for (int k = 1; k < w->size; k++) {
-        const lt_wdesc *d = &ds[k];
-        desc_str(d, a, sizeof a);
-        desc_str(r, b, sizeof b);
-        if (d->op != r->op)
-            return lt_set_error(LT_ERR_COLLECTIVE,
-                                "collective mismatch: rank %d called %s %s but "
-                                "rank 0 called %s %s",
-                                k, wop_name(d->op), a, wop_name(r->op), b);
-        const char *name = wop_name(r->op);
-        if (d->seq != r->seq)
-            return lt_set_error(LT_ERR_COLLECTIVE,
-                                "%s: rank %d is at collective #%llu but rank 0 "
-                                "at #%llu",
-                                name, k, (unsigned long long)d->seq,
-                                (unsigned long long)r->seq);
-        if (strncmp(d->tag, r->tag, LT_WORLD_TAG_MAX) != 0)
-            return lt_set_error(LT_ERR_COLLECTIVE,
-                                "%s: rank %d used tag '%s' but rank 0 used "
-                                "tag '%s'",
-                                name, k, d->tag, r->tag);
-        if (r->op != LT_WOP_EXCHANGE && r->op != LT_WOP_BARRIER &&
-            (d->dtype != r->dtype || d->count != r->count ||
-             d->outer != r->outer || d->block != r->block ||
-             !shape_eq(&d->shape, &r->shape)))
-            return lt_set_error(LT_ERR_COLLECTIVE,
-                                "%s: rank %d sent %s but rank 0 sent %s", name,
-                                k, a, b);
-        if (d->reduce != r->reduce)
-            return lt_set_error(LT_ERR_COLLECTIVE,
-                                "%s: rank %d asked for reduce type %s but rank "
-                                "0 for %s",
-                                name, k, lt_reduce_type_name(d->reduce),
-                                lt_reduce_type_name(r->reduce));
-        if (d->arg != r->arg)
-            return lt_set_error(LT_ERR_COLLECTIVE,
-                                "%s: rank %d named root %d but rank 0 root %d",
-                                name, k, d->arg, r->arg);
+        lt_world_rank_name(w, k, dn, sizeof dn);
+        if (lt_wdesc_compare(&ds[k], dn, &ds[0], rn, msg, sizeof msg))
+            return lt_set_error(LT_ERR_COLLECTIVE, "%s", msg);
     }
     return LT_OK;
 }
 
 lt_status lt_world_verify(lt_world *w, const char *what)
 {
-    lt_status st = verify_descs(w);
+    lt_status st = lt_world_verify_local(w);
     if (st == LT_OK) return LT_OK;
     /* Every rank found the same disagreement. Wait until all have read the
      * descriptors before anyone may publish the next ones. */
@@ -541,7 +632,24 @@ lt_status lt_world_agree(lt_world *w, lt_wdesc *d, const char *what)
     lt_world_publish(w, d);
     lt_status st = lt_world_wait_all(w, what);
     if (st != LT_OK) return st;
-    return lt_world_verify(w, what);
+    return lt_world_verify_all(w, what);
+}
+
+lt_status lt_world_abstain(lt_world *w, const char *what, const char *reason)
+{
+    if (!w) return LT_OK;
+    lt_wdesc d;
+    memset(&d, 0, sizeof d);
+    d.op = LT_WOP_BARRIER;
+    for (int op = LT_WOP_BARRIER; op <= LT_WOP_EXCHANGE; op++)
+        if (what && strcmp(what, lt_wop_name(op)) == 0) d.op = op;
+    d.reduce = -1;
+    d.abstain = 1;
+    snprintf(d.bad, sizeof d.bad, "%s", reason && *reason ? reason : "unknown error");
+    /* lt_world_agree fails (our own bad descriptor) on every rank after the
+     * first barrier, and lt_world_verify passes the second one: the same
+     * two barriers a rank that found bad arguments goes through. */
+    return lt_world_agree(w, &d, d.op == LT_WOP_BARRIER ? "barrier" : lt_wop_name(d.op));
 }
 
 lt_status lt_world_barrier(lt_world *w)

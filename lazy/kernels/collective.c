@@ -9,8 +9,16 @@
  * input * scale (and/or of floats normalised to 0/1), reduce_scatter the
  * same, all_gather and broadcast copy the input.
  * Strided inputs are packed into contiguous memory first; the output is
- * contiguous. Timed in metric CollectiveTime, bytes in CollectiveBytes.
+ * contiguous. Timed in metric CollectiveTime, bytes in CollectiveBytes. On
+ * several hosts (spawn/hostlink.h) each collective's time is also split
+ * into IntraHostCollectiveTime (shared memory on this host) and
+ * InterHostCollectiveTime (waiting for the host proxy's MPI exchange).
+ * A rank that cannot take part (its output shape does not fit the world,
+ * no memory to pack its input, its program failed or its input is poisoned:
+ * lt_collective_abstain) still joins the collective as a failure, so every
+ * rank gets an error naming it instead of waiting for it.
  */
+#include <stdio.h>
 #include "kutil.h"
 #include "../../spawn/world.h"
 
@@ -34,6 +42,35 @@ static lt_status shape_error(lt_op op, const lt_view *x, const lt_view *out,
                         lt_world_default_size());
 }
 
+/* The world's name for op's collective (lt_world_abstain). */
+static const char *wop_of(lt_op op)
+{
+    switch (op) {
+    case LT_OP_all_reduce: return "all_reduce";
+    case LT_OP_all_gather: return "all_gather";
+    case LT_OP_reduce_scatter: return "reduce_scatter";
+    case LT_OP_broadcast: return "broadcast";
+    default: return "barrier";
+    }
+}
+
+lt_status lt_collective_abstain(lt_op op, const char *reason)
+{
+    lt_world *w = NULL;
+    if (lt_world_default(&w) != LT_OK || !w) return LT_OK;
+    return lt_world_abstain(w, wop_of(op), reason);
+}
+
+/* A local failure st (message set) on a world: abstain, keep st/message. */
+static lt_status local_failure(lt_world *w, lt_op op, lt_status st)
+{
+    if (!w) return st;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", lt_last_error());
+    lt_world_abstain(w, wop_of(op), msg);
+    return lt_set_error(st, "%s", msg);
+}
+
 lt_status lt_kernel_collective(lt_op op, const lt_attrs *a, const lt_view *in,
                                int n_in, const lt_view *out,
                                const lt_kernel_ctx *ctx)
@@ -50,26 +87,32 @@ lt_status lt_kernel_collective(lt_op op, const lt_attrs *a, const lt_view *in,
     lt_dtype dt = out->dtype;
     int64_t n = kt_numel(&x->shape);
     int64_t n_out = kt_numel(&out->shape);
+    /* a rank whose output does not fit fails the collective for everyone */
+    int fits = 1;
+    if (op == LT_OP_all_reduce || op == LT_OP_broadcast) {
+        fits = n_out == n;
+    } else if (op == LT_OP_all_gather) {
+        int dim = (int)a->i[0];
+        fits = dim >= 0 && dim < x->shape.ndim && n_out == n * N;
+    } else if (op == LT_OP_reduce_scatter) {
+        int dim = (int)a->i[1];
+        fits = dim >= 0 && dim < x->shape.ndim && x->shape.dims[dim] % N == 0 &&
+               n_out * N == n;
+    }
+    if (!fits) return local_failure(w, op, shape_error(op, x, out, N));
     void *owned = NULL;
     const void *src = lt_kutil_pack(x, dt, kt_nthreads(ctx), &owned);
-    if (!src) return LT_ERR_OOM;
+    if (!src) return local_failure(w, op, LT_ERR_OOM);
     void *dst = kt_ptr(out);
     int64_t t0 = lt_now_ns();
+    int64_t inter0 = lt_world_inter_ns(w);
     switch (op) {
     case LT_OP_all_reduce:
-        if (n_out != n) {
-            st = shape_error(op, x, out, N);
-            break;
-        }
         st = lt_world_all_reduce(w, src, dst, n, dt, (lt_reduce_type)a->i[0],
                                  a->f[0], &x->shape);
         break;
     case LT_OP_all_gather: {
         int dim = (int)a->i[0];
-        if (dim < 0 || dim >= x->shape.ndim || n_out != n * N) {
-            st = shape_error(op, x, out, N);
-            break;
-        }
         st = lt_world_all_gather(w, src, dst, prod_dims(&x->shape, 0, dim),
                                  prod_dims(&x->shape, dim, x->shape.ndim), dt,
                                  &x->shape);
@@ -77,11 +120,6 @@ lt_status lt_kernel_collective(lt_op op, const lt_attrs *a, const lt_view *in,
     }
     case LT_OP_reduce_scatter: {
         int dim = (int)a->i[1];
-        if (dim < 0 || dim >= x->shape.ndim || x->shape.dims[dim] % N != 0 ||
-            n_out * N != n) {
-            st = shape_error(op, x, out, N);
-            break;
-        }
         int64_t block = x->shape.dims[dim] / N *
                         prod_dims(&x->shape, dim + 1, x->shape.ndim);
         st = lt_world_reduce_scatter(w, src, dst, prod_dims(&x->shape, 0, dim),
@@ -90,10 +128,6 @@ lt_status lt_kernel_collective(lt_op op, const lt_attrs *a, const lt_view *in,
         break;
     }
     case LT_OP_broadcast:
-        if (n_out != n) {
-            st = shape_error(op, x, out, N);
-            break;
-        }
         st = lt_world_broadcast(w, src, dst, n, dt, (int)a->i[0], &x->shape);
         break;
     default:
@@ -103,10 +137,18 @@ lt_status lt_kernel_collective(lt_op op, const lt_attrs *a, const lt_view *in,
     }
     free(owned);
     if (st == LT_OK && N > 1) {
+        int64_t total = lt_now_ns() - t0;
         lt_metric_add(lt_metric_get("CollectiveTime", LT_UNIT_NS),
-                      (double)(lt_now_ns() - t0));
+                      (double)total);
         lt_metric_add(lt_metric_get("CollectiveBytes", LT_UNIT_BYTES),
                       (double)n * (double)kt_dtsize(dt));
+        if (lt_world_num_hosts(w) > 1) {
+            int64_t inter = lt_world_inter_ns(w) - inter0;
+            lt_metric_add(lt_metric_get("InterHostCollectiveTime", LT_UNIT_NS),
+                          (double)inter);
+            lt_metric_add(lt_metric_get("IntraHostCollectiveTime", LT_UNIT_NS),
+                          (double)(total - inter));
+        }
     }
     return st;
 }

@@ -46,6 +46,17 @@ static inline uint16_t lt_fz_to_bf16(float f)
     return (uint16_t)(((u & 0x7fffffffu) > 0x7f800000u) ? nan : r);
 }
 
+/* Float -> integer like lt_convert: truncation toward zero, NaN -> 0,
+ * saturating (a plain C cast of NaN or of an out-of-range value is
+ * undefined behaviour). */
+static inline int64_t lt_fz_f2i(double d)
+{
+    if (d != d) return 0;
+    if (d >= 9.2233720368547758e18) return INT64_MAX;
+    if (d <= -9.2233720368547758e18) return INT64_MIN;
+    return (int64_t)d;
+}
+
 #ifndef LT_FUSED_RUN_BLOCK
 #define LT_FUSED_RUN_BLOCK 256
 #endif

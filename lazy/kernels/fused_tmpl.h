@@ -5,6 +5,9 @@
  *   S   a suffix token (f32, f64, i64)
  *   T_IS_INT  1 for int64_t
  * Defines load_S, exec_S (one block) and store_S.
+ * Integer arithmetic wraps (two's complement, as in PyTorch): fused.c is
+ * compiled with -fwrapv. Float <-> integer conversions saturate
+ * (lt_fz_f2i), NaN -> 0.
  */
 #define LT_CAT2(a, b) a##_##b
 #define LT_CAT(a, b) LT_CAT2(a, b)
@@ -28,13 +31,22 @@ static void FN(load_run)(T *restrict dst, const char *src, lt_dtype dt,
         break;                                                             \
     }
 #define LT_ID(x) (x)
-        LT_LOAD_CASE(LT_F32, float, LT_ID)
-        LT_LOAD_CASE(LT_F64, double, LT_ID)
+#if T_IS_INT                 /* float storage -> integer compute: saturate */
+#define LT_FI(x) lt_fz_f2i(x)
+#define LT_BFI(x) lt_fz_f2i(lt_fz_bf16(x))
+#else
+#define LT_FI(x) (x)
+#define LT_BFI(x) lt_fz_bf16(x)
+#endif
+        LT_LOAD_CASE(LT_F32, float, LT_FI)
+        LT_LOAD_CASE(LT_F64, double, LT_FI)
         LT_LOAD_CASE(LT_I64, int64_t, LT_ID)
         LT_LOAD_CASE(LT_I32, int32_t, LT_ID)
         LT_LOAD_CASE(LT_BOOL, uint8_t, LT_ID)
-        LT_LOAD_CASE(LT_BF16, uint16_t, lt_fz_bf16)
+        LT_LOAD_CASE(LT_BF16, uint16_t, LT_BFI)
 #undef LT_ID
+#undef LT_FI
+#undef LT_BFI
 #undef LT_LOAD_CASE
     default:
         for (int i = 0; i < n; i++) dst[i] = 0;
@@ -125,17 +137,23 @@ static void FN(exec)(const lt_fused *f, const lt_fload *ld,
         const T *pc = in->c >= 0 ? rp[in->c] : pa;
         rp[in->dst] = d;
         switch (in->op) {
+#if T_IS_INT    /* float math on integers (exp in silu_backward, ...): saturate */
+#define LT_TO_T(x) _Generic((x), float: lt_fz_f2i, double: lt_fz_f2i, default: lt_ew_id_i)(x)
+#else
+#define LT_TO_T(x) ((T)(x))
+#endif
 #define LT_OP(name, arity, kind, shape, dtype, kernel, expr)               \
         case LT_OP_##name:                                                 \
             _Pragma("GCC ivdep")                                           \
             for (int i = 0; i < n; i++) {                                  \
                 const T a = pa[i], b = pb[i], c = pc[i];                   \
                 (void)a; (void)b; (void)c;                                 \
-                d[i] = (T)(expr);                                          \
+                d[i] = LT_TO_T(expr);                                      \
             }                                                              \
             break;
 #include "../ops.def"
 #undef LT_OP
+#undef LT_TO_T
         default:
             break;
         }
@@ -173,8 +191,13 @@ static void FN(store)(const T *restrict src, void *dst, lt_dtype dt, int n)
     switch (dt) {
     case LT_F32: { float *p = dst; for (int i = 0; i < n; i++) p[i] = (float)src[i]; break; }
     case LT_F64: { double *p = dst; for (int i = 0; i < n; i++) p[i] = (double)src[i]; break; }
+#if T_IS_INT
     case LT_I64: { int64_t *p = dst; for (int i = 0; i < n; i++) p[i] = (int64_t)src[i]; break; }
     case LT_I32: { int32_t *p = dst; for (int i = 0; i < n; i++) p[i] = (int32_t)(int64_t)src[i]; break; }
+#else
+    case LT_I64: { int64_t *p = dst; for (int i = 0; i < n; i++) p[i] = lt_fz_f2i(src[i]); break; }
+    case LT_I32: { int32_t *p = dst; for (int i = 0; i < n; i++) p[i] = (int32_t)lt_fz_f2i(src[i]); break; }
+#endif
     case LT_BOOL: { uint8_t *p = dst; for (int i = 0; i < n; i++) p[i] = src[i] != 0; break; }
     case LT_BF16: { uint16_t *p = dst; for (int i = 0; i < n; i++) p[i] = lt_fz_to_bf16((float)src[i]); break; }
     default: break;

@@ -54,6 +54,14 @@ LT_DECLARE_KERNEL(index)
 LT_DECLARE_KERNEL(loss)
 LT_DECLARE_KERNEL(random)
 LT_DECLARE_KERNEL(collective)
+/* Takes part in the collective `op` (all_reduce, ...) of this process's
+ * world as a failure, for a program that cannot provide its operand (an
+ * earlier step failed, an input is poisoned): every rank's collective then
+ * fails with "<op>: rank R could not take part: <reason>" (the lowest
+ * failing rank is named) instead of waiting for this rank. No-op (LT_OK)
+ * without a world. Returns the collective's error status (sets the
+ * thread's error). */
+lt_status lt_collective_abstain(lt_op op, const char *reason);
 LT_DECLARE_KERNEL(reduce)      /* unfused reduce (fused path lives in compile) */
 LT_DECLARE_KERNEL(argreduce)
 

@@ -121,17 +121,27 @@ static void FN(arg_run)(int is_max, VT *best, int64_t *bi, const VT *v, int n,
     }
     if (nan) {
         int i = 0;
-        while (v[i] == v[i])
+        while (i < n - 1 && v[i] == v[i])
             i++;
         *best = v[i];
         *bi = base + i;
         return;
     }
+    /* m may be the simd reduction's identity rather than an element: for
+     * floats clang starts max at -FLT_MAX, so for a block of only -inf no
+     * element equals m. Then find the extreme with a plain pass. */
+    int i = 0;
+    while (i < n && v[i] != m)
+        i++;
+    if (i == n) {
+        i = 0;
+        for (int k = 1; k < n; k++)
+            if (is_max ? v[k] > v[i] : v[k] < v[i])
+                i = k;
+        m = v[i];
+    }
     if (*bi >= 0 && !(is_max ? m > *best : m < *best))
         return;
-    int i = 0;
-    while (v[i] != m)
-        i++;
     *best = m;
     *bi = base + i;
 }

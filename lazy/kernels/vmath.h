@@ -64,6 +64,7 @@ static inline float lt_vexpf(float x)
 {
     float xc = lt_vm_sel(x < -104.0f, -104.0f, x);
     xc = lt_vm_sel(xc > 89.0f, 89.0f, xc);
+    xc = lt_vm_sel(x != x, 0.0f, xc);     /* NaN: no float->int of NaN below (UB) */
     float n = __builtin_rintf(xc * 1.44269504088896341f);
     float r = xc - n * 0.693359375f;
     r = r + n * 2.12194440e-4f;

@@ -109,7 +109,7 @@ static run_out run(lt_node **roots, int n, int donate)
     }
     if (lt_program_scratch_bytes(r.p))
         assert_int_equal(lt_buffer_alloc(0, LT_BOOL, lt_program_scratch_bytes(r.p), &a.scratch), LT_OK);
-    st = lt_program_run(r.p, &a, 0);
+    st = lt_program_run(r.p, &a, 0, NULL);
     if (st != LT_OK)
         fail_msg("run: %s", lt_last_error());
     for (int k = 0; k < n; k++)

@@ -57,6 +57,7 @@ typedef struct rec_job {
     int *log, *n, id;
     int fail;
     int *done_count;
+    lt_buffer *out;           /* poisoned when the job fails (optional) */
 } rec_job;
 
 static lt_status rec_run(lt_job *j, int core)
@@ -69,10 +70,17 @@ static lt_status rec_run(lt_job *j, int core)
     return LT_OK;
 }
 
+static void rec_fail(lt_job *j, lt_fault *f)
+{
+    rec_job *r = (rec_job *)j;
+    if (r->out) r->out->fault = lt_fault_retain(f);
+}
+
 static void rec_done(lt_job *j)
 {
     rec_job *r = (rec_job *)j;
     (*r->done_count)++;
+    lt_buffer_release(r->out);
     free(r);
 }
 
@@ -80,6 +88,7 @@ static rec_job *mk(int *log, int *n, int id, int fail, int *dc)
 {
     rec_job *r = calloc(1, sizeof *r);
     r->job.run = rec_run;
+    r->job.fail = rec_fail;
     r->job.done = rec_done;
     r->log = log;
     r->n = n;
@@ -102,7 +111,7 @@ static void test_seq_wait(void **state)
         assert_int_equal(s, want);
         assert_int_equal(s, first + i);
     }
-    assert_int_equal(lt_core_wait(1, 0), LT_OK);
+    assert_int_equal(lt_core_wait(1, 0, 1), LT_OK);
     assert_int_equal(n, 10);
     assert_int_equal(dc, 10);
     for (int i = 0; i < 10; i++)
@@ -110,28 +119,84 @@ static void test_seq_wait(void **state)
     assert_true(lt_core_omp_threads(1) >= 1);
 }
 
+/* Submits a job writing b (stamped with the job's seq); returns the seq. */
+static uint64_t submit_writer(int core, lt_buffer *b, rec_job *r)
+{
+    lt_core_lock(core);
+    if (b) b->ready_seq = lt_core_next_seq(core);
+    r->out = lt_buffer_retain(b);
+    uint64_t s = lt_core_submit(core, &r->job);
+    lt_core_unlock(core);
+    return s;
+}
+
 static void test_job_errors(void **state)
 {
     start("1G", "2");
     int log[16], n = 0, dc = 0;
-    lt_buffer *b;
+    lt_buffer *b, *c;
     assert_int_equal(lt_buffer_alloc(0, LT_F32, 4, &b), LT_OK);
+    assert_int_equal(lt_buffer_alloc(0, LT_F32, 4, &c), LT_OK);
     lt_core_submit(0, &mk(log, &n, 1, 0, &dc)->job);
-    lt_core_lock(0);
-    b->ready_seq = lt_core_next_seq(0);
-    lt_core_submit(0, &mk(log, &n, 2, 1, &dc)->job);
-    lt_core_unlock(0);
+    submit_writer(0, b, mk(log, &n, 2, 1, &dc));
     uint64_t s3 = lt_core_submit(0, &mk(log, &n, 3, 0, &dc)->job);
+    /* a read of the poisoned buffer raises the job's error, every time */
     assert_int_equal(lt_buffer_wait(b), LT_ERR_INTERNAL);
     assert_string_equal(lt_last_error(), "job 2 failed on core 0");
+    assert_int_equal(lt_buffer_wait(b), LT_ERR_INTERNAL);
+    assert_string_equal(lt_last_error(), "job 2 failed on core 0");
+    assert_non_null(b->fault);
+    /* a read claimed it: waits do not report it again */
     lt_set_error(LT_OK, "%s", "");
-    assert_int_equal(lt_core_wait(0, s3), LT_ERR_INTERNAL);
-    assert_string_equal(lt_last_error(), "job 2 failed on core 0");
+    assert_int_equal(lt_core_wait(0, s3, 1), LT_OK);
     assert_int_equal(n, 3);       /* later jobs still ran */
-    /* reported once; the buffer keeps its writer's status */
-    assert_int_equal(lt_core_wait(0, 0), LT_OK);
-    assert_int_equal(lt_buffer_wait(b), LT_ERR_INTERNAL);
+    /* an error nobody read: a plain wait is silent, the first reporting
+     * wait reports it, the next does not */
+    uint64_t s4 = submit_writer(0, c, mk(log, &n, 4, 1, &dc));
+    assert_int_equal(lt_core_wait(0, s4, 0), LT_OK);
+    assert_int_equal(lt_core_has_unclaimed(0, 0), 1);
+    assert_int_equal(lt_core_has_unclaimed(1, 0), 0);
+    assert_int_equal(lt_core_wait(0, 0, 1), LT_ERR_INTERNAL);
+    assert_string_equal(lt_last_error(), "job 4 failed on core 0");
+    assert_int_equal(lt_core_has_unclaimed(0, 0), 0);
+    assert_int_equal(lt_core_wait(0, 0, 1), LT_OK);
+    /* ... but the buffer stays poisoned */
+    assert_int_equal(lt_buffer_wait(c), LT_ERR_INTERNAL);
+    assert_string_equal(lt_last_error(), "job 4 failed on core 0");
+    /* several unread errors: the first is reported with a count */
+    submit_writer(0, NULL, mk(log, &n, 5, 1, &dc));
+    submit_writer(0, NULL, mk(log, &n, 6, 1, &dc));
+    submit_writer(0, NULL, mk(log, &n, 7, 1, &dc));
+    assert_int_equal(lt_core_wait(0, 0, 1), LT_ERR_INTERNAL);
+    assert_string_equal(lt_last_error(), "job 5 failed on core 0 (+2 more failed programs on core 0)");
+    assert_int_equal(lt_core_wait(0, 0, 1), LT_OK);
+    /* a bounded wait reports only up to its seq */
+    uint64_t s8 = submit_writer(0, NULL, mk(log, &n, 8, 1, &dc));
+    submit_writer(0, NULL, mk(log, &n, 9, 1, &dc));
+    assert_int_equal(lt_core_wait(0, s8, 1), LT_ERR_INTERNAL);
+    assert_string_equal(lt_last_error(), "job 8 failed on core 0");
+    assert_int_equal(lt_core_wait(0, 0, 1), LT_ERR_INTERNAL);
+    assert_string_equal(lt_last_error(), "job 9 failed on core 0");
+    assert_int_equal(lt_core_wait(5, 0, 1), LT_ERR_DEVICE);
     lt_buffer_release(b);
+    lt_buffer_release(c);
+    assert_int_equal(dc, 9);
+}
+
+/* More unread errors than the core keeps: the oldest are dropped and
+ * counted, nothing leaks. */
+static void test_many_unread_errors(void **state)
+{
+    start("1G", "1");
+    int *log = calloc(2000, sizeof *log), n = 0, dc = 0;
+    for (int i = 0; i < 1000; i++)
+        submit_writer(0, NULL, mk(log, &n, i, 1, &dc));
+    assert_int_equal(lt_core_wait(0, 0, 1), LT_ERR_INTERNAL);
+    if (!strstr(lt_last_error(), "(+999 more failed programs on core 0)"))
+        fail_msg("%s", lt_last_error());
+    assert_int_equal(lt_core_wait(0, 0, 1), LT_OK);
+    free(log);
+    start("1G", "2");
 }
 
 static void test_shutdown_drains(void **state)
@@ -156,6 +221,7 @@ int main(void)
         cmocka_unit_test(test_budget_error),
         cmocka_unit_test(test_seq_wait),
         cmocka_unit_test(test_job_errors),
+        cmocka_unit_test(test_many_unread_errors),
         cmocka_unit_test(test_shutdown_drains),
     };
     int r = cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,111 @@
+/*
+ * spawn/janitor.c — the launcher's janitor process (see janitor.h).
+ * Protocol on the pipe: "w <pgid>\n" per worker, "d\n" for a normal end.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "janitor.h"
+
+#define JAN_MAX_GROUPS 256
+
+static void janitor_main(int fd, const char *shm_name)
+{
+    pid_t groups[JAN_MAX_GROUPS];
+    int ngroups = 0, done = 0;
+    char buf[4096], line[64];
+    size_t ll = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf, sizeof buf);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        for (ssize_t i = 0; i < r; i++) {
+            if (buf[i] != '\n') {
+                if (ll + 1 < sizeof line) line[ll++] = buf[i];
+                continue;
+            }
+            line[ll] = 0;
+            ll = 0;
+            if (line[0] == 'd') done = 1;
+            else if (line[0] == 'w' && ngroups < JAN_MAX_GROUPS)
+                groups[ngroups++] = (pid_t)atol(line + 1);
+        }
+    }
+    if (!done)
+        for (int i = 0; i < ngroups; i++)
+            if (groups[i] > 1) kill(-groups[i], SIGKILL);
+    shm_unlink(shm_name);
+    _exit(0);
+}
+
+int lt_janitor_start(lt_janitor *j, const char *shm_name)
+{
+    j->pid = 0;
+    j->fd = -1;
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) return -1;
+    char name[256];
+    snprintf(name, sizeof name, "%s", shm_name);
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(p[0]);
+        close(p[1]);
+        errno = e;
+        return -1;
+    }
+    if (pid == 0) {
+        setsid();
+        signal(SIGINT, SIG_IGN);
+        signal(SIGTERM, SIG_IGN);
+        signal(SIGHUP, SIG_IGN);
+        signal(SIGPIPE, SIG_IGN);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        close(p[1]);
+        int fd = fcntl(p[0], F_DUPFD, 10);
+        if (fd < 0) fd = p[0];
+        int nul = open("/dev/null", O_RDWR);
+        if (nul >= 0) {
+            dup2(nul, 0);
+            dup2(nul, 1);
+            dup2(nul, 2);
+        }
+        dup2(fd, 3);
+        close_range(4, ~0U, 0);
+        janitor_main(3, name);
+    }
+    close(p[0]);
+    j->pid = pid;
+    j->fd = p[1];
+    return 0;
+}
+
+void lt_janitor_watch(lt_janitor *j, pid_t pgid)
+{
+    if (j->fd < 0) return;
+    char line[32];
+    int n = snprintf(line, sizeof line, "w %d\n", (int)pgid);
+    if (write(j->fd, line, (size_t)n) != n) { /* janitor gone: nothing to do */ }
+}
+
+void lt_janitor_done(lt_janitor *j)
+{
+    if (j->fd >= 0) {
+        if (write(j->fd, "d\n", 2) != 2) { /* janitor gone */ }
+        close(j->fd);
+        j->fd = -1;
+    }
+    if (j->pid > 0) {
+        while (waitpid(j->pid, NULL, 0) < 0 && errno == EINTR) {}
+        j->pid = 0;
+    }
+}
