@@ -1,18 +1,20 @@
 # lazytpu front door.
-#   make run    bootstrap Debian packages, build, train the example, print metrics
-#   make test   bootstrap, build, run every test (C, ASan, Python)
+#   make run    bootstrap (Debian packages, .venv with torch 2.13), build, train
+#               the example on 8 simulated cores, print the metrics report
+#   make test   bootstrap, build, run every test (C, ASan, Python vs eager PyTorch)
 #   make bench  build and run the benchmarks
 #   make fuzz-c libFuzzer (clang, ASan+UBSan) on the C API for FUZZ_SECONDS
 #               (default 600); new crashes land in $(FUZZ)/artifacts/
-PY      ?= /usr/bin/python3
+VENV    := .venv
+PY      := $(CURDIR)/$(VENV)/bin/python
 BUILD   ?= build
 ASAN    ?= build-asan
 JOBS    ?= 2
 FUZZ    ?= build-fuzz
 FUZZ_SECONDS ?= 600
-FUZZ_CC ?= clang-14
+FUZZ_CC ?= clang
 
-.PHONY: all bootstrap build build-asan test test-c test-asan run bench fuzz-c clean
+.PHONY: all bootstrap build build-asan install test test-c test-asan run bench fuzz-c clean
 
 all: build
 
@@ -20,11 +22,21 @@ bootstrap:
 	@bash scripts/bootstrap.sh
 
 build: bootstrap
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLT_PYTHON=$(PY) >/dev/null
 	@cmake --build $(BUILD) -j$(JOBS)
+	@$(MAKE) --no-print-directory install
+
+# lazytpu installed into .venv in editable mode (once): PyTorch's backend
+# autoloading finds it, and lazytpu-run is on the venv's PATH.
+install: $(VENV)/.lazytpu-installed
+$(VENV)/.lazytpu-installed: pyproject.toml setup.py
+	@echo "installing lazytpu into $(VENV) (editable)"
+	@LAZYTPU_BUILD_DIR=$(BUILD) $(PY) -m pip install -q --no-build-isolation --no-deps -e . \
+	  2>&1 | grep -v "is ignored: it is neither" || true
+	@$(PY) -c "import importlib.metadata as m; m.version('lazytpu')" && touch $@
 
 build-asan: bootstrap
-	@cmake -S . -B $(ASAN) -DCMAKE_BUILD_TYPE=Debug -DLAZYTPU_ASAN=ON >/dev/null
+	@cmake -S . -B $(ASAN) -DCMAKE_BUILD_TYPE=Debug -DLAZYTPU_ASAN=ON -DLAZYTPU_TORCH=OFF >/dev/null
 	@cmake --build $(ASAN) -j$(JOBS)
 
 test: build build-asan
@@ -32,19 +44,19 @@ test: build build-asan
 	cd $(ASAN) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure
 
 run: build
-	PYTHONPATH=python $(PY) examples/fashion_mnist.py
+	$(PY) examples/fashion_mnist.py
 
 bench: build
 	$(BUILD)/bench_core
 	$(BUILD)/bench_allreduce
 	$(PY) bench/bench_elementwise.py --lib $(BUILD)/liblazytpu.so
-	PYTHONPATH=python $(PY) bench/train_step.py
-	PYTHONPATH=python LAZYTPU_BIN_DIR=$(BUILD) $(PY) bench/bench_multicore.py
+	$(PY) bench/train_step.py
+	LAZYTPU_BIN_DIR=$(BUILD) $(PY) bench/bench_multicore.py
 
 # Working corpus in $(FUZZ)/corpus (kept between runs), seeded with the
 # committed regression inputs tests/fuzz/corpus/ (read only). One job on
 # purpose: the machine is shared.
-fuzz-c:
+fuzz-c: bootstrap
 	@cmake -S . -B $(FUZZ) -DCMAKE_C_COMPILER=$(FUZZ_CC) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	    -DLAZYTPU_FUZZ=ON -DLAZYTPU_TORCH=OFF >/dev/null
 	@cmake --build $(FUZZ) -j$(JOBS) --target fuzz_trace

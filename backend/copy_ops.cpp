@@ -353,15 +353,12 @@ at::Tensor functional_detach(c10::DispatchKeySet ks, const at::Tensor &self) {
   return at::_ops::alias::redispatch(ks, self);
 }
 
-struct SilentWarnings : c10::WarningHandler {
-  void process(const c10::SourceLocation &, const std::string &, const bool) override {}
-};
 
 /* Registered by hand to keep the "overriding a kernel" warning quiet. */
 struct RegisterFunctionalDetach {
   RegisterFunctionalDetach() {
     SilentWarnings silent;
-    c10::Warning::WarningHandlerGuard guard(&silent);
+    c10::WarningUtils::WarningHandlerGuard guard(&silent);
     static torch::Library lib(torch::Library::IMPL, "aten",
                               c10::DispatchKey::Functionalize, __FILE__, __LINE__);
     lib.impl("detach", TORCH_FN(functional_detach));

@@ -16,6 +16,7 @@
 #include <torch/library.h>
 
 #include "lt_shim.h"
+#include "lt_register.h"
 
 #include <string>
 
@@ -93,7 +94,19 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 
 namespace lazytpu {
 void register_functional_inplace();  /* functionalize.cpp */
+
+static std::string &registration_log() {
+  static std::string log;
+  return log;
 }
+void note_registration_error(const std::string &msg) {
+  registration_log() += msg;
+  registration_log() += "\n";
+}
+std::string registration_errors() { return registration_log(); }
+}  // namespace lazytpu
+
+std::string lazytpu_registration_errors(void) { return lazytpu::registration_errors(); }
 
 void lazytpu_register_late(void) {
   lazytpu::register_late_fallbacks();

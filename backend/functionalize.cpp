@@ -11,14 +11,21 @@
  * each step. These kernels do what the generated ones do (unwrap, run the
  * functional variant, replace + commit the wrapper's value) and then apply
  * the storage's pending updates, which drops the old values.
+ *
+ * Also _to_copy (see to_copy_functionalize). These registrations replace
+ * PyTorch's Functionalize kernels process-wide; for devices other than
+ * lazytpu they behave as PyTorch's own.
  */
 #include "lt_aten.h"
 
 #include <ATen/FunctionalStorageImpl.h>
 #include <ATen/FunctionalTensorWrapper.h>
+#include <ATen/ops/_to_copy_ops.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
+#include "lt_register.h"
 
 #include <mutex>
 #include <string>
@@ -85,6 +92,36 @@ void inplace_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   stack->push_back(self);
 }
 
+/* _to_copy on the Functionalize key. PyTorch's kernel wraps the result in a
+ * FunctionalTensorWrapper only for the XLA and Lazy devices when the
+ * Functionalize key is not in TLS (device_opted_into_functionalization), so
+ * t.to(torch.bfloat16) of a lazytpu tensor came back unwrapped and its first
+ * view reached the device. Same logic, with PrivateUse1 opted in. */
+at::Tensor to_copy_functionalize(const at::Tensor &self, std::optional<at::ScalarType> dtype,
+                                 std::optional<at::Layout> layout,
+                                 std::optional<at::Device> device,
+                                 std::optional<bool> pin_memory, bool non_blocking,
+                                 std::optional<at::MemoryFormat> memory_format) {
+  at::Tensor self_ = self;
+  if (at::functionalization::impl::isFunctionalTensor(self)) {
+    at::functionalization::impl::sync(self);
+    self_ = at::functionalization::impl::from_functional_tensor(self);
+  }
+  at::Tensor out;
+  {
+    at::AutoDispatchSkipFunctionalize guard;
+    out = at::_ops::_to_copy::call(self_, dtype, layout, device, pin_memory, non_blocking,
+                                   memory_format);
+  }
+  if (!c10::impl::tls_local_dispatch_key_set().included_.has(c10::DispatchKey::Functionalize)) {
+    c10::DeviceType t = device ? device->type() : self.device().type();
+    if (t != c10::DeviceType::XLA && t != c10::DeviceType::Lazy &&
+        t != c10::DeviceType::PrivateUse1)
+      return out;
+  }
+  return at::functionalization::impl::to_functional_tensor(out);
+}
+
 /* in-place ops whose functional variant we run natively */
 const char *const kInplace[] = {
     "add_.Tensor", "add_.Scalar", "sub_.Tensor", "sub_.Scalar", "mul_.Tensor", "mul_.Scalar",
@@ -95,9 +132,6 @@ const char *const kInplace[] = {
     "bernoulli_.float", "uniform_", "index_put_", "copy_",
 };
 
-struct SilentWarnings : c10::WarningHandler {
-  void process(const c10::SourceLocation &, const std::string &, const bool) override {}
-};
 
 }  // namespace
 
@@ -106,7 +140,7 @@ void register_functional_inplace() {
   static torch::Library *lib = nullptr;
   if (lib) return;
   SilentWarnings silent;
-  c10::Warning::WarningHandlerGuard guard(&silent);  /* "overriding a kernel" */
+  c10::WarningUtils::WarningHandlerGuard guard(&silent);  /* "overriding a kernel" */
   lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::Functionalize,
                            __FILE__, __LINE__);
   auto &d = c10::Dispatcher::singleton();
@@ -119,6 +153,7 @@ void register_functional_inplace() {
     if (!d.findSchema({name, ov}) || !d.findSchema({fname, ov})) continue;
     lib->impl(full, torch::CppFunction::makeFromBoxedFunction<&inplace_kernel>());
   }
+  lib->impl("_to_copy", TORCH_FN(to_copy_functionalize));
 }
 
 }  // namespace lazytpu

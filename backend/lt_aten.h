@@ -167,11 +167,18 @@ Ref reduce(lt_op op, lt_tensor *x, const std::vector<int64_t> &dims,
 Ref binary(lt_op op, lt_tensor *a, lt_tensor *b);
 Ref mul_scalar(lt_tensor *x, const c10::Scalar &s);  /* x * s; x if s == 1 */
 
-/* Per-core random state: returns the seed for the next random op and
- * advances the state. */
+/* The current core of this thread (the device guard's index) and setting it
+ * (throws for an index past the cores). runtime.cpp. */
+int current_core(void);
+void set_current_core(int idx);
+
+/* Per-core random state (runtime.cpp): returns the seed for the next random
+ * op and advances the state. */
 int64_t rng_next_seed(int core);
 void rng_set_state(int core, uint64_t seed);
 uint64_t rng_get_state(int core);
+uint64_t rng_get_seed(int core);                 /* what manual_seed set */
+void rng_restore(int core, uint64_t seed, uint64_t state);
 
 /* Hook set by the Python module: describes the user's Python frame that is
  * running now ("train.py:42 in step"), or "" . Called only on rare events

@@ -18,20 +18,45 @@
 
 namespace lazytpu {
 
-/* 1 when aten::<name> (name may be "op.overload") is CompositeImplicitAutograd. */
+/* 1 when aten::<name> (name may be "op.overload") decomposes for every
+ * backend (CompositeImplicitAutograd only). */
 inline bool is_composite_implicit(const std::string &full) {
   auto dot = full.find('.');
   std::string name = "aten::" + full.substr(0, dot);
   std::string ov = dot == std::string::npos ? "" : full.substr(dot + 1);
   auto op = c10::Dispatcher::singleton().findOp({name, ov});
-  return op && op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+  if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd))
+    return false;
+  /* An op with an explicit kernel too (silu_backward since 2.x) never
+   * decomposes for a backend: it would reach the CPU fallback instead. */
+  return !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) &&
+         !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional);
 }
+
+/* Registration failures (a kernel whose C++ signature no longer matches the
+ * aten schema, an op that was renamed) are collected instead of aborting the
+ * process during static initialisation; the module init raises them all at
+ * once as an ImportError (see registration_errors()). */
+void note_registration_error(const std::string &msg);
+/* Every failure noted so far, one per line ("" when none). */
+std::string registration_errors();
 
 template <class F>
 void reg(torch::Library &m, const std::string &name, F &&f, bool force = false) {
   if (!force && is_composite_implicit(name)) return;
-  m.impl(name.c_str(), std::forward<F>(f));
+  try {
+    m.impl(name.c_str(), std::forward<F>(f));
+  } catch (const c10::Error &e) {
+    note_registration_error("aten::" + name + ": " + e.what_without_backtrace());
+  }
 }
+
+/* A warning handler that drops everything: registrations that override a
+ * kernel on purpose install it around themselves ("overriding a previously
+ * registered kernel" would otherwise print at every import). */
+struct SilentWarnings : c10::WarningHandler {
+  void process(const c10::Warning &) override {}
+};
 
 }  // namespace lazytpu
 

@@ -220,6 +220,20 @@ PyObject *py_get_rng_state(PyObject *, PyObject *args) {
   return PyLong_FromUnsignedLongLong(lazytpu_rng_get_state(core));
 }
 
+PyObject *py_get_rng_seed(PyObject *, PyObject *args) {
+  int core = 0;
+  if (!PyArg_ParseTuple(args, "|i", &core)) return nullptr;
+  return PyLong_FromUnsignedLongLong(lazytpu_rng_get_seed(core));
+}
+
+PyObject *py_rng_restore(PyObject *, PyObject *args) {
+  int core;
+  unsigned long long seed, state;
+  if (!PyArg_ParseTuple(args, "iKK", &core, &seed, &state)) return nullptr;
+  lazytpu_rng_restore(core, seed, state);
+  Py_RETURN_NONE;
+}
+
 PyObject *py_caller(PyObject *, PyObject *) {
   return PyUnicode_FromString(python_caller().c_str());
 }
@@ -278,6 +292,8 @@ PyMethodDef methods[] = {
     {"clear_all", py_clear_all, METH_NOARGS, "Reset all counters and metrics."},
     {"set_rng_state", py_set_rng_state, METH_VARARGS, "set_rng_state(seed, core=0)."},
     {"get_rng_state", py_get_rng_state, METH_VARARGS, "get_rng_state(core=0)."},
+    {"get_rng_seed", py_get_rng_seed, METH_VARARGS, "get_rng_seed(core=0): the seed set last."},
+    {"rng_restore", py_rng_restore, METH_VARARGS, "rng_restore(core, seed, state)."},
     {"caller", py_caller, METH_NOARGS, "The user frame as the shim sees it."},
     {"fallback_report", py_fallback_report, METH_NOARGS, "The fallback section text."},
     {"take_warnings", py_take_warnings, METH_NOARGS, "Debug warnings since the last call."},
@@ -304,6 +320,13 @@ static void core_caller_hook(void) {
 }
 
 extern "C" PyMODINIT_FUNC PyInit__C(void) {
+  std::string bad = lazytpu_registration_errors();
+  if (!bad.empty()) {
+    PyErr_Format(PyExc_ImportError,
+                 "lazytpu: kernels do not match this torch's operator schemas "
+                 "(built against another torch?):\n%s", bad.c_str());
+    return nullptr;
+  }
   lt_status st = lt_init();
   if (st != LT_OK) return raise_status(st);
   lazytpu_set_caller_hook(python_caller);

@@ -428,7 +428,7 @@ at::Tensor lt_all_dim(const at::Tensor &self, int64_t dim, bool keepdim) {
 }
 
 /* var = sum((x - mean)^2) / (N - correction) */
-Ref var_ref(lt_tensor *x, const std::vector<int64_t> &dims, int64_t correction, bool keepdim) {
+Ref var_ref(lt_tensor *x, const std::vector<int64_t> &dims, double correction, bool keepdim) {
   const lt_shape *s = lt_tensor_shape(x);
   int64_t n = 1;
   if (dims.empty()) n = lt_shape_numel(s);
@@ -437,17 +437,20 @@ Ref var_ref(lt_tensor *x, const std::vector<int64_t> &dims, int64_t correction, 
   Ref c = trace(LT_OP_sub, {x, mean.get()});
   Ref sq = trace(LT_OP_mul, {c.get(), c.get()});
   Ref sum = reduce(LT_OP_sum, sq.get(), dims, keepdim);
-  double denom = (double)(n - correction);
+  double denom = (double)n - correction;
   Ref k = scalar(lt_tensor_core(x), denom > 0 ? 1.0 / denom : std::numeric_limits<double>::quiet_NaN());
   return trace(LT_OP_mul, {sum.get(), k.get()});
 }
+double correction_of(const std::optional<at::Scalar> &c) {
+  return c ? c->toDouble() : 1.0;
+}
 at::Tensor lt_var_correction(const at::Tensor &self, at::OptionalIntArrayRef dim,
-                             c10::optional<int64_t> correction, bool keepdim) {
-  return wrap(var_ref(handle_of(self), dim_list(dim), correction.value_or(1), keepdim));
+                             const std::optional<at::Scalar> &correction, bool keepdim) {
+  return wrap(var_ref(handle_of(self), dim_list(dim), correction_of(correction), keepdim));
 }
 at::Tensor lt_std_correction(const at::Tensor &self, at::OptionalIntArrayRef dim,
-                             c10::optional<int64_t> correction, bool keepdim) {
-  Ref v = var_ref(handle_of(self), dim_list(dim), correction.value_or(1), keepdim);
+                             const std::optional<at::Scalar> &correction, bool keepdim) {
+  Ref v = var_ref(handle_of(self), dim_list(dim), correction_of(correction), keepdim);
   return wrap(trace(LT_OP_sqrt, {v.get()}));
 }
 
@@ -557,6 +560,24 @@ at::Tensor lt_dot(const at::Tensor &self, const at::Tensor &other) {
   return wrap(reshape(p.get(), {}));
 }
 
+/* cumsum / cumprod along dim; dtype= casts first (like eager) */
+at::Tensor scan(lt_op op, const at::Tensor &self, int64_t dim,
+                std::optional<at::ScalarType> dtype) {
+  lt_tensor *x = handle_of(self);
+  Ref in = dtype ? cast(x, to_lt_dtype(*dtype)) : Ref::borrow(x);
+  int nd = in.ndim();
+  lt_attrs a = attrs_of({nd ? c10::maybe_wrap_dim(dim, nd) : 0});
+  if (nd == 0) TORCH_CHECK(dim == 0 || dim == -1, "Dimension out of range (expected to be in "
+                           "range of [-1, 0], but got ", dim, ")");
+  return wrap(trace(op, {in.get()}, &a));
+}
+at::Tensor lt_cumsum(const at::Tensor &self, int64_t dim, std::optional<at::ScalarType> dtype) {
+  return scan(LT_OP_cumsum, self, dim, dtype);
+}
+at::Tensor lt_cumprod(const at::Tensor &self, int64_t dim, std::optional<at::ScalarType> dtype) {
+  return scan(LT_OP_cumprod, self, dim, dtype);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -626,6 +647,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   reg(m, "norm.ScalarOpt_dim", TORCH_FN(lt_norm_dim));
   reg(m, "linalg_vector_norm", TORCH_FN(lt_linalg_vector_norm));
   reg(m, "std.correction", TORCH_FN(lt_std_correction));
+  reg(m, "cumsum", TORCH_FN(lt_cumsum));
+  reg(m, "cumprod", TORCH_FN(lt_cumprod));
 
   reg(m, "mm", TORCH_FN(lt_mm));
   reg(m, "bmm", TORCH_FN(lt_bmm));

@@ -124,13 +124,17 @@ at::Tensor lt_convolution(const at::Tensor &input, const at::Tensor &weight,
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_convolution_backward(
     const at::Tensor &grad_output, const at::Tensor &input, const at::Tensor &weight,
-    at::OptionalSymIntArrayRef bias_sizes, at::IntArrayRef stride, at::IntArrayRef padding,
+    at::OptionalIntArrayRef bias_sizes, at::IntArrayRef stride, at::IntArrayRef padding,
     at::IntArrayRef dilation, bool transposed, at::IntArrayRef output_padding, int64_t groups,
     std::array<bool, 3> mask) {
   if (!conv_native(input, transposed))
     return at::native::call_fallback_fn_symint<&cpu_fallback_boxed, at::_ops::convolution_backward>::call(
-        grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
-        output_padding, groups, mask);
+        grad_output, input, weight,
+        bias_sizes ? at::OptionalSymIntArrayRef(c10::fromIntArrayRefSlow(*bias_sizes))
+                   : at::OptionalSymIntArrayRef(std::nullopt),
+        c10::fromIntArrayRefSlow(stride),
+        c10::fromIntArrayRefSlow(padding), c10::fromIntArrayRefSlow(dilation), transposed,
+        c10::fromIntArrayRefSlow(output_padding), groups, mask);
   int core = common_core({&grad_output, &input, &weight});
   ConvGeom g = conv_geom(input, stride, padding, dilation, transposed, groups);
   Ref go = operand(grad_output, core), x = operand(input, core), w = operand(weight, core);

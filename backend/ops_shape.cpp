@@ -315,7 +315,8 @@ at::Tensor scatter_zeros(lt_op op, const at::Tensor &grad, c10::SymIntArrayRef i
   return wrap(trace(op, {z.get(), g}, &a));
 }
 at::Tensor lt_select_backward(const at::Tensor &grad, c10::SymIntArrayRef input_sizes,
-                              int64_t dim, int64_t index) {
+                              int64_t dim, c10::SymInt index_sym) {
+  int64_t index = index_sym.expect_int();
   std::vector<int64_t> sz = sym_to_ints(input_sizes);
   int64_t d = wrapd(dim, (int64_t)sz.size());
   int64_t idx = index < 0 ? index + sz[d] : index;
@@ -364,7 +365,7 @@ at::Tensor lt_cat(const at::ITensorListRef &tensors, int64_t dim) {
   for (auto &t : ts) {
     if (t.dim() == 1 && t.size(0) == 0 && nd != 1) continue;
     TORCH_CHECK(impl_of(t), "Expected all tensors to be on the same device, but found at "
-                "least two devices, privateuseone:", core, " and ", t.device().str(), "!");
+                "least two devices, lazytpu:", core, " and ", t.device().str(), "!");
     parts.push_back(operand(t, core));
   }
   return cat_refs(parts, dim);
@@ -447,6 +448,30 @@ at::Tensor lt_index_select(const at::Tensor &self, int64_t dim, const at::Tensor
   lt_attrs a = attrs_of({wrapd(dim, std::max<int64_t>(self.dim(), 1))});
   return wrap(trace(LT_OP_index_select, {x.get(), i.get()}, &a));
 }
+/* flip: each listed dim read through a reversed index (index_select) */
+at::Tensor lt_flip(const at::Tensor &self, at::IntArrayRef dims) {
+  lt_tensor *x = handle_of(self);
+  int nd = lt_tensor_shape(x)->ndim;
+  std::vector<bool> seen(std::max(nd, 1), false);
+  Ref r = Ref::borrow(x);
+  for (int64_t d0 : dims) {
+    int64_t d = c10::maybe_wrap_dim(d0, std::max(nd, 1));
+    TORCH_CHECK(!seen[d], "dims has duplicates, original flip dims size=", dims.size());
+    seen[d] = true;
+    if (nd == 0) continue;
+    int64_t n = lt_tensor_shape(x)->dims[d];
+    if (n <= 1) continue;
+    int core = lt_tensor_core(x);
+    Ref start = scalar_typed(core, (double)(n - 1), LT_I64);
+    Ref step = scalar_typed(core, -1.0, LT_I64);
+    lt_attrs ai = attrs_of({(int64_t)LT_I64, n});
+    Ref idx = trace(LT_OP_arange, {start.get(), step.get()}, &ai);
+    lt_attrs a = attrs_of({d});
+    r = trace(LT_OP_index_select, {r.get(), idx.get()}, &a);
+  }
+  return wrap(fresh(std::move(r), {x}));
+}
+
 at::Tensor lt_gather(const at::Tensor &self, int64_t dim, const at::Tensor &index,
                      bool sparse_grad) {
   TORCH_CHECK(index.scalar_type() == at::kLong, "gather(): Expected dtype int64 for index");
@@ -648,8 +673,9 @@ at::Tensor lt_embedding(const at::Tensor &weight, const at::Tensor &indices,
   return wrap(reshape(rows.get(), idims));
 }
 at::Tensor lt_embedding_dense_backward(const at::Tensor &grad, const at::Tensor &indices,
-                                       c10::SymInt num_weights, int64_t padding_idx,
+                                       c10::SymInt num_weights, c10::SymInt padding_idx_sym,
                                        bool scale_grad_by_freq) {
+  int64_t padding_idx = padding_idx_sym.expect_int();
   TORCH_CHECK(!scale_grad_by_freq, "lazytpu: embedding(scale_grad_by_freq=True) is not "
               "supported on the device");
   int core = common_core({&grad, &indices});
@@ -703,6 +729,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   reg(m, "_index_put_impl_", TORCH_FN(lt_index_put_impl_));
   reg(m, "repeat", TORCH_FN(lt_repeat));
   reg(m, "embedding_dense_backward", TORCH_FN(lt_embedding_dense_backward));
+  reg(m, "flip", TORCH_FN(lt_flip));
 }
 
 }  // namespace lazytpu

@@ -1,6 +1,6 @@
 /*
- * backend/tensor_impl.cpp — LtTensorImpl, the PrivateUse1 device guard, and
- * the conversion/tracing helpers of lt_aten.h.
+ * backend/tensor_impl.cpp — LtTensorImpl and the conversion/tracing helpers
+ * of lt_aten.h.
  */
 #include "lt_aten.h"
 
@@ -115,42 +115,6 @@ const char *LtTensorImpl::tensorimpl_type_name() const {
   return "lazytpu device tensor (it has no host storage: use .cpu() to read "
          "its values)";
 }
-
-/* ----------------------------------------------------------- device guard */
-
-namespace {
-thread_local c10::DeviceIndex tls_device = 0;
-
-struct LtGuardImpl final : public c10::impl::DeviceGuardImplInterface {
-  c10::DeviceType type() const override { return c10::DeviceType::PrivateUse1; }
-  c10::Device exchangeDevice(c10::Device d) const override {
-    c10::Device old(c10::DeviceType::PrivateUse1, tls_device);
-    if (d.index() >= 0) tls_device = d.index();
-    return old;
-  }
-  c10::Device getDevice() const override {
-    return c10::Device(c10::DeviceType::PrivateUse1, tls_device);
-  }
-  void setDevice(c10::Device d) const override {
-    TORCH_CHECK(d.index() < deviceCount(), "lazytpu: device index ", (int)d.index(),
-                " out of range: there are ", (int)deviceCount(), " cores");
-    if (d.index() >= 0) tls_device = d.index();
-  }
-  void uncheckedSetDevice(c10::Device d) const noexcept override {
-    if (d.index() >= 0) tls_device = d.index();
-  }
-  c10::Stream getStream(c10::Device d) const noexcept override {
-    return c10::Stream(c10::Stream::DEFAULT, d);
-  }
-  c10::Stream exchangeStream(c10::Stream s) const noexcept override { return s; }
-  c10::DeviceIndex deviceCount() const noexcept override {
-    lt_init();
-    return (c10::DeviceIndex)lt_num_cores();
-  }
-};
-}  // namespace
-
-C10_REGISTER_GUARD_IMPL(PrivateUse1, LtGuardImpl);
 
 /* ----------------------------------------------------------------- errors */
 
@@ -296,9 +260,9 @@ int common_core(std::initializer_list<const at::Tensor *> ts) {
 
 int core_of_device(c10::optional<c10::Device> d) {
   lt_init();
-  int idx = (d && d->has_index()) ? d->index() : tls_device;
+  int idx = (d && d->has_index()) ? d->index() : current_core();
   TORCH_CHECK(idx >= 0 && idx < lt_num_cores(), "lazytpu: device index ", idx,
-              " out of range: there are ", lt_num_cores(), " cores (privateuseone:0..",
+              " out of range: there are ", lt_num_cores(), " cores (lazytpu:0..",
               lt_num_cores() - 1, ")");
   return idx;
 }
@@ -308,7 +272,7 @@ Ref operand(const at::Tensor &t, int core) {
   if (impl) return Ref::borrow(impl->handle());
   TORCH_CHECK(t.defined() && t.dim() == 0 && t.device().is_cpu(),
               "Expected all tensors to be on the same device, but found at least "
-              "two devices, privateuseone:", core, " and ",
+              "two devices, lazytpu:", core, " and ",
               t.defined() ? dev_str(t) : std::string("undefined"), "!");
   c10::Scalar v = t.item();
   if (t.unsafeGetTensorImpl()->is_wrapped_number()) return scalar(core, v);
@@ -429,45 +393,6 @@ Ref mul_scalar(lt_tensor *x, const c10::Scalar &s) {
   return trace(LT_OP_mul, {x, k.get()});
 }
 
-/* ------------------------------------------------------------------ rng */
-
-namespace {
-constexpr int kMaxCores = 64;
-std::mutex g_rng_mu;
-uint64_t g_rng_state[kMaxCores];
-bool g_rng_init[kMaxCores];
-
-uint64_t splitmix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-}  // namespace
-
-int64_t rng_next_seed(int core) {
-  std::lock_guard<std::mutex> g(g_rng_mu);
-  int c = core & (kMaxCores - 1);
-  if (!g_rng_init[c]) { g_rng_state[c] = 101; g_rng_init[c] = true; }
-  uint64_t seed = splitmix(g_rng_state[c] * 1000003ull + (uint64_t)c);
-  g_rng_state[c] = splitmix(g_rng_state[c]);
-  /* a graph parameter: keep it exact in a double and away from 0/+-1 */
-  return (int64_t)(seed & ((1ull << 52) - 1)) + 2;
-}
-
-void rng_set_state(int core, uint64_t seed) {
-  std::lock_guard<std::mutex> g(g_rng_mu);
-  int c = core & (kMaxCores - 1);
-  g_rng_state[c] = seed;
-  g_rng_init[c] = true;
-}
-
-uint64_t rng_get_state(int core) {
-  std::lock_guard<std::mutex> g(g_rng_mu);
-  int c = core & (kMaxCores - 1);
-  return g_rng_init[c] ? g_rng_state[c] : 101;
-}
-
 /* --------------------------------------------------------------- caller */
 
 static std::atomic<caller_hook_fn> g_caller_hook{nullptr};
@@ -486,6 +411,4 @@ std::string current_caller(void) {
 #include "lt_shim.h"
 
 uint32_t lazytpu_used_cores_mask(void) { return lazytpu::used_cores_mask(); }
-void lazytpu_rng_set_state(int core, uint64_t seed) { lazytpu::rng_set_state(core, seed); }
-uint64_t lazytpu_rng_get_state(int core) { return lazytpu::rng_get_state(core); }
 void lazytpu_set_caller_hook(std::string (*fn)(void)) { lazytpu::set_caller_hook(fn); }

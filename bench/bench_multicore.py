@@ -1,7 +1,7 @@
 """Data-parallel training throughput: N simulated cores (N processes through
 lazytpu.spawn) vs 1 core at the same global batch, as images/s and a ratio.
 
-    PYTHONPATH=python python3 bench/bench_multicore.py [--model mlp|cnn|both]
+    .venv/bin/python bench/bench_multicore.py [--model mlp|cnn|both]
         [--cores 8] [--batch 256] [--steps 60] [--warmup 10]
 
 Models: the MLP (784-256-10) and CNN of examples/fashion_mnist.py, SGD with

@@ -1,7 +1,7 @@
 """Train an MLP and a small CNN on Fashion-MNIST with lazytpu.
 
-    PYTHONPATH=python python3 examples/fashion_mnist.py            # 8 cores, 1 epoch each
-    PYTHONPATH=python python3 examples/fashion_mnist.py --cores 1 --model cnn --epochs 3
+    .venv/bin/python examples/fashion_mnist.py            # 8 cores, 1 epoch each
+    .venv/bin/python examples/fashion_mnist.py --cores 1 --model cnn --epochs 3
 
 Data: the IDX files of Debian's dataset-fashion-mnist package
 (/usr/share/datasets/fashion-mnist/*.gz), parsed with gzip + numpy.

@@ -1,6 +1,6 @@
 """An Embedding + LSTM sequence classifier on synthetic data with lazytpu.
 
-    PYTHONPATH=python python3 examples/lstm.py [--steps 100] [--seq 12]
+    .venv/bin/python examples/lstm.py [--steps 100] [--seq 12]
 
 Task: a sequence of tokens is labelled with the most frequent token class
 (tokens are grouped into --classes classes), which an LSTM learns in a few

@@ -70,6 +70,7 @@ typedef struct hosts {
     fault_rec fault_in;
     int have_fault_rq;
     int connected;            /* comm and fcomm exist */
+    int connecting;           /* in mpi_start */
     uint32_t served;
     uint64_t nagree;
     size_t inter;
@@ -189,8 +190,15 @@ static int poll_reqs(hosts *x, MPI_Request *reqs, int n, double timeout_s)
         }
         if (!pending) return PR_OK;
         if (remote_fault(x)) return PR_FAULT;
-        if (atomic_load(&x->cmd) & (CMD_FAULT | CMD_STOP)) return PR_STOP;
-        if (lt_world_aborted(x->w, NULL, 0)) return PR_STOP;
+        int c = atomic_load(&x->cmd);
+        if (x->connecting) {
+            /* a local failure during start-up: connect anyway (bounded by
+             * the launcher's stop), so that the fault reaches the others */
+            if ((c & CMD_STOP) && !(c & CMD_FAULT)) return PR_STOP;
+        } else {
+            if (c & (CMD_FAULT | CMD_STOP)) return PR_STOP;
+            if (lt_world_aborted(x->w, NULL, 0)) return PR_STOP;
+        }
         if (timeout_s > 0 && now_ns() - start > (int64_t)(timeout_s * 1e9))
             return PR_TIMEOUT;
         if (++spins < 200) continue;
@@ -775,7 +783,10 @@ static void drain(hosts *x)
 static void *proxy_main(void *arg)
 {
     hosts *x = arg;
-    if (mpi_start(x) != 0) {
+    x->connecting = 1;
+    int rc = mpi_start(x);
+    x->connecting = 0;
+    if (rc != 0) {
         lt_world_abort(x->w, x->errbuf);
         drain(x);
         return NULL;

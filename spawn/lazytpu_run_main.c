@@ -58,7 +58,8 @@ static void usage(FILE *f)
             "  --metrics FILE       merge the workers' metrics reports into FILE\n"
             "  --shm-bytes BYTES    shared-memory size (default 256 MiB)\n"
             "  --status-file FILE   write \"<exit code>\\t<ordinal>\\t<message>\"\n"
-            "                       (on several hosts: host 0 only)\n"
+            "                       (ordinal global; on several hosts every host\n"
+            "                       writes its own outcome)\n"
             "  --quiet              do not print the failure line\n"
             "  --hosts H            run H hosts through mpirun (this machine\n"
             "                       unless --hostfile; needs MPI)\n"
@@ -323,12 +324,17 @@ int main(int argc, char **argv)
         if (!res.message[0])
             snprintf(res.message, sizeof res.message, "%s", lt_last_error());
     }
-    if (c.status_file && c.o.host_index == 0) {
-        FILE *f = fopen(c.status_file, "w");
+    if (c.status_file) {
+        /* every host writes (Python's spawn on each host reads its own);
+         * atomically, as hosts on one machine may share the path */
+        char tmp[PATH_MAX];
+        snprintf(tmp, sizeof tmp, "%s.%d.tmp", c.status_file, (int)getpid());
+        FILE *f = fopen(tmp, "w");
         if (f) {
             fprintf(f, "%d\t%d\t%s\n", res.exit_code, res.failed_ordinal,
                     res.message);
             fclose(f);
+            if (rename(tmp, c.status_file) != 0) remove(tmp);
         }
     }
     fflush(stdout);

@@ -12,7 +12,7 @@ _orig_str = _ts._str
 
 
 def _str(self, *args, **kwargs):
-    if isinstance(self, torch.Tensor) and self.device.type == "privateuseone":
+    if isinstance(self, torch.Tensor) and self.device.type == "lazytpu":
         with torch.no_grad():
             cpu = self.detach().to("cpu")
         s = _orig_str(cpu, *args, **kwargs)
@@ -40,13 +40,13 @@ _orig_storage = torch.Tensor.storage
 
 
 def _data_ptr(self):
-    if self.device.type == "privateuseone":
+    if self.device.type == "lazytpu":
         raise RuntimeError(_NO_HOST % "data_ptr()")
     return _orig_data_ptr(self)
 
 
 def _storage(self):
-    if self.device.type == "privateuseone":
+    if self.device.type == "lazytpu":
         raise RuntimeError(_NO_HOST % "storage()")
     return _orig_storage(self)
 
@@ -55,14 +55,14 @@ torch.Tensor.data_ptr = _data_ptr
 torch.Tensor.storage = _storage
 
 # - torch.save / copy.deepcopy pick their device path (through .cpu() / clone)
-#   when torch._C._has_storage(t) is False for a privateuseone tensor. Device
+#   when torch._C._has_storage(t) is False for a lazytpu tensor. Device
 #   tensors are wrapped by functionalization, whose wrapper has an (empty)
 #   storage object, so answer for the device tensor itself.
 _orig_has_storage = torch._C._has_storage
 
 
 def _has_storage(t):
-    if isinstance(t, torch.Tensor) and t.device.type == "privateuseone":
+    if isinstance(t, torch.Tensor) and t.device.type == "lazytpu":
         return False
     return _orig_has_storage(t)
 
@@ -76,10 +76,41 @@ _orig_copy_ = torch.Tensor.copy_
 
 
 def _copy_(self, src, non_blocking=False):
-    if (isinstance(src, torch.Tensor) and src.device.type == "privateuseone"
-            and self.device.type != "privateuseone"):
+    if (isinstance(src, torch.Tensor) and src.device.type == "lazytpu"
+            and self.device.type != "lazytpu"):
         src = src.to("cpu")
     return _orig_copy_(self, src, non_blocking)
 
 
 torch.Tensor.copy_ = _copy_
+
+# - torch.compile on lazytpu tensors. Dynamo turns every input into a fake
+#   tensor by describing its storage; a lazytpu tensor has none, and the raw
+#   error ("Cannot access storage of lazytpu device tensor") says nothing
+#   useful. Say what works instead. (A dynamo backend for lazytpu is the
+#   speed work of docs/benchmarks.md.)
+_COMPILE_MSG = (
+    "lazytpu: torch.compile cannot trace tensors on the lazytpu device with "
+    "this backend (dynamo needs host storage to make fake tensors, and lazytpu "
+    "tensors have none). lazytpu already traces and compiles every step "
+    "lazily: call the model without torch.compile, or compile a CPU model.")
+
+
+def _patch_meta_describer():
+    try:
+        from torch._subclasses import meta_utils
+    except ImportError:  # torch without dynamo support
+        return
+    desc = meta_utils.MetaTensorDescriber
+    orig = desc.describe_tensor
+
+    def describe_tensor(self, t, *args, **kwargs):
+        if (isinstance(t, torch.Tensor) and t.device.type == "lazytpu"
+                and not torch._is_functional_tensor(t)):
+            raise RuntimeError(_COMPILE_MSG)
+        return orig(self, t, *args, **kwargs)
+
+    desc.describe_tensor = describe_tensor
+
+
+_patch_meta_describer()

@@ -1,7 +1,7 @@
 """lazytpu.core: devices, steps and the torch_xla-style helpers.
 
-Device tensors live on ``privateuseone:N`` (PyTorch 1.13 cannot rename the
-PrivateUse1 device). Every aten op on them is traced, nothing runs until a step
+Device tensors live on ``lazytpu:N`` (PyTorch's PrivateUse1 device, renamed).
+Every aten op on them is traced, nothing runs until a step
 boundary: :func:`mark_step`, :func:`optimizer_step` with ``barrier=True``, a
 loader step, or a value read (``.item()``, ``.cpu()``, ``print``).
 """
@@ -20,7 +20,7 @@ __all__ = [
     "save", "set_rng_state", "get_rng_state", "is_lazytpu_tensor",
 ]
 
-DEVICE_TYPE = "privateuseone"
+DEVICE_TYPE = "lazytpu"
 
 _closures = threading.local()
 

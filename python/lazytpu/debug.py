@@ -71,7 +71,7 @@ def _device_tensors(tensors, what):
     if not tensors:
         raise ValueError("lazytpu.debug.%s: give at least one device tensor" % what)
     for i, t in enumerate(tensors):
-        if not isinstance(t, torch.Tensor) or t.device.type != "privateuseone":
+        if not isinstance(t, torch.Tensor) or t.device.type != "lazytpu":
             raise ValueError("lazytpu.debug.%s: argument %d is %s, not a lazytpu "
                              "device tensor" % (what, i, _describe(t)))
     return list(tensors)

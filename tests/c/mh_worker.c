@@ -17,6 +17,8 @@
  *                           of host 1 does; the error of every rank goes to
  *                           DIR/mm-<ordinal>.txt, then the world must still
  *                           work
+ *   mh_worker fail DIR V    ordinal V exits 1 at once (hosts still connecting)
+ *   mh_worker abstain DIR   ordinal 5 abstains from an all_reduce
  *   mh_worker early DIR     the ranks of host 1 skip the last all_reduce
  *   mh_worker stall DIR S   host 1 sleeps S seconds before its all_reduce
  *   mh_worker bench DIR MB  times a MB-megabyte f32 all_reduce (best of 5)
@@ -600,6 +602,23 @@ static void write_metrics(void)
     free(rep);
 }
 
+/* Ordinal 5 cannot take part (lt_world_abstain, as a rank whose program
+ * failed does); every rank of every host must get the same error. */
+static void mode_abstain(lt_world *w, const char *dir)
+{
+    static float buf[64];
+    lt_status st;
+    if (g_rank == 5)
+        st = lt_world_abstain(w, "all_reduce", "its input is poisoned");
+    else
+        st = lt_world_all_reduce(w, buf, buf, 64, LT_F32, LT_REDUCE_SUM, 1.0, NULL);
+    if (st == LT_OK) DIE("all_reduce with an abstaining rank succeeded");
+    write_text(dir, "mm", lt_last_error());
+    for (int i = 0; i < 8; i++) buf[i] = (float)g_rank;
+    if (lt_world_all_reduce(w, buf, buf, 8, LT_F32, LT_REDUCE_MAX, 1.0, NULL) != LT_OK)
+        DIE("all_reduce after abstain: %s", lt_last_error());
+}
+
 static void mode_early(lt_world *w)
 {
     float v[8] = { 0 };
@@ -668,6 +687,12 @@ int main(int argc, char **argv)
         mode_early(w);   /* no final barrier: host 1 just exits */
         return 0;
     }
+    else if (!strcmp(mode, "fail")) {   /* ordinal V fails at once */
+        note_process(dir);
+        if (g_rank == (argc > 3 ? atoi(argv[3]) : 3)) DIE("failing on purpose");
+        sleep(30);
+    }
+    else if (!strcmp(mode, "abstain")) mode_abstain(w, dir);
     else if (!strcmp(mode, "stall")) mode_stall(w, argc > 3 ? atoi(argv[3]) : 30);
     else if (!strcmp(mode, "bench")) mode_bench(w, argc > 3 ? atoi(argv[3]) : 64, 5);
     else DIE("unknown mode %s", mode);

@@ -693,7 +693,8 @@ static int eval_norm(lt_op op, const lt_attrs *at, const ref_array *in,
     int64_t dim = at->i[0];
     if (s->ndim == 0 ? dim != 0 : (dim < 0 || dim >= s->ndim))
         return fail("ref %s: bad dim %lld", op_names[op], (long long)dim);
-    lt_dtype od = out_dtype(op, at, in, op == LT_OP_softmax || op == LT_OP_log_softmax ? 1 : 2);
+    int scan = op == LT_OP_cumsum || op == LT_OP_cumprod;
+    lt_dtype od = out_dtype(op, at, in, op == LT_OP_softmax || op == LT_OP_log_softmax || scan ? 1 : 2);
     if (ref_array_init(out, od, s)) return -1;
     int64_t L = s->ndim ? s->dims[dim] : 1, inner = 1, outer = 1;
     for (int d = (int)dim + 1; d < s->ndim; d++) inner *= s->dims[d];
@@ -708,6 +709,15 @@ static int eval_norm(lt_op op, const lt_attrs *at, const ref_array *in,
                 for (int64_t k = 0; k < L; k++) {
                     double z = in[0].v[AT(k)] - mx;
                     out->v[AT(k)] = op == LT_OP_softmax ? exp(z) / sum : z - log(sum);
+                }
+            } else if (op == LT_OP_cumsum || op == LT_OP_cumprod) {
+                double acc = op == LT_OP_cumsum ? 0 : 1;
+                for (int64_t k = 0; k < L; k++) {
+                    double v = in[0].v[AT(k)];
+                    if (od != LT_I64) v = ref_round(v, od == LT_BF16 ? LT_F32 : od);
+                    acc = op == LT_OP_cumsum ? acc + v : acc * v;
+                    if (od == LT_F32 || od == LT_BF16) acc = (float)acc;
+                    out->v[AT(k)] = acc;
                 }
             } else if (op == LT_OP_softmax_backward) {
                 double dot = 0;

@@ -347,6 +347,15 @@ static void cases_norm(lt_op op)
     tol_t tol = TOL_TR;
     lt_shape shapes[] = {D(3, 4, 5), D(7), D(1, 9)};
     lt_dtype dts[] = {LT_F32, LT_F64, LT_BF16};
+    if (op == LT_OP_cumsum || op == LT_OP_cumprod) {
+        lt_dtype sdts[] = {LT_F32, LT_F64, LT_BF16, LT_I64, LT_I32, LT_BOOL};
+        for (int d = 0; d < 6; d++)
+            for (int s = 0; s < 3; s++)
+                for (int dim = 0; dim < shapes[s].ndim; dim++)
+                    RUN(op, A(1, dim), tol, T(shapes[s], sdts[d], sdts[d] == LT_BOOL ? G_BOOL : G_NORM));
+        RUN(op, A(1, 0), tol, T(D0, LT_F32, G_NORM));
+        return;
+    }
     for (int d = 0; d < 3; d++)
         for (int s = 0; s < 3; s++)
             for (int dim = 0; dim < shapes[s].ndim; dim++) {
@@ -745,7 +754,9 @@ static void cases_large(lt_op op)
          * however small the result; hence atol 1e-4 here (not for the forward) */
         tol_t bt = {1e-4, 1e-4};
         for (int dim = 0; dim < 2; dim++) {
-            if (op == LT_OP_softmax || op == LT_OP_log_softmax)
+            if (op == LT_OP_cumsum || op == LT_OP_cumprod)
+                BIG(op, A(1, dim), TOL_TR, T(D(200, 300), f, op == LT_OP_cumprod ? G_UNIT : G_NORM));
+            else if (op == LT_OP_softmax || op == LT_OP_log_softmax)
                 BIG(op, A(1, dim), TOL_TR, T(D(200, 300), f, G_NORM));
             else
                 BIG(op, A(1, dim), bt, T(D(200, 300), f, G_NORM), T(D(200, 300), f, G_UNIT));

@@ -14,14 +14,14 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
 def test_devices_and_world():
-    assert lazytpu.device() == torch.device("privateuseone", 0)
-    assert lazytpu.device(3) == torch.device("privateuseone:3")
+    assert lazytpu.device() == torch.device("lazytpu", 0)
+    assert lazytpu.device(3) == torch.device("lazytpu:3")
     assert lazytpu.xm.xla_device() == lazytpu.device()
     assert len(lazytpu.devices()) == lazytpu.device_count() >= 2
     assert lazytpu.get_ordinal() == 0 and lazytpu.world_size() == 1
     assert lazytpu.is_master_ordinal()
-    assert torch.privateuseone.is_available()
-    assert torch.privateuseone.device_count() == lazytpu.device_count()
+    assert torch.lazytpu.is_available()
+    assert torch.lazytpu.device_count() == lazytpu.device_count()
 
 
 def test_tensors_on_several_cores():

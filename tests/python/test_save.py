@@ -72,3 +72,46 @@ def test_load_state_dict_into_device_model(dev):
             p.mul_(2)
     m.load_state_dict(src.state_dict())
     _same_state(src, m)
+
+
+def test_pickle_and_torch_save_of_device_tensors(dev, tmp_path):
+    import io
+    import pickle
+    t = torch.arange(6.0).reshape(2, 3).to(dev) * 2
+    # pickle round trip: comes back on the device with the same values
+    u = pickle.loads(pickle.dumps(t))
+    assert u.device == t.device and torch.equal(u.cpu(), t.cpu())
+    # torch.save / torch.load of a device tensor inside a structure
+    buf = io.BytesIO()
+    torch.save({"t": t, "l": [t + 1]}, buf)
+    buf.seek(0)
+    d = torch.load(buf)
+    assert d["t"].device == t.device and torch.equal(d["t"].cpu(), t.cpu())
+    assert torch.equal(d["l"][0].cpu(), (t + 1).cpu())
+    buf.seek(0)
+    c = torch.load(buf, map_location="cpu")
+    assert c["t"].device.type == "cpu" and torch.equal(c["t"], t.cpu())
+    # deepcopy of a tensor and of a requires_grad parameter
+    p = torch.nn.Parameter(torch.ones(3, device=dev))
+    q = copy.deepcopy(p)
+    assert isinstance(q, torch.nn.Parameter) and q.requires_grad and q.device == dev
+    assert torch.equal(q.cpu(), p.cpu())
+
+
+def test_optimizer_state_dict_round_trip(dev, tmp_path):
+    m = _model().to(dev)
+    opt = torch.optim.Adam(m.parameters(), lr=1e-2)
+    m(torch.randn(2, 1, 6, 6, device=dev)).sum().backward()
+    opt.step()
+    lazytpu.mark_step()
+    path = tmp_path / "opt.pt"
+    torch.save({"m": m.state_dict(), "o": opt.state_dict()}, path)
+    ck = torch.load(path, map_location="cpu")
+    m2 = _model()
+    m2.load_state_dict(ck["m"])
+    opt2 = torch.optim.Adam(m2.parameters(), lr=1e-2)
+    opt2.load_state_dict(ck["o"])
+    _same_state(m, m2)
+    st = opt2.state_dict()["state"][0]
+    assert st["exp_avg"].device.type == "cpu"
+    torch.testing.assert_close(st["exp_avg"], opt.state_dict()["state"][0]["exp_avg"].cpu())
