@@ -66,7 +66,7 @@ at::Tensor to_cpu(lt_tensor *h, c10::ScalarType want) {
     CallerScope cs;
     lt_status st;
     st = lt_tensor_to_host(h, out.data_ptr(), to_lt_dtype(read));
-    check(st);
+    check_read(st);
   }
   if (read != want) out = out.to(want);
   return out;
@@ -245,16 +245,16 @@ c10::Scalar lt_local_scalar_dense(const at::Tensor &self) {
   lt_dtype dt = lt_tensor_dtype(h);
   if (dt == LT_BOOL) {
     uint8_t b = 0;
-    check(lt_tensor_to_host(h, &b, LT_BOOL));
+    check_read(lt_tensor_to_host(h, &b, LT_BOOL));
     return c10::Scalar(b != 0);
   }
   if (dt == LT_I64 || dt == LT_I32) {
     int64_t v = 0;
-    check(lt_tensor_to_host(h, &v, LT_I64));
+    check_read(lt_tensor_to_host(h, &v, LT_I64));
     return c10::Scalar(v);
   }
   double v = 0;
-  check(lt_tensor_to_host(h, &v, LT_F64));
+  check_read(lt_tensor_to_host(h, &v, LT_F64));
   if (dt == LT_F32) return c10::Scalar((double)(float)v);
   if (dt == LT_BF16) return c10::Scalar((double)c10::BFloat16((float)v));
   return c10::Scalar(v);

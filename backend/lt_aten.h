@@ -97,6 +97,15 @@ class LtTensorImpl final : public c10::TensorImpl {
 inline void check(lt_status st) {
   if (C10_UNLIKELY(st != LT_OK)) throw_status(st);
 }
+/* The same for an execution error returned by a value read (a poisoned
+ * tensor, docs/errors.md): an index or class id out of range (LT_ERR_ARG)
+ * becomes c10::IndexError (IndexError in Python, as eager raises for
+ * x[idx], index_select, embedding, nll_loss; eager's gather and scatter_add
+ * raise RuntimeError), every other status c10::Error. */
+[[noreturn]] void throw_exec_status(lt_status st);
+inline void check_read(lt_status st) {
+  if (C10_UNLIKELY(st != LT_OK)) throw_exec_status(st);
+}
 
 /* dtype and shape conversions; to_lt_dtype throws for dtypes the device does
  * not have (uint8, half, complex, ...). */

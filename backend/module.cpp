@@ -24,6 +24,16 @@ PyObject *raise_status(lt_status st) {
   return nullptr;
 }
 
+/* An execution error reported by a step boundary or a wait (docs/errors.md):
+ * an index or class id out of range (LT_ERR_ARG) is an IndexError, as in
+ * eager PyTorch (and as a read of the tensor raises it, tensor_impl.cpp);
+ * everything else a RuntimeError. */
+PyObject *raise_exec_status(lt_status st, const std::string &msg) {
+  PyErr_SetString(st == LT_ERR_ARG ? PyExc_IndexError : PyExc_RuntimeError,
+                  msg.empty() ? "lazytpu: error" : msg.c_str());
+  return nullptr;
+}
+
 PyObject *take_cstr(char *s) {
   if (!s) Py_RETURN_NONE;
   PyObject *o = PyUnicode_FromString(s);
@@ -91,7 +101,12 @@ PyObject *py_used_cores(PyObject *, PyObject *) {
   return l;
 }
 
-/* sync_core(core, cause, wait): core -1 = every core that has tensors. */
+/* sync_core(core, cause, wait): core -1 = every core that has tensors.
+ * With core -1 every such core is synced even when an earlier one reports
+ * an error (a failed program on core 0 must not leave core 1's step
+ * unlaunched). The first error is raised; the errors other cores reported
+ * in the same call (claimed by their sync: no later wait repeats them) are
+ * appended to its message as " (also: <message>)". */
 PyObject *py_sync(PyObject *, PyObject *args) {
   int core, cause, wait;
   const char *caller = nullptr;
@@ -102,28 +117,44 @@ PyObject *py_sync(PyObject *, PyObject *args) {
   }
   lt_set_caller(caller);
   lt_status st = LT_OK;
+  std::string msg;
+  auto note = [&](lt_status s) {
+    if (s == LT_OK) return;
+    if (st == LT_OK) {
+      st = s;
+      msg = lt_last_error();
+    } else {
+      msg += std::string(" (also: ") + lt_last_error() + ")";
+    }
+  };
   Py_BEGIN_ALLOW_THREADS
   if (core >= 0) {
-    st = lt_sync_core(core, (lt_sync_cause)cause, wait);
+    note(lt_sync_core(core, (lt_sync_cause)cause, wait));
   } else {
     /* every core that holds tensors; the core counts MarkStep per core
-     * synced, a user's mark_step is one step */
+     * synced, a user's mark_step is one step. A used core whose tensors
+     * are all gone has nothing to launch; waiting, it still reports its
+     * programs' unread errors (lt_wait, as lt_sync_core would). */
     uint32_t m = lazytpu_used_cores_mask();
     int synced = 0;
-    for (int i = 0; i < 32 && st == LT_OK; i++)
-      if ((m & (1u << i)) && lt_live_tensors(i) > 0) {
-        st = lt_sync_core(i, (lt_sync_cause)cause, wait);
+    for (int i = 0; i < 32; i++) {
+      if (!(m & (1u << i))) continue;
+      if (lt_live_tensors(i) > 0) {
+        note(lt_sync_core(i, (lt_sync_cause)cause, wait));
         synced++;
+      } else if (wait) {
+        note(lt_wait(i));
       }
-    if (synced == 0 && st == LT_OK) {
-      st = lt_sync_core(0, (lt_sync_cause)cause, wait);  /* count the step anyway */
+    }
+    if (synced == 0) {
+      note(lt_sync_core(0, (lt_sync_cause)cause, wait));  /* count the step anyway */
       synced = 1;
     }
     if (cause == LT_SYNC_MARK_STEP && synced > 1) lt_counter_inc_name("MarkStep", 1 - synced);
   }
   Py_END_ALLOW_THREADS
   lt_set_caller(nullptr);
-  if (st != LT_OK) return raise_status(st);
+  if (st != LT_OK) return raise_exec_status(st, msg);
   Py_RETURN_NONE;
 }
 
@@ -134,7 +165,7 @@ PyObject *py_wait(PyObject *, PyObject *args) {
   Py_BEGIN_ALLOW_THREADS
   st = lt_wait(core);
   Py_END_ALLOW_THREADS
-  if (st != LT_OK) return raise_status(st);
+  if (st != LT_OK) return raise_exec_status(st, lt_last_error());
   Py_RETURN_NONE;
 }
 

@@ -124,6 +124,13 @@ void throw_status(lt_status st) {
   TORCH_CHECK(false, msg);
 }
 
+void throw_exec_status(lt_status st) {
+  const char *msg = lt_last_error();
+  if (!msg || !*msg) msg = "lazytpu: unknown error";
+  TORCH_CHECK_INDEX(st != LT_ERR_ARG, msg);
+  TORCH_CHECK(false, msg);
+}
+
 /* ------------------------------------------------------------ conversions */
 
 lt_dtype to_lt_dtype(c10::ScalarType st) {

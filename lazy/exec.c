@@ -115,9 +115,10 @@ static lt_status check_params(const lt_program *p, const lt_exec_args *a,
 }
 
 /* After a failure: every collective step from `from` on takes part in its
- * collective as a failure, so that the peers are not left waiting. Keeps
- * the thread's error message. */
-static void abstain_from(const lt_program *p, int from)
+ * collective as a failure, so that the peers are not left waiting. The
+ * peers are told `reason` (NULL: the thread's error message). Keeps the
+ * thread's error message. */
+static void abstain_from(const lt_program *p, int from, const char *reason)
 {
     int any = 0;
     for (int s = from; s < p->n_steps && !any; s++)
@@ -127,7 +128,7 @@ static void abstain_from(const lt_program *p, int from)
     snprintf(msg, sizeof msg, "%s", lt_last_error());
     for (int s = from; s < p->n_steps; s++)
         if (lt_op_kind_of(p->steps[s].op) == LT_KIND_COLLECTIVE)
-            lt_collective_abstain(p->steps[s].op, msg);
+            lt_collective_abstain(p->steps[s].op, reason ? reason : msg);
     lt_set_error(LT_OK, "%s", msg);
 }
 
@@ -145,14 +146,16 @@ lt_status lt_program_run(const lt_program *p, const lt_exec_args *args,
                             "needed", p->scratch_bytes);
     lt_status st = check_params(p, args, core, cause);
     if (st != LT_OK) {
-        abstain_from(p, 0);
+        /* the peers learn the original error (this rank's derived message
+         * would only wrap it in this program's "input k was poisoned") */
+        abstain_from(p, 0, cause && *cause ? lt_fault_origin(*cause)->msg : NULL);
         return st;
     }
     int np = p->n_params;
     uint64_t *slots = calloc(np ? np : 1, sizeof *slots);
     if (!slots) {
         st = lt_set_error(LT_ERR_OOM, "run: out of host memory");
-        abstain_from(p, 0);
+        abstain_from(p, 0, NULL);
         return st;
     }
     for (int j = 0; j < np; j++)
@@ -205,7 +208,7 @@ lt_status lt_program_run(const lt_program *p, const lt_exec_args *args,
     if (st != LT_OK) {
         int failed = s < p->n_steps ? s : p->n_steps - 1;
         st = with_where(st, p, failed, args, core);
-        abstain_from(p, failed + 1);
+        abstain_from(p, failed + 1, NULL);
     }
     return st;
 }

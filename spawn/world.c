@@ -645,7 +645,10 @@ lt_status lt_world_abstain(lt_world *w, const char *what, const char *reason)
         if (what && strcmp(what, lt_wop_name(op)) == 0) d.op = op;
     d.reduce = -1;
     d.abstain = 1;
-    snprintf(d.bad, sizeof d.bad, "%s", reason && *reason ? reason : "unknown error");
+    /* a reason longer than the descriptor's slot ends in "..." */
+    if (snprintf(d.bad, sizeof d.bad, "%s", reason && *reason ? reason : "unknown error") >=
+        (int)sizeof d.bad)
+        memcpy(d.bad + sizeof d.bad - 4, "...", 4);
     /* lt_world_agree fails (our own bad descriptor) on every rank after the
      * first barrier, and lt_world_verify passes the second one: the same
      * two barriers a rank that found bad arguments goes through. */

@@ -28,7 +28,7 @@ typedef struct lt_wdesc {
     lt_shape shape;
     char tag[LT_WORLD_TAG_MAX];
     int32_t abstain;        /* 1: this rank cannot take part (bad = why) */
-    char bad[384];          /* non-empty: this rank's arguments are invalid,
+    char bad[512];          /* non-empty: this rank's arguments are invalid,
                                or (abstain) why it cannot take part */
 } lt_wdesc;
 
