@@ -59,6 +59,8 @@ typedef struct lt_exec_args {
     int n_nodes;
     const char *sync_frame;   /* the user's code that started the sync */
     lt_sync_cause cause;
+    int *failed_node;         /* out (optional): on failure, the position in
+                                 nodes of the failing step's node, or -1 */
 } lt_exec_args;
 
 /* Runs p with args on the calling thread (the core's worker), using the
@@ -74,5 +76,9 @@ typedef struct lt_exec_args {
  * get an error naming this rank instead of waiting for it. */
 lt_status lt_program_run(const lt_program *p, const lt_exec_args *args,
                          int core, struct lt_fault **cause);
+/* Makes p's collective steps take part in their collectives as failures
+ * (lt_collective_abstain with `reason`), for a program that fails before
+ * it runs. */
+void lt_program_abstain(const lt_program *p, const char *reason);
 
 #endif

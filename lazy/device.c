@@ -158,12 +158,18 @@ static lt_fault *job_execute(lt_job *job, int core)
     lt_set_error(LT_OK, "%s", "");
     lt_status st = job->run(job, core);
     lt_fault *f = NULL;
-    if (st != LT_OK) {
+    if (st != LT_OK && job->same) {
+        f = job->same;               /* the same failure: claimed with it */
+        job->same = NULL;
+        if (job->fail) job->fail(job, f);
+    } else if (st != LT_OK) {
         const char *m = lt_last_error();
         f = lt_fault_new(st, m && *m ? m : "device job failed", core, seq,
                          job->cause);
         if (f && job->fail) job->fail(job, f);
     }
+    lt_fault_release(job->same);
+    job->same = NULL;
     lt_fault_release(job->cause);
     job->cause = NULL;
     if (job->done) job->done(job);
@@ -549,6 +555,7 @@ uint64_t lt_core_submit(int core, lt_job *job)
 {
     lt_core *c = &g_cores[core];
     job->cause = NULL;
+    job->same = NULL;
     if (!c->running) {
         pthread_mutex_lock(&c->mu);
         job->seq = ++c->last_seq;

@@ -72,6 +72,10 @@ typedef struct lt_job {
     struct lt_job *next;      /* queue link, owned by the core */
     uint64_t seq;             /* assigned by lt_core_submit */
     struct lt_fault *cause;   /* see above; NULLed by lt_core_submit */
+    struct lt_fault *same;    /* set by a failing run() (an owned reference)
+                                 when the failure is an earlier one again
+                                 (lt_node_set_fault): that fault is used as
+                                 is, not a new one. NULLed by lt_core_submit */
 } lt_job;
 
 /* Queues job on core; assigns and returns job->seq (> 0). Never blocks on

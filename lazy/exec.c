@@ -109,6 +109,7 @@ static lt_status check_params(const lt_program *p, const lt_exec_args *a,
                          "earlier error: %s", lt_op_name(step->op), k,
                          lt_dtype_name(pv->v.dtype), sh, o->msg);
         if (cause) *cause = lt_fault_retain(b->fault);
+        if (a->failed_node) *a->failed_node = step->node;
         return with_where(o->st, p, s, a, core);
     }
     return LT_OK;
@@ -132,10 +133,16 @@ static void abstain_from(const lt_program *p, int from, const char *reason)
     lt_set_error(LT_OK, "%s", msg);
 }
 
+void lt_program_abstain(const lt_program *p, const char *reason)
+{
+    abstain_from(p, 0, reason);
+}
+
 lt_status lt_program_run(const lt_program *p, const lt_exec_args *args,
                          int core, lt_fault **cause)
 {
     if (cause) *cause = NULL;
+    if (args->failed_node) *args->failed_node = -1;
     if (args->n_params != p->n_params || args->n_outputs != p->n_outputs)
         return lt_set_error(LT_ERR_INTERNAL, "run: program has %d params / "
                             "%d outputs, got %d / %d", p->n_params,
@@ -207,6 +214,7 @@ lt_status lt_program_run(const lt_program *p, const lt_exec_args *args,
     free(slots);
     if (st != LT_OK) {
         int failed = s < p->n_steps ? s : p->n_steps - 1;
+        if (args->failed_node && failed >= 0) *args->failed_node = p->steps[failed].node;
         st = with_where(st, p, failed, args, core);
         abstain_from(p, failed + 1, NULL);
     }

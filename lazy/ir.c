@@ -5,6 +5,7 @@
 #include <string.h>
 #include "ir.h"
 #include "device.h"
+#include "fault.h"
 
 /* ------------------------------------------------------------------ hashing */
 
@@ -119,6 +120,7 @@ lt_node *lt_node_new(lt_op op, lt_node *const *in, int n_in,
     n->buf = NULL;
     n->value = 0;
     n->frame = NULL;
+    atomic_init(&n->fault, NULL);
     for (int i = 0; i < n_in; i++) {
         n->in[i] = in[i];
         atomic_fetch_add_explicit(&in[i]->refs, 1, memory_order_relaxed);
@@ -157,6 +159,7 @@ lt_node *lt_node_new_scalar(double value, lt_dtype dtype, int core, int flags)
     n->buf = NULL;
     n->value = value;
     n->frame = NULL;
+    atomic_init(&n->fault, NULL);
     node_hashes(n);
     return n;
 }
@@ -175,8 +178,22 @@ static int node_unref(lt_node *n)
 static void node_free_one(lt_node *n)
 {
     if (n->buf) lt_buffer_release(n->buf);
+    lt_fault_release(atomic_load(&n->fault));
     free(n->frame);
     free(n);
+}
+
+void lt_node_set_fault(lt_node *n, struct lt_fault *f)
+{
+    if (!n || !f) return;
+    lt_fault *none = NULL;
+    lt_fault_retain(f);
+    if (!atomic_compare_exchange_strong(&n->fault, &none, f)) lt_fault_release(f);
+}
+
+struct lt_fault *lt_node_fault(lt_node *n)
+{
+    return n ? atomic_load_explicit(&n->fault, memory_order_acquire) : NULL;
 }
 
 void lt_node_release(lt_node *n)

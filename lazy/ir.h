@@ -19,6 +19,7 @@
 #include "lazytpu.h"
 
 struct lt_buffer;
+struct lt_fault;
 
 enum {
     LT_NODE_WRAPPED = 1, /* a Python number: weak in dtype promotion */
@@ -40,6 +41,9 @@ typedef struct lt_node {
     char *frame;              /* owned; the user's code that traced the node,
                                  recorded only for ops that check their input
                                  data at run time (lt_trace), else NULL */
+    _Atomic(struct lt_fault *) fault;  /* owned; set (once, by a core's
+                                 worker) when a program failed computing this
+                                 node: see lt_node_set_fault */
     struct lt_node **in;      /* n_in owned references (points at in_inline when n_in <= 3) */
     struct lt_node *in_inline[3];
 } lt_node;
@@ -57,6 +61,15 @@ lt_node *lt_node_new_data(struct lt_buffer *buf, const lt_shape *shape,
 lt_node *lt_node_new_scalar(double value, lt_dtype dtype, int core, int flags);
 
 lt_node *lt_node_retain(lt_node *n);      /* NULL-safe, returns n */
+/* A program failed computing n (its kernel found a bad value, or an input
+ * of that step was poisoned): n's value is that failure. A later program
+ * that contains n again (a value read synced only part of a graph, the
+ * rest of it is synced later) fails at once with the same fault instead of
+ * running, and failing, a second time (sync.c). The first fault set stays;
+ * takes a new reference to f. */
+void lt_node_set_fault(lt_node *n, struct lt_fault *f);
+/* The fault set on n, or NULL (borrowed; valid while n is referenced). */
+struct lt_fault *lt_node_fault(lt_node *n);
 /* Drops one reference; frees the node and, iteratively (no recursion, chains
  * can be millions long), any operands that drop to zero. NULL-safe. */
 void lt_node_release(lt_node *n);

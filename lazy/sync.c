@@ -53,6 +53,7 @@ typedef struct sync_job {
     int n_nodes;
     lt_program *prog;
     lt_exec_args args;
+    int failed_node;               /* lt_exec_args.failed_node */
 } sync_job;
 
 static void exec_args_release(lt_exec_args *a)
@@ -71,6 +72,16 @@ static void exec_args_release(lt_exec_args *a)
 static lt_status job_run(lt_job *job, int core)
 {
     sync_job *j = (sync_job *)job;
+    /* A node of this graph already failed in an earlier program (a value
+     * read synced part of this graph): this program is that failure again,
+     * reported (and claimed) as the same fault, not run. */
+    for (int i = 0; i < j->n_nodes; i++) {
+        lt_fault *nf = lt_node_fault(j->nodes[i]);
+        if (!nf) continue;
+        job->same = lt_fault_retain(nf);
+        lt_program_abstain(j->prog, lt_fault_origin(nf)->msg);
+        return lt_set_error(nf->st, "%s", nf->msg);
+    }
     int64_t t0 = lt_now_ns();
     lt_status st = lt_program_run(j->prog, &j->args, core, &job->cause);
     int64_t t1 = lt_now_ns();
@@ -88,6 +99,8 @@ static lt_status job_run(lt_job *job, int core)
 static void job_fail(lt_job *job, lt_fault *f)
 {
     sync_job *j = (sync_job *)job;
+    if (j->failed_node >= 0 && j->failed_node < j->n_nodes)
+        lt_node_set_fault(j->nodes[j->failed_node], f);
     for (int k = 0; k < j->args.n_outputs; k++) {
         lt_buffer *b = j->args.out_bufs[k];
         if (!b || b->ready_seq != job->seq || b->fault == f) continue;
@@ -380,6 +393,8 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
     job->args.n_nodes = job->n_nodes;
     job->args.sync_frame = job->frame;
     job->args.cause = cause;
+    job->failed_node = -1;
+    job->args.failed_node = &job->failed_node;
     g.nodes = NULL;
     g.n_nodes = 0;
     lt_core_lock(core);

@@ -480,6 +480,42 @@ static void test_frame_from_hook(void **state)
 
 /* The core keeps working: many failures and successes interleaved, no
  * growth in live tensors or device bytes (teardown checks zero). */
+/* A read of a value derived from the failing one (y.detach().cpu(),
+ * y[0].item()) syncs only part of y's graph; y itself is synced by the next
+ * step. That program contains the node that failed: it is the same
+ * failure (the read claimed it), so no step or wait reports it again, and
+ * y's own reads raise the original message. Found by the property tests
+ * (index_select behind a detach). */
+static void test_failed_node_synced_again_is_the_same_failure(void **state)
+{
+    lt_tensor *y = gather_rows(0, 7, "user.py:3 in f");
+    lt_attrs a = {.n = 2, .i = {1, 3}};
+    lt_tensor *d;
+    assert_int_equal(lt_trace(LT_OP_reshape, &y, 1, &a, &d), LT_OK);
+    char *m = read_fails(d, LT_ERR_ARG);
+    EXPECT_IN(m, "index_select: index 7 is out of range");
+    assert_int_equal(lt_sync_core(0, LT_SYNC_MARK_STEP, 1), LT_OK);
+    assert_int_equal(lt_wait(-1), LT_OK);
+    char *m2 = read_fails(y, LT_ERR_ARG);
+    assert_string_equal(m, m2);
+    /* unread: the same failure reported once, by the first wait */
+    lt_tensor *y2 = gather_rows(0, 8, NULL), *d2;
+    assert_int_equal(lt_trace(LT_OP_reshape, &y2, 1, &a, &d2), LT_OK);
+    assert_int_equal(lt_sync(&d2, 1, LT_SYNC_EXPLICIT, 0), LT_OK);
+    assert_int_equal(lt_sync_core(0, LT_SYNC_MARK_STEP, 0), LT_OK);
+    assert_int_equal(lt_wait(-1), LT_ERR_ARG);
+    EXPECT_IN(lt_last_error(), "index 8 is out of range");
+    if (strstr(lt_last_error(), "more failed"))
+        fail_msg("one failure, counted twice: %s", lt_last_error());
+    assert_int_equal(lt_wait(-1), LT_OK);
+    free(m);
+    free(m2);
+    lt_tensor_release(d);
+    lt_tensor_release(y);
+    lt_tensor_release(d2);
+    lt_tensor_release(y2);
+}
+
 static void test_core_keeps_working(void **state)
 {
     for (int k = 0; k < 200; k++) {
@@ -512,6 +548,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_graph_cut_never_reports, setup, teardown),
         cmocka_unit_test_setup_teardown(test_loss_and_gather_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_frame_from_hook, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failed_node_synced_again_is_the_same_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_core_keeps_working, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

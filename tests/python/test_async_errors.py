@@ -95,6 +95,21 @@ def test_poisoned_tensor_raises_on_every_read(dev):
     assert (torch.ones(3).to(dev) * 2).cpu().tolist() == [2.0, 2.0, 2.0]
 
 
+def test_reading_a_derived_value_then_stepping_reports_once(dev):
+    """y.detach().cpu() syncs only the detached copy; the next mark_step
+    syncs y itself, whose graph holds the op that failed: the same failure,
+    not reported again (a regression found by the property tests)."""
+    x = torch.arange(4.0).to(dev)
+    y = x[torch.tensor([7]).to(dev)] * 2
+    for read in (lambda: y.detach().cpu(), lambda: y[0].item(), lambda: (y + 1).tolist()):
+        with pytest.raises(IndexError, match="index 7 is out of range"):
+            read()
+    lazytpu.mark_step(wait=True)
+    lazytpu.wait_device_ops()
+    with pytest.raises(IndexError, match="index 7 is out of range"):
+        y.cpu()
+
+
 def test_gather_embedding_nll_loss_and_index_add_raise_index_errors(dev):
     src = torch.arange(8.0).reshape(4, 2)
     cases = [
