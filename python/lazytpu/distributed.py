@@ -26,9 +26,9 @@ from .world import get_ordinal, world_size
 
 __all__ = ["ProcessGroupLazyTPU", "register_backend"]
 
-_REDUCE_OPS = {dist.ReduceOp.SUM: _coll.REDUCE_SUM, dist.ReduceOp.PRODUCT: _coll.REDUCE_MUL,
-               dist.ReduceOp.MIN: _coll.REDUCE_MIN, dist.ReduceOp.MAX: _coll.REDUCE_MAX,
-               dist.ReduceOp.BAND: _coll.REDUCE_AND, dist.ReduceOp.BOR: _coll.REDUCE_OR}
+_REDUCE_OPS = [(dist.ReduceOp.SUM, _coll.REDUCE_SUM), (dist.ReduceOp.PRODUCT, _coll.REDUCE_MUL),
+               (dist.ReduceOp.MIN, _coll.REDUCE_MIN), (dist.ReduceOp.MAX, _coll.REDUCE_MAX),
+               (dist.ReduceOp.BAND, _coll.REDUCE_AND), (dist.ReduceOp.BOR, _coll.REDUCE_OR)]
 
 
 def _done(result):
@@ -40,10 +40,10 @@ def _done(result):
 def _reduce_type(op):
     if op == dist.ReduceOp.AVG:
         return _coll.REDUCE_SUM, 1.0 / max(world_size(), 1)
-    try:
-        return _REDUCE_OPS[op], 1.0
-    except KeyError:
-        raise RuntimeError("lazytpu process group: reduce op %s is not supported" % op)
+    for torch_op, kind in _REDUCE_OPS:
+        if op == torch_op:
+            return kind, 1.0
+    raise RuntimeError("lazytpu process group: reduce op %s is not supported" % op)
 
 
 class ProcessGroupLazyTPU(ProcessGroup):

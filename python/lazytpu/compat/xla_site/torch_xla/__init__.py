@@ -4,11 +4,11 @@ Active only under ``lazytpu-run`` / ``python -m lazytpu``. Each module of this
 tree maps torch_xla's names onto lazytpu's implementation; see
 docs/torch_xla.md for the table and what differs.
 """
-from lazytpu.compat import translate_env as _translate_env
+from . import _env
 
-_translate_env()
+_env.translate_env()       # before the engine loads: it reads its settings once
 
-import lazytpu as _lazytpu  # noqa: E402  (the engine: after the env is mapped)
+import lazytpu as _lazytpu  # noqa: E402,F401
 
 from .version import __version__  # noqa: E402,F401
 from .torch_xla import *  # noqa: E402,F401,F403
