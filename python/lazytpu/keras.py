@@ -31,8 +31,8 @@ models whose variables are not on a lazytpu core are untouched):
   steady-state epochs compile nothing. ``steps_per_execution=N`` (refused by
   Keras's torch backend on other devices) runs N steps per call: Keras reads
   the logs on the host once per call, i.e. once every N steps.
-- ``compile`` records the active :func:`strategy`, and ``fit`` of a model
-  compiled under ``strategy(n)`` with n > 1 trains on n cores: the model
+- a model records the :func:`strategy` active when it is made, and ``fit``
+  of a model made under ``strategy(n).scope()`` with n > 1 trains on n cores: the model
   (architecture, compile configuration, weights and optimizer state, as a
   ``.keras`` archive) and the arrays go to n worker processes (lazytpu-run);
   each worker runs Keras's own ``fit`` with the same global batches (same
@@ -149,7 +149,15 @@ def _step_function(model, step, grad=True, shard=None):
         for batch in data:
             out = one(batch)
         return out
-    return run
+
+    def run_predict(data):
+        # every batch's predictions of the call, concatenated (Keras appends
+        # one output per call)
+        outs = [one(batch) for batch in data]
+        if len(outs) == 1:
+            return outs[0]
+        return keras.tree.map_structure(lambda *ts: torch.cat(ts, 0), *outs)
+    return run_predict if step == model.predict_step else run
 
 
 _orig_make = {}
@@ -204,12 +212,12 @@ class _Scope:
 
 class Strategy:
     """Data parallel training of a Keras model over ``num_cores`` lazytpu
-    cores (one process each). Models compiled inside :meth:`scope` train on
+    cores (one process each). Models made inside :meth:`scope` train on
     all cores in ``fit``; ``evaluate`` and ``predict`` run on core 0 of the
     calling process. ``seed`` seeds every worker alike (shuffling, dropout).
     After a fit, ``last_weight_checksums`` holds every core's sum of
     absolute weights (they are identical when data parallel training
-    worked)."""
+    worked) and ``last_epoch_seconds`` core 0's wall time per epoch."""
 
     def __init__(self, num_cores=8, seed=1234, timeout=None):
         self.num_cores = int(num_cores)
@@ -217,6 +225,7 @@ class Strategy:
         self.seed = seed
         self.timeout = timeout
         self.last_weight_checksums = None
+        self.last_epoch_seconds = None
 
     def scope(self):
         return _Scope(self)
@@ -237,7 +246,7 @@ class Strategy:
                                     nprocs=self.num_cores, timeout=self.timeout)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        weights, opt_vars, history, params, checksums = out
+        weights, opt_vars, history, params, checksums, seconds = out
         model.set_weights(weights)
         if model.optimizer is not None and opt_vars is not None:
             if not model.optimizer.built:
@@ -245,6 +254,7 @@ class Strategy:
             for v, a in zip(model.optimizer.variables, opt_vars):
                 v.assign(a)
         self.last_weight_checksums = checksums
+        self.last_epoch_seconds = seconds
         h = keras.callbacks.History()
         h.set_model(model)
         h.history = history
@@ -294,12 +304,13 @@ def _fit_worker(index, path, args, kwargs, seed, built):
     with device(0):
         model = keras.saving.load_model(path)
     model._lazytpu_shard = (index, n)
-    model._lazytpu_strategy = None
+    object.__setattr__(model, "_lazytpu_strategy", None)
     _average_gradients(model.optimizer, n)
     if index != 0:
         kwargs = dict(kwargs, verbose=0)
+    timer = _EpochTimer()
     with device(0):
-        history = model.fit(*args, **kwargs)
+        history = model.fit(*args, callbacks=[timer], **kwargs)
     core.wait_device_ops()
     weights = model.get_weights()
     checksum = float(sum(np.abs(w).astype(np.float64).sum() for w in weights))
@@ -307,17 +318,35 @@ def _fit_worker(index, path, args, kwargs, seed, built):
                                              repr(checksum).encode())]
     opt = model.optimizer
     opt_vars = [_host(v.value) for v in opt.variables] if opt is not None else None
-    return weights, opt_vars, dict(history.history), dict(history.params or {}), sums
+    return (weights, opt_vars, dict(history.history), dict(history.params or {}), sums,
+            timer.seconds)
 
 
-def _wrap_compile_and_fit():
-    compile_ = TorchTrainer.compile
+class _EpochTimer(keras.callbacks.Callback):
+    """Wall time of each epoch of a worker's fit (strategy.last_epoch_seconds)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seconds = []
+        self._t0 = 0.0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        import time
+        self._t0 = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        import time
+        self.seconds.append(time.perf_counter() - self._t0)
+
+
+def _wrap_init_and_fit():
+    init = TorchTrainer.__init__
     fit = TorchTrainer.fit
 
-    def compile(self, *args, **kwargs):
-        out = compile_(self, *args, **kwargs)
-        self._lazytpu_strategy = _current()
-        return out
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        # a model made inside strategy(n).scope() trains on n cores
+        object.__setattr__(self, "_lazytpu_strategy", _current())
 
     def fit_(self, *args, **kwargs):
         s = getattr(self, "_lazytpu_strategy", None)
@@ -325,11 +354,10 @@ def _wrap_compile_and_fit():
             return s.fit(self, args, kwargs)
         return fit(self, *args, **kwargs)
 
-    compile.__wrapped__ = compile_
-    compile.__doc__ = compile_.__doc__
+    __init__.__wrapped__ = init
     fit_.__wrapped__ = fit
     fit_.__doc__ = fit.__doc__
-    TorchTrainer.compile = compile
+    TorchTrainer.__init__ = __init__
     TorchTrainer.fit = fit_
 
 
@@ -339,7 +367,7 @@ def _install():
     _wrap_make("train", grad=True)
     _wrap_make("test", grad=False)
     _wrap_make("predict", grad=False)
-    _wrap_compile_and_fit()
+    _wrap_init_and_fit()
     TorchTrainer._lazytpu_installed = True
 
 
