@@ -64,15 +64,7 @@ def main():
     xte, yte = xte.permute(0, 2, 3, 1).numpy(), yte.numpy()
     steps = n // args.batch
 
-    if args.device == "cpu":
-        # Keras's torch backend runs steps_per_execution=1 only on the CPU
-        with keras.device("cpu"):
-            model = make_model(1)
-            t = time.perf_counter()
-            h = model.fit(xtr, ytr, batch_size=args.batch, epochs=args.epochs, verbose=2)
-            epoch_s = [(time.perf_counter() - t) / args.epochs] * args.epochs
-            ev = model.evaluate(xte, yte, batch_size=1000, verbose=0)
-    elif args.cores > 1:
+    if args.device == "lazytpu" and args.cores > 1:
         strategy = lazytpu.keras.strategy(args.cores)
         with strategy.scope():
             model = make_model(args.steps_per_execution)
@@ -83,16 +75,16 @@ def main():
         with lazytpu.keras.device(0):
             ev = model.evaluate(xte, yte, batch_size=1000, verbose=0)
     else:
-        with lazytpu.keras.device(0):
-            model = make_model(args.steps_per_execution)
-            t0 = time.perf_counter()
-            h = model.fit(xtr, ytr, batch_size=args.batch, epochs=1, verbose=2)
-            first = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            if args.epochs > 1:
-                model.fit(xtr, ytr, batch_size=args.batch, epochs=args.epochs - 1, verbose=2)
-            epoch_s = [first] + [(time.perf_counter() - t0) / max(args.epochs - 1, 1)] * (
-                args.epochs - 1)
+        # Keras's torch backend runs steps_per_execution=1 only on the CPU
+        scope = keras.device("cpu") if args.device == "cpu" else lazytpu.keras.device(0)
+        spe = 1 if args.device == "cpu" else args.steps_per_execution
+        with scope:
+            model = make_model(spe)
+            epoch_s = []
+            for _ in range(args.epochs):       # one fit per epoch, to time each
+                t0 = time.perf_counter()
+                h = model.fit(xtr, ytr, batch_size=args.batch, epochs=1, verbose=2)
+                epoch_s.append(time.perf_counter() - t0)
             ev = model.evaluate(xte, yte, batch_size=1000, verbose=0)
     last = epoch_s[-1]
     print("%s, %d core(s), global batch %d: last epoch %.1fs = %.1f steps/s"

@@ -502,6 +502,27 @@ class _FabricSteps:
         _dev.mark_step()
         return out
 
+    def module_to_device(self, module):
+        # Moving to lazytpu makes new Parameter objects (a device tensor
+        # cannot take a CPU tensor's place), while the optimizer the user made
+        # before fabric.setup() still holds the CPU ones: remember which is
+        # which, setup_module_and_optimizers points the optimizers at the new
+        # ones (Fabric does the same for its XLA strategy only).
+        before = dict(module.named_parameters())
+        module.to(self.root_device)
+        after = dict(module.named_parameters())
+        moved = getattr(self, "_moved_params", {})
+        moved.update({p: after[n] for n, p in before.items() if n in after and after[n] is not p})
+        self._moved_params = moved
+
+    def setup_module_and_optimizers(self, module, optimizers, scheduler=None):
+        moved = getattr(self, "_moved_params", {})
+        for opt in optimizers:
+            for group in opt.param_groups:
+                group["params"] = [moved.get(p, p) for p in group["params"]]
+        self._moved_params = {}
+        return super().setup_module_and_optimizers(module, optimizers, scheduler)
+
 
 class FabricLazyTPUSingleStrategy(_FabricSteps, _FabricSingleDeviceStrategy):
     """Fabric on one lazytpu core."""
@@ -572,9 +593,6 @@ class FabricLazyTPUStrategy(_FabricSteps, _FabricParallelStrategy):
             _dev.broadcast_parameters(module)
             _dev.mark_step()
         return module
-
-    def module_to_device(self, module):
-        module.to(self.root_device)
 
     def all_reduce(self, tensor, group=None, reduce_op="mean"):
         return _reduce(tensor, reduce_op, self.root_device,
