@@ -303,6 +303,15 @@ class _LazyTPUSteps:
     def precision_plugin(self, plugin):
         self._precision_plugin = _lazytpu_mixed(plugin, MixedPrecision)
 
+    def setup(self, trainer):
+        # evaluation under torch.no_grad, not torch.inference_mode: inference
+        # tensors bypass functionalization, which lazytpu's device tensors
+        # need (Lightning makes the same choice for its XLA accelerator)
+        for loop in (trainer.validate_loop, trainer.test_loop, trainer.predict_loop,
+                     trainer.fit_loop.epoch_loop.val_loop):
+            loop.inference_mode = False
+        super().setup(trainer)
+
     def optimizer_step(self, optimizer, closure, model=None, **kwargs):
         out = super().optimizer_step(optimizer, _gradient_closure(optimizer, closure), model,
                                      **kwargs)

@@ -52,6 +52,9 @@ class Net(L.LightningModule):
         x, y = batch
         self.log("val_loss", F.cross_entropy(self(x), y), sync_dist=True)
 
+    def predict_step(self, batch, i):
+        return self(batch[0])
+
     def on_train_epoch_end(self):
         if self.device.type == "lazytpu":
             self.log("fallback_ops", float(len(met.executed_fallback_ops())))
@@ -141,6 +144,24 @@ def test_eight_cores_match_cpu(cpu_run):
     # the validation loss is averaged over the 8 shards (sync_dist)
     torch.testing.assert_close(m["val_loss"].cpu(), ref_metrics["val_loss"], atol=1e-5,
                                rtol=1e-4)
+
+
+def test_validate_and_predict_match_cpu():
+    # Lightning evaluates under torch.inference_mode; the lazytpu strategies
+    # switch its loops to no_grad (inference tensors bypass functionalization)
+    loader = DataLoader(dataset(), batch_size=GLOBAL_BATCH)
+    x, y = dataset().tensors
+    ref = Net()
+    with torch.no_grad():
+        want_pred = ref(x)
+        want_loss = F.cross_entropy(want_pred, y)
+    trainer = L.Trainer(accelerator="lazytpu", devices=1, logger=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    got = trainer.validate(Net(), loader, verbose=False)[0]["val_loss"]
+    assert abs(got - want_loss.item()) < 1e-5
+    pred = torch.cat(trainer.predict(Net(), loader))
+    assert pred.device.type == "cpu" or pred.device.type == "lazytpu"
+    torch.testing.assert_close(pred.cpu(), want_pred, atol=1e-5, rtol=1e-4)
 
 
 def test_checkpoint_round_trip(tmp_path, cpu_run):
