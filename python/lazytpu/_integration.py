@@ -5,7 +5,7 @@ world operations they need, named once here over lazytpu's own functions.
 ``run_on_cores(fn, args, nprocs)`` pickles ``fn`` and ``args`` into a job
 file (``fn`` may be a bound method: its object is pickled with it, as
 Lightning's spawn launchers require), starts ``nprocs`` workers with
-:func:`lazytpu.spawn.spawn`, and returns what ``fn(ordinal, *args)``
+:func:`lazytpu.spawn`, and returns what ``fn(ordinal, *args)``
 returned on ordinal 0 (pickled back through a file). A worker's exception
 fails the whole job: ``spawn`` raises ``WorkerError`` naming the ordinal.
 """
@@ -16,8 +16,7 @@ import tempfile
 
 import torch
 
-from . import _C, core
-from . import spawn as _world
+from . import _C, collectives, core, launch, world
 
 __all__ = ["run_on_cores", "in_world", "world_size", "ordinal", "reduce_gradients",
            "all_reduce", "all_gather", "rendezvous", "broadcast_object",
@@ -44,25 +43,25 @@ def mark_step():
     core.mark_step()
     # bounded pipelining, like the loaders: at most LAZYTPU_MAX_INFLIGHT
     # programs per core queued after a step
-    _world.limit_inflight()
+    world.limit_inflight()
 
 
 def reduce_gradients(optimizer):
     """Every parameter gradient replaced by its mean over the world, traced
     into the step's graph (nothing happens in a world of one)."""
-    _world._all_reduce_gradients(optimizer)
+    collectives.reduce_gradients(optimizer)
 
 
 def all_reduce(reduce_type, tensor, scale=1.0):
-    return _world.all_reduce(reduce_type, tensor, scale=scale)
+    return collectives.all_reduce(reduce_type, tensor, scale=scale)
 
 
 def all_gather(tensor, dim=0):
-    return _world.all_gather(tensor, dim=dim)
+    return collectives.all_gather(tensor, dim=dim)
 
 
 def rendezvous(tag, payload=b""):
-    return _world.rendezvous(tag, payload)
+    return collectives.rendezvous(tag, payload)
 
 
 def broadcast_object(obj, src=0, tag="lazytpu.broadcast_object"):
@@ -79,7 +78,7 @@ def broadcast_object(obj, src=0, tag="lazytpu.broadcast_object"):
 def broadcast_parameters(module):
     """Ordinal 0's parameters and buffers copied into every ordinal's module
     (traced collectives; they run with the next step)."""
-    _world.broadcast_master_param(module)
+    collectives.broadcast_master_param(module)
 
 
 def _pickle_cpu(obj):
@@ -105,7 +104,7 @@ def _job_worker(index, job_path, result_path):
         main_path = pickle.load(f)
         if main_path:
             # the job may name classes of the user's script (__main__)
-            _world._load_main(main_path)
+            launch._load_main(main_path)
         fn, args = pickle.load(f)
     result = fn(index, *args)
     _C.wait(-1)
@@ -124,9 +123,9 @@ def run_on_cores(fn, args=(), nprocs=8, timeout=None, metrics_file=None):
         job = os.path.join(tmp, "job.pkl")
         result = os.path.join(tmp, "result.pkl")
         with open(job, "wb") as f:
-            pickle.dump(_world._main_path(), f)
+            pickle.dump(launch._main_path(), f)
             pickle.dump((fn, tuple(args)), f)
-        _world.spawn(_job_worker, args=(job, result), nprocs=nprocs, timeout=timeout,
+        launch.spawn(_job_worker, args=(job, result), nprocs=nprocs, timeout=timeout,
                      metrics_file=metrics_file)
         with open(result, "rb") as f:
             return pickle.load(f)
