@@ -8,11 +8,13 @@
 import torch
 import torch._tensor_str as _ts
 
+from .core import DEVICE_TYPES as _TYPES
+
 _orig_str = _ts._str
 
 
 def _str(self, *args, **kwargs):
-    if isinstance(self, torch.Tensor) and self.device.type == "lazytpu":
+    if isinstance(self, torch.Tensor) and self.device.type in _TYPES:
         with torch.no_grad():
             cpu = self.detach().to("cpu")
         s = _orig_str(cpu, *args, **kwargs)
@@ -40,13 +42,13 @@ _orig_storage = torch.Tensor.storage
 
 
 def _data_ptr(self):
-    if self.device.type == "lazytpu":
+    if self.device.type in _TYPES:
         raise RuntimeError(_NO_HOST % "data_ptr()")
     return _orig_data_ptr(self)
 
 
 def _storage(self):
-    if self.device.type == "lazytpu":
+    if self.device.type in _TYPES:
         raise RuntimeError(_NO_HOST % "storage()")
     return _orig_storage(self)
 
@@ -62,7 +64,7 @@ _orig_has_storage = torch._C._has_storage
 
 
 def _has_storage(t):
-    if isinstance(t, torch.Tensor) and t.device.type == "lazytpu":
+    if isinstance(t, torch.Tensor) and t.device.type in _TYPES:
         return False
     return _orig_has_storage(t)
 
@@ -76,8 +78,8 @@ _orig_copy_ = torch.Tensor.copy_
 
 
 def _copy_(self, src, non_blocking=False):
-    if (isinstance(src, torch.Tensor) and src.device.type == "lazytpu"
-            and self.device.type != "lazytpu"):
+    if (isinstance(src, torch.Tensor) and src.device.type in _TYPES
+            and self.device.type not in _TYPES):
         src = src.to("cpu")
     return _orig_copy_(self, src, non_blocking)
 
@@ -105,7 +107,7 @@ def _patch_meta_describer():
     orig = desc.describe_tensor
 
     def describe_tensor(self, t, *args, **kwargs):
-        if (isinstance(t, torch.Tensor) and t.device.type == "lazytpu"
+        if (isinstance(t, torch.Tensor) and t.device.type in _TYPES
                 and not torch._is_functional_tensor(t)):
             raise RuntimeError(_COMPILE_MSG)
         return orig(self, t, *args, **kwargs)

@@ -112,11 +112,11 @@ def test_item_in_loop_warns(dev, quiet_debug):
     reads = met.counter_value("SyncCause::value_read") or 0
     item_loop(model, opt, dev, steps=7)
     assert (met.counter_value("SyncCause::value_read") or 0) - reads >= 7
-    warns = [w for w in dbg.take_warnings() if "value reads" in w]
+    warns = [w for w in dbg.take_warnings() if "host reads" in w]
     assert warns, "no value-read warning"
     w = warns[0]
     assert w.startswith("lazytpu: warning: ")
-    assert "value reads in the last 4 steps" in w
+    assert "host reads in the last 4 steps" in w
     assert "last at %s:%d in item_loop" % (ME, line_of(item_loop, "# value read")) in w, w
     assert "lazytpu.add_step_closure" in w
     assert "docs/troubleshooting.md#value-reads" in w
@@ -234,7 +234,7 @@ def test_size_limit_subprocess(tmp_path):
     assert abs(got - float(x.sum())) < 1e-3 * max(1.0, abs(float(x.sum())))
     # PT_XLA_DEBUG=1 set before import: warnings on stderr
     assert "lazytpu: warning: " in p.stderr, p.stderr[-2000:]
-    assert re.search(r"value reads in the last 4 steps .*last at script\.py:\d+ in <module>",
+    assert re.search(r"host reads in the last 4 steps .*last at script\.py:\d+ in <module>",
                      p.stderr), p.stderr[-2000:]
 
 
