@@ -11,30 +11,44 @@
 #include "lt_aten.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/ops/addmm_ops.h>
+#include <ATen/ops/baddbmm_ops.h>
+#include <ATen/ops/bmm_ops.h>
+#include <ATen/ops/dot_ops.h>
+#include <ATen/ops/mm_ops.h>
+#include <ATen/ops/mv_ops.h>
+#include "eager_checks.h"
 #include "lt_register.h"
 
 #include <cmath>
 #include <limits>
 
 namespace lazytpu {
+
+void cpu_fallback_boxed(const c10::OperatorHandle &op, torch::jit::Stack *stack);
+
 namespace {
 
 /* ------------------------------------------------ generated elementwise */
 
 template <int OP>
 at::Tensor unary_fn(const at::Tensor &self) {
+  check_unary_like_eager((lt_op)OP, self);
   return wrap_as(trace((lt_op)OP, {handle_of(self)}), self);
 }
 
 template <int OP>
 at::Tensor binary_fn(const at::Tensor &self, const at::Tensor &other) {
   int core = common_core({&self, &other});
+  check_binary_like_eager((lt_op)OP, self, other);
   Ref a = operand(self, core), b = operand(other, core);
   return wrap_as(trace((lt_op)OP, {a.get(), b.get()}), self);
 }
 
 template <int OP>
 at::Tensor binary_scalar_fn(const at::Tensor &self, const c10::Scalar &other) {
+  check_binary_like_eager((lt_op)OP, self, other);
   lt_tensor *a = handle_of(self);
   Ref b = scalar(lt_tensor_core(a), other);
   return wrap_as(trace((lt_op)OP, {a, b.get()}), self);
@@ -97,12 +111,11 @@ at::Tensor lt_add(const at::Tensor &self, const at::Tensor &other, const c10::Sc
   return add_impl(self, other, alpha, LT_OP_add);
 }
 at::Tensor lt_sub(const at::Tensor &self, const at::Tensor &other, const c10::Scalar &alpha) {
-  TORCH_CHECK(self.scalar_type() != at::kBool || other.scalar_type() != at::kBool,
-              "Subtraction, the `-` operator, with two bool tensors is not supported. "
-              "Use the `^` or `logical_xor()` operator instead.");
+  check_sub_like_eager(self, other);
   return add_impl(self, other, alpha, LT_OP_sub);
 }
 at::Tensor lt_rsub(const at::Tensor &self, const at::Tensor &other, const c10::Scalar &alpha) {
+  check_sub_like_eager(self, other);
   return add_impl(other, self, alpha, LT_OP_sub);
 }
 at::Tensor scalar_tensor_op(const at::Tensor &self, const c10::Scalar &other,
@@ -122,9 +135,11 @@ at::Tensor lt_add_scalar(const at::Tensor &self, const c10::Scalar &other, const
   return scalar_tensor_op(self, other, alpha, LT_OP_add, false);
 }
 at::Tensor lt_sub_scalar(const at::Tensor &self, const c10::Scalar &other, const c10::Scalar &alpha) {
+  check_sub_like_eager(self, other);
   return scalar_tensor_op(self, other, alpha, LT_OP_sub, false);
 }
 at::Tensor lt_rsub_scalar(const at::Tensor &self, const c10::Scalar &other, const c10::Scalar &alpha) {
+  check_sub_like_eager(self, other);
   return scalar_tensor_op(self, other, alpha, LT_OP_sub, true);
 }
 
@@ -139,6 +154,7 @@ at::Tensor div_mode(Ref q, c10::optional<c10::string_view> mode, lt_dtype want) 
 at::Tensor lt_div_mode(const at::Tensor &self, const at::Tensor &other,
                        c10::optional<c10::string_view> mode) {
   int core = common_core({&self, &other});
+  if (mode) check_div_mode_like_eager(self, other);
   Ref a = operand(self, core), b = operand(other, core);
   Ref q = trace(LT_OP_div, {a.get(), b.get()});
   lt_dtype want = lt_dtype_promote(a.dtype(), b.dtype());
@@ -147,6 +163,7 @@ at::Tensor lt_div_mode(const at::Tensor &self, const at::Tensor &other,
 }
 at::Tensor lt_div_scalar_mode(const at::Tensor &self, const c10::Scalar &other,
                               c10::optional<c10::string_view> mode) {
+  if (mode) check_div_mode_like_eager(self, other);
   lt_tensor *a = handle_of(self);
   Ref b = scalar(lt_tensor_core(a), other);
   Ref q = trace(LT_OP_div, {a, b.get()});
@@ -254,6 +271,7 @@ at::Tensor lt_threshold_backward(const at::Tensor &grad, const at::Tensor &self,
 }
 
 at::Tensor lt_leaky_relu(const at::Tensor &self, const c10::Scalar &slope) {
+  check_unary_like_eager(LT_OP_leaky_relu, self);
   lt_tensor *a = handle_of(self);
   Ref s = scalar(lt_tensor_core(a), slope);
   return wrap(trace(LT_OP_leaky_relu, {a, s.get()}));
@@ -276,6 +294,7 @@ Ref gelu_tanh(lt_tensor *x) {
   return mul_scalar(trace(LT_OP_mul, {x, p.get()}).get(), 0.5);
 }
 at::Tensor lt_gelu(const at::Tensor &self, c10::string_view approximate) {
+  check_unary_like_eager(LT_OP_gelu, self);
   lt_tensor *a = handle_of(self);
   if (approximate == "tanh") return wrap(gelu_tanh(a));
   TORCH_CHECK(approximate == "none", "approximate argument must be either none or tanh.");
@@ -305,11 +324,13 @@ at::Tensor lt_gelu_backward(const at::Tensor &grad, const at::Tensor &self,
 }
 
 at::Tensor lt_lerp_scalar(const at::Tensor &self, const at::Tensor &end, const c10::Scalar &w) {
+  check_floating_kernel(self, "lerp_kernel_scalar");
   int core = common_core({&self, &end});
   Ref a = operand(self, core), b = operand(end, core), c = scalar(core, w);
   return wrap(trace(LT_OP_lerp, {a.get(), b.get(), c.get()}));
 }
 at::Tensor lt_lerp_tensor(const at::Tensor &self, const at::Tensor &end, const at::Tensor &w) {
+  check_floating_kernel(self, "lerp_kernel_tensor");
   int core = common_core({&self, &end, &w});
   Ref a = operand(self, core), b = operand(end, core), c = operand(w, core);
   return wrap(trace(LT_OP_lerp, {a.get(), b.get(), c.get()}));
@@ -382,9 +403,11 @@ at::Tensor lt_prod_dim(const at::Tensor &self, int64_t dim, bool keepdim,
   return wrap(reduce(LT_OP_prod, x.get(), {dim}, keepdim));
 }
 at::Tensor lt_amax(const at::Tensor &self, at::IntArrayRef dim, bool keepdim) {
+  check_empty_reduce("amax", self, dim, dim.empty(), false, false);
   return wrap(reduce(LT_OP_amax, handle_of(self), dim.vec(), keepdim));
 }
 at::Tensor lt_amin(const at::Tensor &self, at::IntArrayRef dim, bool keepdim) {
+  check_empty_reduce("amin", self, dim, dim.empty(), false, false);
   return wrap(reduce(LT_OP_amin, handle_of(self), dim.vec(), keepdim));
 }
 at::Tensor lt_max_all(const at::Tensor &self) {
@@ -398,6 +421,10 @@ at::Tensor lt_min_all(const at::Tensor &self) {
   return wrap(reduce(LT_OP_amin, handle_of(self), {}, false));
 }
 at::Tensor argreduce(lt_op op, const at::Tensor &self, c10::optional<int64_t> dim, bool keepdim) {
+  const char *name = op == LT_OP_argmax ? "argmax" : "argmin";
+  TORCH_CHECK(self.scalar_type() != at::kBool, name, "(): does not support bool input");
+  if (dim) check_empty_reduce(name, self, {*dim}, false, true, true);
+  else check_empty_reduce(name, self, {}, true, true, true);
   lt_tensor *x = handle_of(self);
   int nd = lt_tensor_shape(x)->ndim;
   int64_t d = dim ? c10::maybe_wrap_dim(*dim, nd) : -1;
@@ -411,10 +438,12 @@ at::Tensor lt_argmin(const at::Tensor &self, c10::optional<int64_t> dim, bool ke
   return argreduce(LT_OP_argmin, self, dim, keepdim);
 }
 std::tuple<at::Tensor, at::Tensor> lt_max_dim(const at::Tensor &self, int64_t dim, bool keepdim) {
+  check_empty_reduce("max", self, {dim}, false, true, true);
   return std::make_tuple(wrap(reduce(LT_OP_amax, handle_of(self), {dim}, keepdim)),
                          argreduce(LT_OP_argmax, self, dim, keepdim));
 }
 std::tuple<at::Tensor, at::Tensor> lt_min_dim(const at::Tensor &self, int64_t dim, bool keepdim) {
+  check_empty_reduce("min", self, {dim}, false, true, true);
   return std::make_tuple(wrap(reduce(LT_OP_amin, handle_of(self), {dim}, keepdim)),
                          argreduce(LT_OP_argmin, self, dim, keepdim));
 }
@@ -446,10 +475,14 @@ double correction_of(const std::optional<at::Scalar> &c) {
 }
 at::Tensor lt_var_correction(const at::Tensor &self, at::OptionalIntArrayRef dim,
                              const std::optional<at::Scalar> &correction, bool keepdim) {
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()),
+              "std and var only support floating point and complex dtypes");
   return wrap(var_ref(handle_of(self), dim_list(dim), correction_of(correction), keepdim));
 }
 at::Tensor lt_std_correction(const at::Tensor &self, at::OptionalIntArrayRef dim,
                              const std::optional<at::Scalar> &correction, bool keepdim) {
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()),
+              "std and var only support floating point and complex dtypes");
   Ref v = var_ref(handle_of(self), dim_list(dim), correction_of(correction), keepdim);
   return wrap(trace(LT_OP_sqrt, {v.get()}));
 }
@@ -501,18 +534,29 @@ at::Tensor lt_norm_dim(const at::Tensor &self, const c10::optional<c10::Scalar> 
 at::Tensor lt_linalg_vector_norm(const at::Tensor &self, const c10::Scalar &ord,
                                  at::OptionalIntArrayRef dim, bool keepdim,
                                  c10::optional<at::ScalarType> dtype) {
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()), "linalg.vector_norm: Expected a "
+              "floating point or complex tensor as input. Got ", self.scalar_type());
   Ref x = cast_opt(handle_of(self), dtype);
   return wrap(norm_ref(x.get(), ord.toDouble(), dim_list(dim), keepdim));
 }
 
 /* ------------------------------------------------------------------ matmul */
 
+/* The device multiplies floating matrices (the MXU's job); integer ones
+ * (eager supports them on the CPU) run on the CPU fallback. */
+template <class Op, class... A>
+at::Tensor matmul_fallback(A &&...a) {
+  return at::native::call_fallback_fn<&cpu_fallback_boxed, Op>::call(std::forward<A>(a)...);
+}
+
 at::Tensor lt_mm(const at::Tensor &self, const at::Tensor &mat2) {
+  if (integer_matmul({&self, &mat2})) return matmul_fallback<at::_ops::mm>(self, mat2);
   int core = common_core({&self, &mat2});
   Ref a = operand(self, core), b = operand(mat2, core);
   return wrap(trace(LT_OP_mm, {a.get(), b.get()}));
 }
 at::Tensor lt_bmm(const at::Tensor &self, const at::Tensor &mat2) {
+  if (integer_matmul({&self, &mat2})) return matmul_fallback<at::_ops::bmm>(self, mat2);
   int core = common_core({&self, &mat2});
   Ref a = operand(self, core), b = operand(mat2, core);
   return wrap(trace(LT_OP_bmm, {a.get(), b.get()}));
@@ -527,17 +571,22 @@ at::Tensor add_scaled(Ref prod, const at::Tensor &self, int core, const c10::Sca
 }
 at::Tensor lt_addmm(const at::Tensor &self, const at::Tensor &mat1, const at::Tensor &mat2,
                     const c10::Scalar &beta, const c10::Scalar &alpha) {
+  if (integer_matmul({&mat1, &mat2}))
+    return matmul_fallback<at::_ops::addmm>(self, mat1, mat2, beta, alpha);
   int core = common_core({&self, &mat1, &mat2});
   Ref a = operand(mat1, core), b = operand(mat2, core);
   return add_scaled(trace(LT_OP_mm, {a.get(), b.get()}), self, core, beta, alpha);
 }
 at::Tensor lt_baddbmm(const at::Tensor &self, const at::Tensor &b1, const at::Tensor &b2,
                       const c10::Scalar &beta, const c10::Scalar &alpha) {
+  if (integer_matmul({&b1, &b2}))
+    return matmul_fallback<at::_ops::baddbmm>(self, b1, b2, beta, alpha);
   int core = common_core({&self, &b1, &b2});
   Ref a = operand(b1, core), b = operand(b2, core);
   return add_scaled(trace(LT_OP_bmm, {a.get(), b.get()}), self, core, beta, alpha);
 }
 at::Tensor lt_mv(const at::Tensor &self, const at::Tensor &vec) {
+  if (integer_matmul({&self, &vec})) return matmul_fallback<at::_ops::mv>(self, vec);
   int core = common_core({&self, &vec});
   TORCH_CHECK(self.dim() == 2 && vec.dim() == 1, "vector + matrix @ vector expected, got ",
               self.dim(), ", ", vec.dim());
@@ -547,6 +596,7 @@ at::Tensor lt_mv(const at::Tensor &self, const at::Tensor &vec) {
   return wrap(reshape(p.get(), {self.size(0)}));
 }
 at::Tensor lt_dot(const at::Tensor &self, const at::Tensor &other) {
+  if (integer_matmul({&self, &other})) return matmul_fallback<at::_ops::dot>(self, other);
   int core = common_core({&self, &other});
   TORCH_CHECK(self.dim() == 1 && other.dim() == 1, "1D tensors expected, but got ",
               self.dim(), "D and ", other.dim(), "D tensors");

@@ -8,6 +8,7 @@
  * (lt_tensor_assign into the tensors the module holds).
  */
 #include "lt_aten.h"
+#include "eager_checks.h"
 #include "lt_register.h"
 
 #include <ATen/native/CPUFallback.h>
@@ -36,6 +37,12 @@ at::Tensor softmax_like(lt_op op, const at::Tensor &self, int64_t dim) {
   lt_tensor *x = handle_of(self);
   int nd = lt_tensor_shape(x)->ndim;
   lt_attrs a = attrs_of({nd ? wrapd(dim, nd) : 0});
+  /* eager's CPU kernels take floating inputs only (torch.softmax(int)
+   * without dtype= reaches here with the integer tensor) */
+  bool last = nd == 0 || a.i[0] == nd - 1;
+  check_floating_kernel(self, op == LT_OP_log_softmax
+                                  ? (last ? "log_softmax_lastdim_kernel_impl" : "log_softmax_kernel_impl")
+                                  : (last ? "softmax_lastdim_kernel_impl" : "softmax_kernel_impl"));
   return wrap(trace(op, {x}, &a));
 }
 at::Tensor lt_log_softmax(const at::Tensor &self, int64_t dim, bool half_to_float) {
