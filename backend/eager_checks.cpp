@@ -4,6 +4,7 @@
  */
 #include "eager_checks.h"
 
+#include <ATen/ExpandUtils.h>
 #include <ATen/ops/result_type.h>
 #include <c10/core/WrapDimMinimal.h>
 #include <c10/util/Exception.h>
@@ -91,14 +92,14 @@ void check_unary_like_eager(lt_op op, const at::Tensor &self) {
 void check_binary_like_eager(lt_op op, const at::Tensor &self, const at::Tensor &other) {
   c10::ScalarType rt = at::result_type(self, other);
   c10::optional<c10::Scalar> d = host_value(other);
-  check_zero_division(op, rt, d);
+  if (op != LT_OP_div) check_zero_division(op, rt, d);   /* true division: inf */
   check_dtype_like_eager(op, rt);
   if (op == LT_OP_pow) check_int_pow(self.scalar_type(), d);
 }
 
 void check_binary_like_eager(lt_op op, const at::Tensor &self, const c10::Scalar &other) {
   c10::ScalarType rt = at::result_type(self, other);
-  check_zero_division(op, rt, other);
+  if (op != LT_OP_div) check_zero_division(op, rt, other);
   check_dtype_like_eager(op, rt);
   if (op == LT_OP_pow) check_int_pow(self.scalar_type(), other);
 }
@@ -140,6 +141,16 @@ void check_empty_reduce(const char *name, const at::Tensor &self, at::IntArrayRe
     int64_t w = c10::maybe_wrap_dim(d, std::max<int64_t>(self.dim(), 1));
     TORCH_CHECK_INDEX(self.dim() == 0 || self.size(w) != 0, name, "(): Expected reduction dim ",
                       wrapped_name ? w : d, " to have non-zero size.");
+  }
+}
+
+void check_broadcast_like_eager(std::initializer_list<const at::Tensor *> ts) {
+  std::vector<int64_t> s;
+  bool first = true;
+  for (const at::Tensor *t : ts) {
+    if (!t || !t->defined()) continue;
+    s = first ? t->sizes().vec() : at::infer_size(s, t->sizes());
+    first = false;
   }
 }
 

@@ -41,6 +41,10 @@ void check_floating_kernel(const at::Tensor &self, const char *kernel);
  * (IndexError naming the dim as given, or wrapped if wrapped_name). */
 void check_empty_reduce(const char *name, const at::Tensor &self, at::IntArrayRef dim,
                         bool no_dim, bool index_error, bool wrapped_name);
+/* The operands (undefined ones and nullptr skipped) broadcast together, as
+ * eager's TensorIterator checks (its message names the mismatching sizes
+ * and dim), for ops the shim composes from several table ops (clamp). */
+void check_broadcast_like_eager(std::initializer_list<const at::Tensor *> ts);
 /* True when a matrix product of these operands is integral (eager computes
  * it on the CPU; the device multiplies floating matrices only, so the shim
  * sends it to the CPU fallback). */

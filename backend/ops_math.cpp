@@ -232,6 +232,7 @@ at::Tensor lt_clamp_t(const at::Tensor &self, const c10::optional<at::Tensor> &m
                       const c10::optional<at::Tensor> &max) {
   bool hl = min && min->defined(), hh = max && max->defined();
   TORCH_CHECK(hl || hh, "torch.clamp: At least one of 'min' or 'max' must not be None");
+  check_broadcast_like_eager({&self, hl ? &*min : nullptr, hh ? &*max : nullptr});
   int core = common_core({&self, hl ? &*min : nullptr, hh ? &*max : nullptr});
   Ref lo = hl ? operand(*min, core) : Ref(), hi = hh ? operand(*max, core) : Ref();
   lt_tensor *a = handle_of(self);

@@ -82,7 +82,11 @@ typedef enum lt_status {
     LT_ERR_OOM,        /* device memory budget (LAZYTPU_HBM_BYTES) exceeded */
     LT_ERR_DEVICE,     /* bad core index, mixing cores, core failed */
     LT_ERR_COLLECTIVE, /* collective participants disagree or peer died */
-    LT_ERR_INTERNAL    /* a bug in lazytpu: please report */
+    LT_ERR_INTERNAL,   /* a bug in lazytpu: please report */
+    LT_ERR_VALUE       /* a value in a tensor's data the op cannot take, found
+                          when the program runs: an integer division by zero
+                          (eager's ZeroDivisionError), a NaN/Inf under
+                          LAZYTPU_CHECK_FINITE (docs/errors.md) */
 } lt_status;
 
 /* Message of the last failing call on this thread ("" if none). The pointer
@@ -201,12 +205,14 @@ int lt_num_cores(void);
 int lt_bf16_mode(void);
 
 /* Device memory of one core, in bytes: held by live device buffers now, the
- * most ever held at once, and the budget (LAZYTPU_HBM_BYTES). Freed buffers
- * kept for reuse (LAZYTPU_BUFFER_CACHE_BYTES) are not counted. */
+ * most ever held at once, and the budget (LAZYTPU_HBM_BYTES); and the number
+ * of live device buffers. Freed buffers kept for reuse
+ * (LAZYTPU_BUFFER_CACHE_BYTES) are not counted. */
 typedef struct lt_memory_info {
     int64_t bytes_in_use;
     int64_t peak_bytes_in_use;
     int64_t bytes_limit;
+    int64_t buffers_in_use;
 } lt_memory_info;
 /* Fills *out for `core`; LT_ERR_DEVICE for a core index out of range,
  * LT_ERR_ARG for a null out. Initialises the library if needed. */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "compile_int.h"
+#include "tensor.h"
 
 size_t lt_cc_esize(lt_dtype dt)
 {
@@ -211,6 +212,8 @@ lt_status lt_compile(const lt_graph *g, lt_program **out)
     }
     for (int j = 0; j < g->n_params; j++)
         c.param_of_pos[g->param_pos[j]] = j;
+    const lt_runtime *rt = lt_rt_peek();
+    c.no_fuse = c.prog->check_finite = rt && rt->check_finite;
 
     lt_status st = lt_cc_cse(&c);
     if (st == LT_OK)

@@ -196,6 +196,8 @@ static void form_groups(lt_cctx *c, fuse_state *fs)
         fs->nxt[i] = -1;
         fs->minpos[i] = i;
         fs->mixed[i] = 0;
+        if (c->no_fuse)
+            continue;
         const lt_node *nd = lt_cc_node(c, i);
         int me = i;
         for (int k = 0; k < lt_cc_nin(c, i) && k < 3; k++) {
@@ -301,7 +303,8 @@ lt_status lt_cc_fuse(lt_cctx *c)
     }
     form_groups(c, &fs);
     count_internal(c, n_int);
-    absorb_reductions(c, &fs, n_int);
+    if (!c->no_fuse)
+        absorb_reductions(c, &fs, n_int);
     /* store every member needed outside its group (or as an output) */
     for (int i = 0; i < c->n && st == LT_OK; i++) {
         if (c->cn[i].kind != CN_EW)

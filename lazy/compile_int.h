@@ -71,6 +71,7 @@ typedef struct lt_cctx {
     uint8_t *const_dtype;
     int n_consts, cap_consts;
     lt_program *prog;
+    int no_fuse;          /* LAZYTPU_CHECK_FINITE: one op per step */
     int *mark;            /* scratch marks for DFS (generation) */
     int mark_gen;
     int *stack;

@@ -55,6 +55,7 @@ typedef struct lt_core {
     int64_t n_dropped;           /* unclaimed faults dropped past the bound */
     atomic_size_t bytes_in_use;
     atomic_size_t peak_bytes;    /* most bytes_in_use ever (lt_memory_info_get) */
+    atomic_llong n_buffers;      /* live buffers (lt_memory_info_get) */
     size_t budget;
     lt_par_pool *pool;           /* helper threads (worker thread only) */
     /* freed device memory kept for reuse (see buffer cache below) */
@@ -263,6 +264,7 @@ lt_status lt_devices_init(void)
             pthread_cond_init(&c->cv_done, NULL);
             atomic_init(&c->bytes_in_use, 0);
             atomic_init(&c->peak_bytes, 0);
+            atomic_init(&c->n_buffers, 0);
             atomic_init(&c->used, 0);
         }
         g_records_ready = 1;
@@ -503,6 +505,7 @@ lt_status lt_buffer_alloc(int core, lt_dtype dt, int64_t numel,
     b->data = data;
     b->ready_seq = 0;
     b->fault = NULL;
+    atomic_fetch_add(&c->n_buffers, 1);
     *out = b;
     return LT_OK;
 }
@@ -519,6 +522,7 @@ void lt_buffer_release(lt_buffer *b)
     if (!b || atomic_fetch_sub(&b->refs, 1) != 1)
         return;
     atomic_fetch_sub(&g_cores[b->core].bytes_in_use, b->bytes);
+    atomic_fetch_sub(&g_cores[b->core].n_buffers, 1);
     cache_put(&g_cores[b->core], b->data, cache_class(b->bytes));
     lt_fault_release(b->fault);
     free(b);
@@ -538,6 +542,7 @@ lt_status lt_memory_info_get(int core, lt_memory_info *out)
     out->bytes_in_use = (int64_t)atomic_load(&c->bytes_in_use);
     out->peak_bytes_in_use = (int64_t)atomic_load(&c->peak_bytes);
     out->bytes_limit = (int64_t)c->budget;
+    out->buffers_in_use = (int64_t)atomic_load(&c->n_buffers);
     return LT_OK;
 }
 

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <stdio.h>
 #include "program.h"
+#include "finite.h"
 
 static int bind(const lt_program *p, const lt_exec_args *a,
                 const uint64_t *slots, const lt_pview *pv, lt_view *out)
@@ -207,6 +208,10 @@ lt_status lt_program_run(const lt_program *p, const lt_exec_args *args,
         default:
             st = step->fn(step->op, &step->attrs, in, step->n_in, out, &ctx);
             break;
+        }
+        if (st == LT_OK && p->check_finite && step->node >= 0) {
+            const lt_node *nd = step_node(step, args);
+            st = lt_finite_check(step, nd ? (lt_op)nd->op : step->op, in, out);
         }
         if (st != LT_OK) break;
     }

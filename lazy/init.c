@@ -14,6 +14,9 @@
  *                                for *.dot) (lazy/graph_dump.c)
  *   LAZYTPU_TRACE=<file.json>    Chrome/Perfetto trace events
  *                                (metrics/trace_events.c)
+ *   LAZYTPU_CHECK_FINITE=1       fail a program at the first op that
+ *                                produces a NaN/Inf, naming its line
+ *                                (lazy/finite.h; slow: no fusion)
  * lt_init may run again after lt_shutdown (the env is then re-read).
  */
 #include <stdio.h>
@@ -93,6 +96,7 @@ lt_status lt_init(void)
     rt.graph_limit = env_int("LAZYTPU_GRAPH_LIMIT", 200000);
     rt.cache_size = env_int("LAZYTPU_COMPILE_CACHE_SIZE", 1024);
     rt.max_inflight = env_int("LAZYTPU_MAX_INFLIGHT", 2);
+    rt.check_finite = env_flag("LAZYTPU_CHECK_FINITE");
     rt.cache = lt_cache_new(rt.cache_size, prog_retain, prog_release);
     if (!rt.cache) {
         lt_devices_shutdown();

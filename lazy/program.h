@@ -68,6 +68,8 @@ struct lt_program {
     lt_step *steps;
     size_t scratch_bytes;
     int n_kernels;
+    int check_finite;         /* LAZYTPU_CHECK_FINITE at compile: unfused,
+                                 each step's values scanned (finite.h) */
 };
 
 /* Frees a program's contents (not refcount-aware; used by release and on

@@ -42,6 +42,7 @@ typedef struct lt_runtime {
     int64_t graph_limit;
     int64_t cache_size;
     int64_t max_inflight;        /* programs queued per core before a sync waits */
+    int check_finite;            /* LAZYTPU_CHECK_FINITE (lazy/finite.h) */
     struct lt_cache *cache;
     lt_core_live live[LT_RT_MAX_CORES];
 } lt_runtime;

@@ -116,7 +116,7 @@ lt_status lt_trace(lt_op op, lt_tensor *const *inputs, int n_inputs,
         }
     }
 
-    char *frame = checks_data(op) ? lt_caller_capture() : NULL;
+    char *frame = checks_data(op) || r->check_finite ? lt_caller_capture() : NULL;
     lt_core_live *L = lt_live(core);
     lt_tensor *t = NULL;
     int over = 0;

@@ -6,6 +6,7 @@
 /* The register loops must vectorise; GCC 12 at -O2 only uses its "very
  * cheap" cost model, which rejects loops needing alias checks. */
 #pragma GCC optimize("O3")
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <tgmath.h>
@@ -358,6 +359,7 @@ struct lt_fused_bound {
                                (no input reads its buffer, or only before
                                its op: inplace_direct_safe) */
     uint8_t done[256];      /* output k is written by its op directly */
+    atomic_int fault;       /* op of an integer division by zero, 0 none */
     lt_fload loads[];
 };
 
@@ -409,6 +411,7 @@ lt_fused_bound *lt_fused_bind(const lt_fused *f, const lt_view *in,
     b->out = out;
     b->blocks = NULL;
     b->stride = LT_FUSED_BLOCK;
+    atomic_init(&b->fault, 0);
     int n_bc = 0;
     for (int k = 0; k < f->n_in; k++) {
         bind_load(&b->loads[k], &in[k], &f->shape);
@@ -499,12 +502,20 @@ const void *lt_fused_eval(const lt_fused_bound *b, int64_t i0, int n,
     const lt_fused *f = b->f;
     void *rp[f->n_regs];
     const uint8_t *dok = b->out ? b->direct_ok : NULL;
+    int fault;
     if (f->ctype == LT_F32)
-        exec_f32(f, b->loads, b->out, dok, i0, n, b->stride, regs, (float **)rp);
+        fault = exec_f32(f, b->loads, b->out, dok, i0, n, b->stride, regs, (float **)rp);
     else if (f->ctype == LT_F64)
-        exec_f64(f, b->loads, b->out, dok, i0, n, b->stride, regs, (double **)rp);
+        fault = exec_f64(f, b->loads, b->out, dok, i0, n, b->stride, regs, (double **)rp);
     else
-        exec_i64(f, b->loads, b->out, dok, i0, n, b->stride, regs, (int64_t **)rp);
+        fault = exec_i64(f, b->loads, b->out, dok, i0, n, b->stride, regs, (int64_t **)rp);
+    if (fault) {      /* the first in program order wins */
+        atomic_int *fp = (atomic_int *)&b->fault;
+        int cur = 0;
+        while (!atomic_compare_exchange_weak(fp, &cur, fault) &&
+               (cur == 0 || cur > fault))
+            ;
+    }
     if (b->out) {
         for (int k = 0; k < f->n_out; k++) {
             if (k < 255 && b->done[k])
@@ -575,9 +586,22 @@ lt_status lt_fused_run(const lt_fused *f, const lt_view *in,
     }
     for (int w = 0; w < nt; w++)
         lt_fused_regs_free(regs[w]);
+    lt_status st = lt_fused_bound_status(b);
     lt_fused_unbind(b);
     if (failed)
         return lt_set_error(LT_ERR_OOM, "fused: cannot allocate %zu bytes of "
                             "registers", rb);
-    return LT_OK;
+    return st;
+}
+
+lt_status lt_fused_bound_status(const lt_fused_bound *b)
+{
+    int op = atomic_load((atomic_int *)&b->fault);
+    if (!op)
+        return LT_OK;
+    char sh[160];
+    lt_shape_str(&b->f->shape, sh, sizeof sh);
+    return lt_set_error(LT_ERR_VALUE, "ZeroDivisionError: %s: integer division "
+                        "by zero (a divisor of the %s%s computation is 0)",
+                        lt_op_name((lt_op)op), "i64", sh);
 }

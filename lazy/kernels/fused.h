@@ -104,6 +104,10 @@ void lt_fused_regs_free(void *regs);
  * the compute type (float / double / int64_t). */
 const void *lt_fused_eval(const lt_fused_bound *b, int64_t i0, int n,
                           void *regs);
+/* After the evals of a bound program: LT_OK, or LT_ERR_VALUE (message set,
+ * eager's "ZeroDivisionError" first) when an integer floor_divide,
+ * remainder or fmod met a zero divisor. */
+lt_status lt_fused_bound_status(const lt_fused_bound *b);
 
 /* Converts n elements of compute type ctype to storage dtype dt at dst. */
 void lt_fused_store_block(const void *src, lt_dtype ctype, void *dst,

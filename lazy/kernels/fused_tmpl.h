@@ -102,11 +102,15 @@ static void FN(load)(T *restrict dst, const lt_fload *l, int64_t i0, int n)
  * An op whose value is stored to an output of the compute type writes
  * there directly (no copy). rp[r] receives
  * where register r's values are: its own block in regs, or straight in the
- * input's memory for a contiguous load already of the compute type. */
-static void FN(exec)(const lt_fused *f, const lt_fload *ld,
-                     const lt_view *out, const uint8_t *dok, int64_t i0,
-                     int n, int stride, T *regs, T **rp)
+ * input's memory for a contiguous load already of the compute type.
+ * Returns 0, or the op of the first integer division (floor_divide,
+ * remainder, fmod of an integer node) that met a zero divisor: eager
+ * raises ZeroDivisionError there; the register holds 0. */
+static int FN(exec)(const lt_fused *f, const lt_fload *ld,
+                    const lt_view *out, const uint8_t *dok, int64_t i0,
+                    int n, int stride, T *regs, T **rp)
 {
+    int fault = 0;
     for (int k = 0; k < f->n_ins; k++) {
         const lt_fused_ins *in = &f->ins[k];
         T *d = regs + (size_t)in->dst * stride;
@@ -157,6 +161,14 @@ static void FN(exec)(const lt_fused *f, const lt_fload *ld,
         default:
             break;
         }
+        if (!fault && (in->narrow == LT_I64 || in->narrow == LT_I32) &&
+            (in->op == LT_OP_floor_divide || in->op == LT_OP_remainder ||
+             in->op == LT_OP_fmod))
+            for (int i = 0; i < n; i++)
+                if (pb[i] == 0) {
+                    fault = in->op;
+                    break;
+                }
         switch (in->narrow) {
         case LT_BOOL:
             for (int i = 0; i < n; i++) d[i] = (T)(d[i] != 0);
@@ -183,6 +195,7 @@ static void FN(exec)(const lt_fused *f, const lt_fload *ld,
             break;
         }
     }
+    return fault;
 }
 
 /* dst (storage dt) = src[0..n) converted. */

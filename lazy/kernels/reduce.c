@@ -517,6 +517,8 @@ lt_status lt_reduce_run(lt_op op, const lt_reduce_plan *plan,
         st = run_inner(op, plan, b, prod->ctype, out, ctx, nt, rb);
     else
         st = run_outer(op, plan, b, prod->ctype, out, ctx, nt, rb);
+    if (st == LT_OK)
+        st = lt_fused_bound_status(b);
     lt_fused_unbind(b);
     return st;
 }

@@ -82,11 +82,13 @@ def supported_devices(max_devices=None):
 def get_memory_info(device=None):
     """Device memory of a core: {"bytes_used", "bytes_limit",
     "peak_bytes_used"} (torch_xla >= 2.1 names) plus "kb_free" and
-    "kb_total" (the older names), from the core's buffer accounting."""
+    "kb_total" (the older names), from the core's buffer accounting, and
+    "buffers_used" (live device buffers)."""
     core = 0 if device is None else (torch.device(device).index or 0)
-    used, peak, limit = _C.memory_info(core)
+    used, peak, limit, nbuf = _C.memory_info(core)
     return {"bytes_used": used, "bytes_limit": limit, "peak_bytes_used": peak,
-            "kb_free": max(limit - used, 0) // 1024, "kb_total": limit // 1024}
+            "kb_free": max(limit - used, 0) // 1024, "kb_total": limit // 1024,
+            "buffers_used": nbuf}
 
 
 class RateTracker:

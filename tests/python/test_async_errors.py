@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 import lazytpu
 import lazytpu.metrics as met
-import lazytpu.spawn as lsp
+import lazytpu.collectives as lcc
 
 HERE = os.path.basename(__file__)
 
@@ -386,7 +386,7 @@ def _spawned(index, out_dir):
         assert y.cpu().tolist() == [[3.0, 4.0, 5.0]]
     lazytpu.wait_device_ops()                               # claimed: nothing
     # a collective whose input is poisoned on rank 3
-    z = lsp.all_reduce("sum", y * 1.0)
+    z = lcc.all_reduce("sum", y * 1.0)
     t0 = time.time()
     try:
         z.cpu()
@@ -407,7 +407,7 @@ def _spawned(index, out_dir):
         assert "rank %d of %d" % (index, n) in m, m
     _drain()
     # the world stays usable
-    w = lsp.all_reduce("sum", torch.ones(3).to(dev) * (index + 1))
+    w = lcc.all_reduce("sum", torch.ones(3).to(dev) * (index + 1))
     assert w.cpu().tolist() == [n * (n + 1) / 2] * 3
     assert (x * 2).sum().item() == 132.0
     with open(os.path.join(out_dir, "ok.%d" % index), "w") as f:
@@ -415,6 +415,6 @@ def _spawned(index, out_dir):
 
 
 def test_eight_processes_name_the_rank_and_collectives_fail_together(tmp_path):
-    lsp.spawn(_spawned, args=(str(tmp_path),), nprocs=8, timeout=240)
+    lazytpu.spawn(_spawned, args=(str(tmp_path),), nprocs=8, timeout=240)
     done = sorted(os.listdir(tmp_path))
     assert done == ["ok.%d" % k for k in range(8)], done
