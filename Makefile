@@ -7,6 +7,9 @@
 #               1 and 8 cores, and the same framework on eager CPU)
 #   make fuzz-c libFuzzer (clang, ASan+UBSan) on the C API for FUZZ_SECONDS
 #               (default 600); new crashes land in $(FUZZ)/artifacts/
+#   make fuzz   the differential property tests (device vs eager) long:
+#               FUZZ_EXAMPLES (default 2000) examples per op-table entry,
+#               random seeds; counts in $(FUZZ)/prop-stats.json
 VENV    := .venv
 PY      := $(CURDIR)/$(VENV)/bin/python
 BUILD   ?= build
@@ -15,8 +18,9 @@ JOBS    ?= 2
 FUZZ    ?= build-fuzz
 FUZZ_SECONDS ?= 600
 FUZZ_CC ?= clang
+FUZZ_EXAMPLES ?= 2000
 
-.PHONY: all bootstrap build build-asan install test test-c test-asan run bench examples fuzz-c clean
+.PHONY: all bootstrap build build-asan install test test-c test-asan run bench examples fuzz-c fuzz clean
 
 all: build
 
@@ -74,6 +78,19 @@ fuzz-c: bootstrap
 	$(FUZZ)/fuzz_trace -max_total_time=$(FUZZ_SECONDS) -timeout=20 -rss_limit_mb=3072 \
 	    -max_len=2048 -print_final_stats=1 -artifact_prefix=$(FUZZ)/artifacts/ \
 	    $(FUZZ)/corpus tests/fuzz/corpus
+
+# hypothesis's failing examples are kept in $(FUZZ)/hypothesis (replayed
+# first next time); the last case before a crash is the last line of
+# $(FUZZ)/prop-cases.log. Every op-table entry runs even if others fail.
+fuzz: build
+	@mkdir -p $(FUZZ)
+	@rm -f $(FUZZ)/prop-cases.log
+	HYPOTHESIS_PROFILE=lazytpu-fuzz LAZYTPU_PROP_EXAMPLES=$(FUZZ_EXAMPLES) \
+	  LAZYTPU_PROP_TIMEOUT=600 LAZYTPU_PROP_STATS=$(FUZZ)/prop-stats.json \
+	  LAZYTPU_PROP_LOG=$(FUZZ)/prop-cases.log PYTHONPATH=$(CURDIR)/python \
+	  LAZYTPU_BIN_DIR=$(CURDIR)/$(BUILD) \
+	  $(PY) -m pytest -q -p no:cacheprovider tests/python/test_property_ops.py
+	@cat $(FUZZ)/prop-stats.json; echo
 
 clean:
 	rm -rf $(BUILD) $(ASAN) $(FUZZ)

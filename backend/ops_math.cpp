@@ -423,7 +423,6 @@ at::Tensor lt_min_all(const at::Tensor &self) {
 }
 at::Tensor argreduce(lt_op op, const at::Tensor &self, c10::optional<int64_t> dim, bool keepdim) {
   const char *name = op == LT_OP_argmax ? "argmax" : "argmin";
-  TORCH_CHECK(self.scalar_type() != at::kBool, name, "(): does not support bool input");
   if (dim) check_empty_reduce(name, self, {*dim}, false, true, true);
   else check_empty_reduce(name, self, {}, true, true, true);
   lt_tensor *x = handle_of(self);
@@ -432,10 +431,13 @@ at::Tensor argreduce(lt_op op, const at::Tensor &self, c10::optional<int64_t> di
   lt_attrs a = attrs_of({d, keepdim ? 1 : 0});
   return wrap(trace(op, {x}, &a));
 }
+/* bool: eager's argmax/argmin refuse it, max.dim/min.dim take it */
 at::Tensor lt_argmax(const at::Tensor &self, c10::optional<int64_t> dim, bool keepdim) {
+  TORCH_CHECK(self.scalar_type() != at::kBool, "argmax(): does not support bool input");
   return argreduce(LT_OP_argmax, self, dim, keepdim);
 }
 at::Tensor lt_argmin(const at::Tensor &self, c10::optional<int64_t> dim, bool keepdim) {
+  TORCH_CHECK(self.scalar_type() != at::kBool, "argmin(): does not support bool input");
   return argreduce(LT_OP_argmin, self, dim, keepdim);
 }
 std::tuple<at::Tensor, at::Tensor> lt_max_dim(const at::Tensor &self, int64_t dim, bool keepdim) {

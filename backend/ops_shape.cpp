@@ -252,14 +252,13 @@ std::vector<int64_t> storage_perm(const at::Tensor &self) {
   return perm;
 }
 
-/* `base`: the storage offset of self's data (as_strided_scatter works on a
- * fresh clone of self: 0). */
 lt_attrs strided_attrs(const at::Tensor &self, c10::SymIntArrayRef size,
-                       c10::SymIntArrayRef stride, c10::optional<c10::SymInt> offset,
-                       int64_t base) {
-  int64_t rel = (offset ? offset->expect_int() : base) - base;
-  TORCH_CHECK(rel >= 0, "lazytpu: as_strided: storage offset ", rel + base,
-              " lies before the tensor's data (offset ", base, ")");
+                       c10::SymIntArrayRef stride, c10::optional<c10::SymInt> offset) {
+  int64_t rel = (offset ? offset->expect_int() : self.storage_offset()) - self.storage_offset();
+  TORCH_CHECK(rel >= 0, "lazytpu: as_strided: storage offset ", rel + self.storage_offset(),
+              " lies before the data of the ", self.scalar_type(), self.sizes(),
+              " tensor (offset ", self.storage_offset(), "): a device tensor has no storage "
+              "outside its data");
   std::vector<int64_t> sz = sym_to_ints(size), st = sym_to_ints(stride);
   TORCH_CHECK(sz.size() == st.size(), "mismatch in length of strides and shape");
   std::vector<int64_t> v{(int64_t)sz.size()};
@@ -270,7 +269,7 @@ lt_attrs strided_attrs(const at::Tensor &self, c10::SymIntArrayRef size,
 }
 at::Tensor lt_as_strided_copy(const at::Tensor &self, c10::SymIntArrayRef size,
                               c10::SymIntArrayRef stride, c10::optional<c10::SymInt> offset) {
-  lt_attrs a = strided_attrs(self, size, stride, offset, self.storage_offset());
+  lt_attrs a = strided_attrs(self, size, stride, offset);
   Ref x = permute(handle_of(self), storage_perm(self));
   return as_view(trace(LT_OP_as_strided, {x.get()}, &a), self, sym_to_ints(stride),
                  offset ? offset->expect_int() : self.storage_offset());
@@ -300,14 +299,9 @@ at::Tensor lt_diagonal_scatter(const at::Tensor &self, const at::Tensor &src, in
 at::Tensor lt_as_strided_scatter(const at::Tensor &self, const at::Tensor &src,
                                  c10::SymIntArrayRef size, c10::SymIntArrayRef stride,
                                  c10::optional<c10::SymInt> offset) {
-  lt_attrs a = strided_attrs(self, size, stride, offset, 0);
+  lt_attrs a = strided_attrs(self, size, stride, offset);
   int core = common_core({&self, &src});
-  /* eager clones self (a dense layout is kept, any other made contiguous)
-   * and applies as_strided to the clone */
-  std::vector<int64_t> perm = self.is_non_overlapping_and_dense()
-                                  ? storage_perm(self) : std::vector<int64_t>();
-  if (perm.empty()) for (int64_t i = 0; i < self.dim(); i++) perm.push_back(i);
-  std::vector<int64_t> inv(perm.size());
+  std::vector<int64_t> perm = storage_perm(self), inv(perm.size());
   for (size_t i = 0; i < perm.size(); i++) inv[perm[i]] = (int64_t)i;
   Ref b = operand(self, core), s = operand(src, core);
   Ref bs = permute(b.get(), perm);
@@ -454,6 +448,9 @@ at::Tensor lt_index_select(const at::Tensor &self, int64_t dim, const at::Tensor
   Ref x = operand(self, core), i = operand(index, core);
   if (i.ndim() == 0) i = reshape(i.get(), {1});
   lt_attrs a = attrs_of({wrapd(dim, std::max<int64_t>(self.dim(), 1))});
+  /* eager's check for an empty multi-dim self (1-dim: the index check) */
+  TORCH_CHECK(index.numel() == 0 || self.dim() <= 1 || self.size(a.i[0]) > 0,
+              "index_select(): self indexing axis dim should be positive");
   return wrap(trace(LT_OP_index_select, {x.get(), i.get()}, &a));
 }
 /* flip: each listed dim read through a reversed index (index_select) */

@@ -161,7 +161,8 @@ static int FN(exec)(const lt_fused *f, const lt_fload *ld,
         default:
             break;
         }
-        if (!fault && (in->narrow == LT_I64 || in->narrow == LT_I32) &&
+        /* an integer node: any node of an i64 group, a narrowed one else */
+        if (!fault && (T_IS_INT || in->narrow == LT_I64 || in->narrow == LT_I32) &&
             (in->op == LT_OP_floor_divide || in->op == LT_OP_remainder ||
              in->op == LT_OP_fmod))
             for (int i = 0; i < n; i++)
