@@ -292,7 +292,8 @@ Ref gelu_tanh(lt_tensor *x) {
   Ref t = trace(LT_OP_tanh, {mul_scalar(inner.get(), 0.7978845608028654).get()});
   Ref one = scalar(core, 1.0);
   Ref p = trace(LT_OP_add, {t.get(), one.get()});
-  return mul_scalar(trace(LT_OP_mul, {x, p.get()}).get(), 0.5);
+  /* (0.5 * x) * p as eager: x * p first overflows for |x| > FLT_MAX / 2 */
+  return trace(LT_OP_mul, {mul_scalar(x, 0.5).get(), p.get()});
 }
 at::Tensor lt_gelu(const at::Tensor &self, c10::string_view approximate) {
   check_unary_like_eager(LT_OP_gelu, self);

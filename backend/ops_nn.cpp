@@ -187,6 +187,11 @@ std::tuple<at::Tensor, at::Tensor> lt_max_pool2d_with_indices(
   check_pool_input(self, "max_pool2d");
   lt_tensor *x = handle_of(self);
   lt_attrs a = maxpool_attrs(k, s, p, d, ceil);
+  /* eager's check (its first line); the input on the next */
+  TORCH_CHECK(a.i[4] <= a.i[0] / 2 && a.i[5] <= a.i[1] / 2, "pad should be smaller than or "
+              "equal to half of kernel size, but got padW = ", a.i[5], ", padH = ", a.i[4],
+              ", kW = ", a.i[1], ", kH = ", a.i[0], "\n(max_pool2d of a ", self.scalar_type(),
+              self.sizes(), " input)");
   return std::make_tuple(wrap(trace(LT_OP_max_pool2d, {x}, &a)),
                          wrap(trace(LT_OP_max_pool2d_indices, {x}, &a)));
 }
@@ -210,6 +215,10 @@ at::Tensor lt_avg_pool2d(const at::Tensor &self, at::IntArrayRef k, at::IntArray
                          at::IntArrayRef p, bool ceil, bool cip, c10::optional<int64_t> div) {
   check_pool_input(self, "avg_pool2d");
   lt_attrs a = avgpool_attrs(k, s, p, ceil, cip, div);
+  for (int j = 0; j < 2; j++)   /* eager's check (its first line); the input on the next */
+    TORCH_CHECK(a.i[4 + j] <= a.i[j] / 2, "pad should be at most half of effective kernel "
+                "size, but got pad=", a.i[4 + j], ", kernel_size=", a.i[j], " and dilation=1"
+                "\n(avg_pool2d of a ", self.scalar_type(), self.sizes(), " input)");
   return wrap(trace(LT_OP_avg_pool2d, {handle_of(self)}, &a));
 }
 at::Tensor lt_avg_pool2d_backward(const at::Tensor &grad, const at::Tensor &self,

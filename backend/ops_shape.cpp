@@ -567,6 +567,16 @@ int64_t single_int_index(const c10::List<c10::optional<at::Tensor>> &indices) {
   return dim;
 }
 
+/* x[idx] counts negative indices from the end, as eager does (index_select
+ * and gather do not): idx < 0 ? idx + size : idx. Still out of range after
+ * that: the kernel's check. */
+Ref wrap_negative(Ref i, int64_t size, int core) {
+  Ref zero = scalar(core, c10::Scalar((int64_t)0)), n = scalar(core, c10::Scalar(size));
+  Ref neg = trace(LT_OP_lt, {i.get(), zero.get()});
+  Ref up = trace(LT_OP_add, {i.get(), n.get()});
+  return trace(LT_OP_where, {neg.get(), up.get(), i.get()});
+}
+
 at::Tensor lt_index(const at::Tensor &self, const c10::List<c10::optional<at::Tensor>> &indices) {
   int64_t k = single_int_index(indices);
   if (k < 0 || k >= self.dim())
@@ -575,6 +585,7 @@ at::Tensor lt_index(const at::Tensor &self, const c10::List<c10::optional<at::Te
   at::Tensor idx = *indices.get(k);
   int core = common_core({&self, &idx});
   Ref x = operand(self, core), i = operand(idx, core);
+  i = wrap_negative(std::move(i), self.size(k), core);
   std::vector<int64_t> idims = dims_of(i.shape());
   Ref flat = reshape(i.get(), {lt_shape_numel(&i.shape())});
   lt_attrs a = attrs_of({k});
@@ -590,6 +601,7 @@ at::Tensor index_put_dim(const at::Tensor &self, int64_t k, const at::Tensor &id
                          const at::Tensor &values, bool accumulate) {
   int core = common_core({&self, &idx, &values});
   Ref x = operand(self, core), i = operand(idx, core), v = operand(values, core);
+  i = wrap_negative(std::move(i), self.size(k), core);
   int64_t n = lt_shape_numel(&i.shape());
   std::vector<int64_t> whole(self.sizes().begin(), self.sizes().begin() + k);
   std::vector<int64_t> idims = dims_of(i.shape());

@@ -136,7 +136,9 @@ def _scale(case):
     return m
 
 
-def _close(what, a, b, case, extra=1.0):
+def _close(what, a, b, case, extra=1.0, loosest=False):
+    """loosest: the tolerance of the least precise float input (a gradient
+    of an f64 scalar times an f32 tensor is computed in f32)."""
     if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
         raise Difference("%s: %r vs %r" % (what, type(b), type(a)))
     if not isinstance(a, torch.Tensor):
@@ -149,9 +151,20 @@ def _close(what, a, b, case, extra=1.0):
         raise Difference("%s: dtype %s vs eager %s" % (what, a.dtype, b.dtype))
     if a.dtype in _TOL:
         rtol, atol = _TOL[a.dtype]
+        if loosest:
+            for t in case.args:
+                if isinstance(t, T) and t.dtype in _TOL:
+                    rtol, atol = max(rtol, _TOL[t.dtype][0]), max(atol, _TOL[t.dtype][1])
         k = case.tol * extra
+        ad, bd = a.double(), b.double()
+        if a.dtype != torch.float64:
+            # an f32/bf16 sum near FLT_MAX overflows in one accumulation
+            # order and not in another: inf vs a huge finite value is a tie
+            big = torch.finfo(a.dtype).max / 16
+            tie = (ad.isinf() & (bd.abs() >= big)) | (bd.isinf() & (ad.abs() >= big))
+            ad, bd = torch.where(tie, bd, ad), bd
         try:
-            torch.testing.assert_close(a.double(), b.double(), rtol=rtol * k,
+            torch.testing.assert_close(ad, bd, rtol=rtol * k,
                                        atol=atol * k * _scale(case), equal_nan=True)
         except AssertionError as e:
             raise Difference("%s: values differ: %s" % (what, str(e).strip())) from None
@@ -264,7 +277,7 @@ def check_case(case):
                 raise Difference("input %d: gradient only on %s" % (
                     i, "eager" if a is None else "lazytpu"))
             if a is not None:
-                _close("gradient of input %d" % i, a, b, case, extra=8.0)
+                _close("gradient of input %d" % i, a, b, case, extra=8.0, loosest=True)
 
 
 # ------------------------------------------------------------------ tests --
@@ -282,8 +295,9 @@ def test_property(name):
     def prop(case):
         try:
             check_case(case)
-        except Difference:
-            if case.known:                           # a gap another issue closes
+        except Difference as e:
+            if case.known and (not case.known_match or case.known_match in str(e)):
+                # a gap another issue closes, or a documented divergence
                 STATS["known_gaps"] += 1
                 return
             STATS["differences"] += 1
