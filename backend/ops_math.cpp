@@ -251,10 +251,11 @@ at::Tensor lt_hardtanh_backward(const at::Tensor &grad, const at::Tensor &self,
   int core = common_core({&grad, &self});
   Ref g = operand(grad, core), x = operand(self, core);
   Ref l = scalar(core, lo), h = scalar(core, hi);
-  Ref inside = trace(LT_OP_logical_and, {trace(LT_OP_gt, {x.get(), l.get()}).get(),
-                                         trace(LT_OP_lt, {x.get(), h.get()}).get()});
+  /* eager: x <= lo || x >= hi ? 0 : grad (a NaN x passes the gradient) */
+  Ref outside = trace(LT_OP_logical_or, {trace(LT_OP_le, {x.get(), l.get()}).get(),
+                                         trace(LT_OP_ge, {x.get(), h.get()}).get()});
   Ref z = scalar_typed(core, 0, g.dtype());
-  return wrap(trace(LT_OP_where, {inside.get(), g.get(), z.get()}));
+  return wrap(trace(LT_OP_where, {outside.get(), z.get(), g.get()}));
 }
 
 at::Tensor lt_threshold(const at::Tensor &self, const c10::Scalar &th, const c10::Scalar &v) {
