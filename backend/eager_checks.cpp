@@ -111,6 +111,22 @@ void check_div_mode_like_eager(const at::Tensor &self, const c10::Scalar &other)
   check_zero_division(LT_OP_div, at::result_type(self, other), other);
 }
 
+static c10::ScalarType alpha_check(c10::ScalarType rt, const c10::Scalar &alpha) {
+  TORCH_CHECK(!alpha.isBoolean() || rt == at::kBool,
+              "Boolean alpha only supported for Boolean results.");
+  TORCH_CHECK(at::isFloatingType(rt) || alpha.isIntegral(true),
+              "For integral input tensors, argument alpha must not be a floating point number.");
+  return rt;
+}
+c10::ScalarType check_alpha_like_eager(const at::Tensor &self, const at::Tensor &other,
+                                       const c10::Scalar &alpha) {
+  return alpha_check(at::result_type(self, other), alpha);
+}
+c10::ScalarType check_alpha_like_eager(const at::Tensor &self, const c10::Scalar &other,
+                                       const c10::Scalar &alpha) {
+  return alpha_check(at::result_type(self, other), alpha);
+}
+
 void check_sub_like_eager(const at::Tensor &self, const at::Tensor &other) {
   check_sub(self.scalar_type(), other.scalar_type());
 }

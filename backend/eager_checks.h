@@ -30,6 +30,12 @@ void check_binary_like_eager(lt_op op, const at::Tensor &self, const c10::Scalar
 /* div with rounding_mode: integer division by a host zero. */
 void check_div_mode_like_eager(const at::Tensor &self, const at::Tensor &other);
 void check_div_mode_like_eager(const at::Tensor &self, const c10::Scalar &other);
+/* add/sub with alpha: eager's alpha_check against the result type, which
+ * it returns. */
+c10::ScalarType check_alpha_like_eager(const at::Tensor &self, const at::Tensor &other,
+                                       const c10::Scalar &alpha);
+c10::ScalarType check_alpha_like_eager(const at::Tensor &self, const c10::Scalar &other,
+                                       const c10::Scalar &alpha);
 /* sub / rsub (Tensor and Scalar forms) with a bool operand. */
 void check_sub_like_eager(const at::Tensor &self, const at::Tensor &other);
 void check_sub_like_eager(const at::Tensor &self, const c10::Scalar &other);

@@ -102,8 +102,15 @@ bool is_zero(const c10::Scalar &s) { return !s.isComplex() && s.toDouble() == 0.
 at::Tensor add_impl(const at::Tensor &self, const at::Tensor &other,
                     const c10::Scalar &alpha, lt_op op) {
   int core = common_core({&self, &other});
+  c10::ScalarType rt = check_alpha_like_eager(self, other, alpha);
   Ref a = operand(self, core), b = operand(other, core);
-  if (!is_one(alpha)) b = mul_scalar(b.get(), alpha);
+  if (!is_one(alpha)) {
+    /* other * alpha in the result's dtype (an i32 operand of an i64 sum
+     * must not wrap at 32 bits) */
+    lt_dtype want = to_lt_dtype(rt);
+    if (c10::isIntegralType(rt, false) && b.dtype() != want) b = cast(b.get(), want);
+    b = mul_scalar(b.get(), alpha);
+  }
   return wrap_as(trace(op, {a.get(), b.get()}), self);
 }
 
@@ -122,6 +129,7 @@ at::Tensor scalar_tensor_op(const at::Tensor &self, const c10::Scalar &other,
                             const c10::Scalar &alpha, lt_op op, bool reverse) {
   lt_tensor *a = handle_of(self);
   int core = lt_tensor_core(a);
+  check_alpha_like_eager(self, other, alpha);
   Ref b = scalar(core, other);
   if (!is_one(alpha)) b = mul_scalar(b.get(), alpha);  /* weak * weak stays weak */
   if (reverse) {

@@ -300,6 +300,10 @@ at::Tensor lt_as_strided_scatter(const at::Tensor &self, const at::Tensor &src,
                                  c10::SymIntArrayRef size, c10::SymIntArrayRef stride,
                                  c10::optional<c10::SymInt> offset) {
   lt_attrs a = strided_attrs(self, size, stride, offset);
+  for (size_t j = 0; j < size.size(); j++)   /* eager's internal-overlap check */
+    TORCH_CHECK(stride[j] != 0 || size[j] <= 1, "unsupported operation: more than one element "
+                "of the written-to tensor refers to a single memory location. Please clone() "
+                "the tensor before performing the operation.");
   int core = common_core({&self, &src});
   std::vector<int64_t> perm = storage_perm(self), inv(perm.size());
   for (size_t i = 0; i < perm.size(); i++) inv[perm[i]] = (int64_t)i;

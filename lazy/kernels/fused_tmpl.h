@@ -139,6 +139,16 @@ static int FN(exec)(const lt_fused *f, const lt_fload *ld,
         const T *pa = rp[in->a];
         const T *pb = in->b >= 0 ? rp[in->b] : pa;
         const T *pc = in->c >= 0 ? rp[in->c] : pa;
+        /* an integer node (any node of an i64 group, a narrowed one else):
+         * its divisors, read before d (which may be b's register) is written */
+        if (!fault && (T_IS_INT || in->narrow == LT_I64 || in->narrow == LT_I32) &&
+            (in->op == LT_OP_floor_divide || in->op == LT_OP_remainder ||
+             in->op == LT_OP_fmod))
+            for (int i = 0; i < n; i++)
+                if (pb[i] == 0) {
+                    fault = in->op;
+                    break;
+                }
         rp[in->dst] = d;
         switch (in->op) {
 #if T_IS_INT    /* float math on integers (exp in silu_backward, ...): saturate */
@@ -161,15 +171,6 @@ static int FN(exec)(const lt_fused *f, const lt_fload *ld,
         default:
             break;
         }
-        /* an integer node: any node of an i64 group, a narrowed one else */
-        if (!fault && (T_IS_INT || in->narrow == LT_I64 || in->narrow == LT_I32) &&
-            (in->op == LT_OP_floor_divide || in->op == LT_OP_remainder ||
-             in->op == LT_OP_fmod))
-            for (int i = 0; i < n; i++)
-                if (pb[i] == 0) {
-                    fault = in->op;
-                    break;
-                }
         switch (in->narrow) {
         case LT_BOOL:
             for (int i = 0; i < n; i++) d[i] = (T)(d[i] != 0);

@@ -352,7 +352,12 @@ def reduce_strategy(name):
 def _cast(draw):
     x = draw(tensors())
     to = draw(any_dtype)
-    return Case("cast", lambda t: t.to(to), [x], desc="to %s" % to)
+    # NaN/Inf/out-of-range float -> int: undefined in C; eager gives what
+    # x86's conversion gives (INT_MIN), the device saturates (NaN -> 0)
+    known = ("float -> int of NaN/Inf/huge values saturates on the device"
+             if x.dtype in FLOATS and to in INTS else None)
+    return Case("cast", lambda t: t.to(to), [x], desc="to %s" % to, known=known,
+                known_match="values differ")
 
 
 @entry("binary_variants", covers=["add", "sub", "div", "mul", "trunc"])
@@ -401,7 +406,11 @@ def _acts(draw):
         "logsigmoid": F.logsigmoid,
         "square": torch.square,
     }
-    return Case("activations", fns[which], [x], tol=8, desc=which,
+    # elu has no device kernel: its decomposed backward gives NaN for a NaN
+    # input where eager's kernel passes the gradient (not fixed yet)
+    known = "elu backward of NaN inputs" if which == "elu" and x.special else None
+    return Case("activations", fns[which], [x], tol=8, desc=which, known=known,
+                known_match="gradient of input",
                 names=(which, "threshold", "hardtanh", "clamp", "gelu", "tanh", "sigmoid"))
 
 
@@ -838,8 +847,8 @@ def _index(draw):
         args = [x, index_tensor(draw, n, [k]), draw(tensors(shape=shp, dtype=x.dtype))]
         if 0 in s:
             known = ("index_add into an empty tensor: eager raises RuntimeError "
-                     "(index_select's check), the device IndexError")
-            known_match = "IndexError vs eager RuntimeError"
+                     "(index_select's check) or checks nothing, the device IndexError")
+            known_match = "IndexError"
     elif which in ("index_put", "index_put_acc"):
         acc = which == "index_put_acc"
         if acc or draw(st.integers(0, 7)) == 0 or n == 0:
