@@ -167,7 +167,10 @@ static void test_int_bool_types(void **state)
     lt_fused_store(f, lt_fused_op(f, LT_OP_fmod, LT_I64, x, y, -1));
     lt_fused_store(f, lt_fused_op(f, LT_OP_gt, LT_BOOL, x, y, -1));
     assert_int_equal(lt_fused_finish(f), LT_OK);
-    assert_int_equal(lt_fused_run(f, in, o, &CTX), LT_OK);   /* no SIGFPE */
+    /* no SIGFPE: the zero divisors give 0 and the run reports eager's
+     * ZeroDivisionError for the first integer division that met one */
+    assert_int_equal(lt_fused_run(f, in, o, &CTX), LT_ERR_VALUE);
+    assert_non_null(strstr(lt_last_error(), "ZeroDivisionError: floor_divide"));
     int64_t wfd[6] = {3, -4, -4, 0, 0, INT64_MIN}, wrem[6] = {1, 1, -1, 0, 0, 0};
     int64_t wfm[6] = {1, -1, 1, 0, 0, 0};
     for (int i = 0; i < 6; i++) {
