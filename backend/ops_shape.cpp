@@ -572,11 +572,13 @@ int64_t single_int_index(const c10::List<c10::optional<at::Tensor>> &indices) {
 }
 
 /* x[idx] counts negative indices from the end, as eager does (index_select
- * and gather do not): idx < 0 ? idx + size : idx. Still out of range after
- * that: the kernel's check. */
+ * and gather do not): -size <= idx < 0 ? idx + size : idx. An index out of
+ * range either way is left as given, for the kernel's check to name it. */
 Ref wrap_negative(Ref i, int64_t size, int core) {
   Ref zero = scalar(core, c10::Scalar((int64_t)0)), n = scalar(core, c10::Scalar(size));
-  Ref neg = trace(LT_OP_lt, {i.get(), zero.get()});
+  Ref mn = scalar(core, c10::Scalar(-size));
+  Ref neg = trace(LT_OP_logical_and, {trace(LT_OP_lt, {i.get(), zero.get()}).get(),
+                                      trace(LT_OP_ge, {i.get(), mn.get()}).get()});
   Ref up = trace(LT_OP_add, {i.get(), n.get()});
   return trace(LT_OP_where, {neg.get(), up.get(), i.get()});
 }
