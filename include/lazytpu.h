@@ -356,14 +356,19 @@ lt_status lt_replay_sync_inputs(lt_tensor *const *inputs, int n_in);
 lt_status lt_replay_record(lt_tensor *const *inputs, int n_in,
                            lt_tensor *const *outputs, int n_out, lt_replay **out);
 /* Runs r on new inputs (same count, shapes, dtypes and core as recorded,
- * else LT_ERR_ARG / LT_ERR_SHAPE naming the input). Pending inputs are
- * synced first; input buffers are bound, never donated; one program is
- * queued on the core (bounded like a step by LAZYTPU_MAX_INFLIGHT, without
- * reporting other programs' errors). Writes lt_replay_n_outputs(r) new
- * tensors (one reference each) into outputs: data values, ready when the
- * program finishes (reads wait; a failed program poisons them, Conventions
- * rule 1). No op is traced. Counted in CompiledGraphRun and
- * CompiledGraphHostTime. On failure no output is created. */
+ * else LT_ERR_ARG / LT_ERR_SHAPE naming the input) and writes
+ * lt_replay_n_outputs(r) new tensors (one reference each) into outputs.
+ * When every input's value is data: input buffers are bound, never donated;
+ * one program is queued on the core (bounded like a step by
+ * LAZYTPU_MAX_INFLIGHT, without reporting other programs' errors); the
+ * outputs are data, ready when it finishes (reads wait; a failed program
+ * poisons them, Conventions rule 1). When an input is still pending: the
+ * recorded graph is rebuilt as IR on the inputs' values ("splice",
+ * CompiledGraphSplice), nothing runs, the outputs are pending and run with
+ * the rest of the step at its boundary (one program, a cache hit). Either
+ * way no op goes through lt_trace (no lazytpu::<op> counts). Counted in
+ * CompiledGraphRun and CompiledGraphHostTime. On failure no output is
+ * created. */
 lt_status lt_replay_run(lt_replay *r, lt_tensor *const *inputs, int n_in,
                         lt_tensor **outputs);
 int lt_replay_n_outputs(const lt_replay *r);   /* 0 for NULL */

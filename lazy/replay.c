@@ -12,12 +12,17 @@
  * kept.
  *
  * Run (every later call): inputs are checked against the recorded shapes
- * and dtypes, pending inputs are synced first (CompiledGraphInputSync), the
- * input buffers are bound to the program's parameters, output buffers are
- * allocated, and one job is queued on the core: no op is traced, nothing is
- * captured, hashed or looked up. The outputs are new tensors whose values are
- * data (ready when the job finishes; reads wait), exactly as after a sync.
- * Parameters are never donated (the caller's inputs stay valid).
+ * and dtypes. If every input's value is data, the input buffers are bound to
+ * the program's parameters, output buffers are allocated, and one job is
+ * queued on the core: no op is traced, nothing is captured, hashed or looked
+ * up; the outputs are data (ready when the job finishes; reads wait), as
+ * after a sync. Parameters are never donated (the caller's inputs stay
+ * valid). If an input is still pending (a backward graph's incoming
+ * gradient, traced lazily by the loss), syncing it first would cost a
+ * program of its own; instead the recorded graph is spliced: rebuilt from
+ * its template as IR nodes on the inputs' current values (one lt_node_new
+ * per node, no shape inference, no dispatcher), so that it runs with the
+ * rest of the step as one program at the step boundary.
  *
  * Not replayable (record fails with LT_ERR_ARG, "not replayable: ..."; the
  * caller keeps tracing the graph lazily): random ops (their seed is a
@@ -59,12 +64,30 @@ struct lt_replay {
     int *out_prog;                /* per output tensor: program output index */
     uint8_t *out_logical;         /* per output tensor: logical dtype */
     int n_nodes;                  /* nodes of the recorded graph (stats) */
+    /* splice template: the recorded graph as node descriptions */
+    struct tmpl_node *t;          /* n_nodes entries, post-order */
+    int *t_in;                    /* operand positions, flattened */
+    int *out_node;                /* per output tensor: template position */
+    int n_computed;
 };
+
+/* One node of the splice template: a computed node is rebuilt from its
+ * description; a leaf is an input's current value or a constant node the
+ * recording shares (a scalar, or a device buffer the graph made itself). */
+typedef struct tmpl_node {
+    uint16_t op;
+    uint8_t dtype, flags;
+    int n_in, in_off;             /* operands: t_in[in_off .. in_off + n_in) */
+    int input;                    /* leaf fed by input `input`, else -1 */
+    lt_node *konst;               /* constant leaf (owned reference), else NULL */
+    lt_shape shape;
+    lt_attrs attrs;
+} tmpl_node;
 
 /* ------------------------------------------------------------ metrics */
 
 typedef struct replay_metrics {
-    lt_counter *run, *record, *input_sync;
+    lt_counter *run, *splice, *record, *input_sync;
     lt_metric *replay_time, *execute_time;
 } replay_metrics;
 
@@ -74,6 +97,7 @@ static const replay_metrics *rm(void)
     static atomic_int ready;
     if (!atomic_load_explicit(&ready, memory_order_acquire)) {
         m.run = lt_counter_get("CompiledGraphRun");
+        m.splice = lt_counter_get("CompiledGraphSplice");
         m.record = lt_counter_get("CompiledGraphRecord");
         m.input_sync = lt_counter_get("CompiledGraphInputSync");
         m.replay_time = lt_metric_get("CompiledGraphHostTime", LT_UNIT_NS);
@@ -91,6 +115,10 @@ static void replay_free(lt_replay *r)
     for (int j = 0; j < r->n_params && r->params; j++)
         if (r->params[j].src == SRC_CONST_BUF) lt_buffer_release(r->params[j].buf);
     lt_program_release(r->prog);
+    for (int i = 0; i < r->n_nodes && r->t; i++) lt_node_release(r->t[i].konst);
+    free(r->t);
+    free(r->t_in);
+    free(r->out_node);
     free(r->params);
     free(r->in_shape);
     free(r->in_dtype);
@@ -164,6 +192,45 @@ lt_status lt_replay_sync_inputs(lt_tensor *const *inputs, int n_in)
 }
 
 /* ------------------------------------------------------------ record */
+
+/* The splice template of g (r->params already mapped). */
+static lt_status build_template(lt_replay *r, const lt_graph *g)
+{
+    int n = g->n_nodes;
+    r->t = calloc((size_t)n, sizeof *r->t);
+    r->t_in = malloc((size_t)(g->in_off[n] ? g->in_off[n] : 1) * sizeof *r->t_in);
+    r->out_node = malloc((size_t)r->n_out * sizeof *r->out_node);
+    int *param_of = malloc((size_t)(n ? n : 1) * sizeof *param_of);
+    if (!r->t || !r->t_in || !r->out_node || !param_of) {
+        free(param_of);
+        return lt_set_error(LT_ERR_INTERNAL, "replay_record: out of host memory");
+    }
+    for (int i = 0; i < n; i++) param_of[i] = -1;
+    for (int j = 0; j < g->n_params; j++) param_of[g->param_pos[j]] = j;
+    memcpy(r->t_in, g->in_pos, (size_t)g->in_off[n] * sizeof *r->t_in);
+    for (int i = 0; i < n; i++) {
+        const lt_node *nd = g->nodes[i];
+        tmpl_node *t = &r->t[i];
+        t->op = nd->op;
+        t->dtype = nd->dtype;
+        t->flags = nd->flags;
+        t->n_in = g->in_off[i + 1] - g->in_off[i];
+        t->in_off = g->in_off[i];
+        t->shape = nd->shape;
+        t->attrs = nd->attrs;
+        t->input = -1;
+        if (nd->op != LT_OP_data && nd->op != LT_OP_scalar) {
+            r->n_computed++;
+            continue;
+        }
+        int j = param_of[i];
+        if (j >= 0 && r->params[j].src == SRC_INPUT) t->input = r->params[j].input;
+        else t->konst = lt_node_retain((lt_node *)nd);
+    }
+    for (int i = 0; i < r->n_out; i++) r->out_node[i] = g->output_pos[g->root_out[i]];
+    free(param_of);
+    return LT_OK;
+}
 
 static lt_status record_fail(lt_replay *r, lt_graph *g, lt_node **roots, int n,
                              lt_status st)
@@ -294,6 +361,8 @@ lt_status lt_replay_record(lt_tensor *const *inputs, int n_in,
     RELEASE_INVALS();
 #undef RELEASE_INVALS
     for (int i = 0; i < n_out; i++) r->out_prog[i] = g.root_out[i];
+    if (build_template(r, &g) != LT_OK)
+        return record_fail(r, &g, roots, n_out, LT_ERR_INTERNAL);
 
     /* program: the same cache as lazy syncs */
     const lt_fe_metrics *m = lt_fe_metrics_get();
@@ -381,6 +450,69 @@ static void job_done(lt_job *job)
     free(j);
 }
 
+/* Rebuilds the recorded graph on the inputs' current values (some pending):
+ * new IR nodes, no op traced through lt_trace, nothing executed; the outputs
+ * are pending and run with the rest of the step at its boundary. */
+static lt_status splice(lt_replay *r, lt_tensor *const *inputs, lt_tensor **outputs)
+{
+    int core = r->core, n = r->n_nodes;
+    lt_node **tmp = calloc((size_t)(n ? n : 1), sizeof *tmp);
+    if (!tmp) return lt_set_error(LT_ERR_INTERNAL, "replay_run: out of host memory");
+    lt_status st = LT_OK;
+    lt_core_live *L = lt_live(core);
+    lt_runtime *rt = lt_rt();
+    int over = 0;
+    lt_node *ins_inline[8];
+    pthread_mutex_lock(&L->mu);
+    for (int i = 0; i < n && st == LT_OK; i++) {
+        const tmpl_node *t = &r->t[i];
+        if (t->input >= 0) {
+            tmp[i] = lt_node_retain(inputs[t->input]->value);
+            continue;
+        }
+        if (t->konst) {
+            tmp[i] = lt_node_retain(t->konst);
+            continue;
+        }
+        lt_node **ins = t->n_in <= 8 ? ins_inline : malloc((size_t)t->n_in * sizeof *ins);
+        if (!ins) {
+            st = lt_set_error(LT_ERR_INTERNAL, "replay_run: out of host memory");
+            break;
+        }
+        for (int k = 0; k < t->n_in; k++) ins[k] = tmp[r->t_in[t->in_off + k]];
+        tmp[i] = lt_node_new((lt_op)t->op, ins, t->n_in, &t->attrs, &t->shape,
+                             (lt_dtype)t->dtype, core, t->flags);
+        if (ins != ins_inline) free(ins);
+        if (!tmp[i]) st = LT_ERR_INTERNAL;
+    }
+    if (st == LT_OK) {
+        for (int i = 0; i < r->n_out; i++)
+            outputs[i] = lt_tensor_new_locked(lt_node_retain(tmp[r->out_node[i]]),
+                                              (lt_dtype)r->out_logical[i], core);
+        L->traced += r->n_computed;
+        over = rt && L->traced > rt->graph_limit;
+    }
+    pthread_mutex_unlock(&L->mu);
+    for (int i = n - 1; i >= 0; i--) lt_node_release(tmp[i]);
+    free(tmp);
+    if (st != LT_OK) return st;
+    for (int i = 0; i < r->n_out; i++)
+        if (!outputs[i]) {
+            for (int q = 0; q < r->n_out; q++) {
+                lt_tensor_release(outputs[q]);
+                outputs[q] = NULL;
+            }
+            return lt_set_error(LT_ERR_INTERNAL, "replay_run: out of host memory");
+        }
+    lt_counter_add(rm()->run, 1);
+    lt_counter_add(rm()->splice, 1);
+    if (over) {
+        lt_counter_add(lt_fe_metrics_get()->size_limit_sync, 1);
+        return lt_sync_core(core, LT_SYNC_SIZE_LIMIT, 0);
+    }
+    return LT_OK;
+}
+
 lt_status lt_replay_run(lt_replay *r, lt_tensor *const *inputs, int n_in,
                         lt_tensor **outputs)
 {
@@ -403,8 +535,18 @@ lt_status lt_replay_run(lt_replay *r, lt_tensor *const *inputs, int n_in,
                                 lt_dtype_name((lt_dtype)r->in_dtype[i]), a, core);
         }
     }
-    lt_status st = sync_pending(core, inputs, n_in);
-    if (st != LT_OK) return st;
+    /* an input still pending: splice the graph into the pending one */
+    int pending = 0;
+    lt_live_lock(core);
+    for (int i = 0; i < n_in && !pending; i++) pending = lt_node_is_pending(inputs[i]->value);
+    lt_live_unlock(core);
+    if (pending) {
+        for (int i = 0; i < r->n_out; i++) outputs[i] = NULL;
+        lt_status sst = splice(r, inputs, outputs);
+        lt_metric_add(rm()->replay_time, (double)(lt_now_ns() - t0));
+        return sst;
+    }
+    lt_status st = LT_OK;
 
     const lt_program *p = r->prog;
     int no = lt_program_n_outputs(p);
