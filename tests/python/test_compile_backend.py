@@ -197,3 +197,22 @@ def test_random_graph_stays_lazy():
     assert not torch.equal(a, b)          # a fresh mask per call
     assert set(a.unique().tolist()) <= {1.0, 3.0}
     assert "runs lazily" in met.metrics_report()
+
+
+def test_inference_graph_updates_running_stats():
+    """Batch norm in training mode under no_grad: dynamo's inference graph
+    writes the running stats into its inputs; replays must too."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    ref = CNN()
+    m = copy.deepcopy(ref).to(DEV)
+    cm = torch.compile(m, backend="lazytpu")
+    runs = met.counter_value("CompiledGraphRun") or 0
+    with torch.no_grad():
+        for s in range(4):
+            x, _ = data("cnn", s)
+            torch.testing.assert_close(cm(x.to(DEV)).cpu(), ref(x), rtol=1e-4, atol=1e-5)
+            lazytpu.mark_step()
+    for b, c in zip(m.buffers(), ref.buffers()):
+        torch.testing.assert_close(b.cpu(), c, rtol=1e-4, atol=1e-5)
+    assert (met.counter_value("CompiledGraphRun") or 0) - runs == 3
