@@ -91,7 +91,7 @@ char *lt_host_read_report(void)
     for (int i = 0; i < n; i++) {
         hr_line *l = &copy[i];
         char t[64];
-        int64_t st = steps - l->first_step;
+        int64_t st = steps - l->first_step + 1;   /* the step the first read was in */
         lt_sb_printf(&sb, "%s: %lld read%s", l->frame, (long long)l->reads,
                      l->reads == 1 ? "" : "s");
         if (st > 0)
@@ -100,7 +100,7 @@ char *lt_host_read_report(void)
         lt_sb_printf(&sb, ", %lld ran the pending graph, %lld waited for the device, "
                      "%s waiting\n", (long long)l->synced, (long long)l->waited,
                      lt_fmt_time((double)l->wait_ns, t, sizeof t));
-        if (st > 0 && l->reads >= st)
+        if (st >= 3 && l->reads >= st - 1)     /* about one read per step */
             lt_sb_puts(&sb, "  hint: a read every step makes the host wait for the device "
                        "each step; read every N steps, or log from a step closure that "
                        "runs off the host's path: add_step_closure(fn, run_async=True)\n");

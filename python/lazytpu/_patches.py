@@ -116,3 +116,35 @@ def _patch_meta_describer():
 
 
 _patch_meta_describer()
+
+# - torch.inference_mode. PyTorch's functionalization (which every lazytpu
+#   tensor goes through, as XLA tensors do) cannot create views of tensors
+#   inside inference mode ("Cannot set version_counter for inference
+#   tensor"); torch_xla has the same limit and Lightning swaps inference_mode
+#   for no_grad on XLA. In a process that uses lazytpu, inference_mode(True)
+#   therefore disables gradients like no_grad instead of switching on
+#   PyTorch's inference mode: the same results, only t.is_inference() stays
+#   False and torch.is_inference_mode_enabled() reports False.
+_orig_inference_mode = torch.autograd.grad_mode.inference_mode
+
+
+class _lazytpu_inference_mode(_orig_inference_mode):
+    __doc__ = _orig_inference_mode.__doc__
+
+    def __enter__(self):
+        self._lazytpu_prev = torch.is_grad_enabled()
+        if self.mode:
+            torch._C._set_grad_enabled(False)
+        else:
+            self._inference_mode_context = torch._C._InferenceMode(False)
+            self._inference_mode_context.__enter__()
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        if not self.mode:
+            self._inference_mode_context.__exit__(exc_type, exc_value, traceback)
+        torch._C._set_grad_enabled(self._lazytpu_prev)
+
+
+torch.inference_mode = _lazytpu_inference_mode
+torch.autograd.grad_mode.inference_mode = _lazytpu_inference_mode
+torch.autograd.inference_mode = _lazytpu_inference_mode

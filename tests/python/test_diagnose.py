@@ -310,3 +310,31 @@ def test_trace_graphs_and_plot(tmp_path):
     assert raw[:8] == b"\x89PNG\r\n\x1a\n" and len(raw) > 10000, len(raw)
     with pytest.raises(ValueError, match="LAZYTPU_TRACE"):
         dbg.plot_steps(met.metrics_json(), str(tmp_path / "x.png"))
+
+
+def test_host_reads_of_computed_values_are_reported(dev, quiet_debug):
+    """.item() on a value the step already computed (after mark_step) does
+    not cut the graph, but the host still waits for the device: it is
+    counted per line, per step, with a warning (torch_xla counts
+    aten::_local_scalar_dense the same way)."""
+    met.clear_all()
+    w = torch.ones(64, 64, device=dev)
+    reads0 = met.counter_value("HostReads") or 0
+    cut0 = met.counter_value("SyncCause::value_read") or 0
+    for _ in range(6):
+        w = torch.tanh(w @ w * 0.01)
+        total = w.sum()
+        lazytpu.mark_step()
+        _ = total.item()   # host read per step
+    assert (met.counter_value("HostReads") or 0) - reads0 == 6
+    assert (met.counter_value("aten::_local_scalar_dense") or 0) >= 6
+    assert "aten::_local_scalar_dense" not in met.executed_fallback_ops()
+    rep = met.metrics_report()
+    line = line_of(test_host_reads_of_computed_values_are_reported, "# host read per step")
+    assert "== host reads ==" in rep
+    assert ("test_diagnose.py:%d in test_host_reads_of_computed_values_are_reported: 6 reads "
+            "(1.00 per step over 6 steps), 0 ran the pending graph" % line) in rep, rep[-1500:]
+    assert (met.counter_value("SyncCause::value_read") or 0) == cut0   # no graph was cut
+    assert "hint: a read every step" in rep
+    warns = [x for x in dbg.take_warnings() if "host reads" in x]
+    assert any("last at test_diagnose.py:%d" % line in x for x in warns), warns

@@ -61,9 +61,12 @@ def test_seed_style_script_unchanged(cores):
 
 def test_launcher_with_workers_runs_the_script_per_core():
     p = ok(run([LAUNCHER, "-n", "2", "python", "-c", textwrap.dedent("""
-        import torch, torch_xla.core.xla_model as xm, torch_xla.runtime as xr
+        import sys, torch, torch_xla.core.xla_model as xm, torch_xla.runtime as xr
         t = xm.all_reduce(xm.REDUCE_SUM, torch.ones(1, device=xm.xla_device()))
-        print("rank", xr.global_ordinal(), xr.world_size(), t.cpu().item())
+        # one write per line: the workers share the pipe (atomic below PIPE_BUF),
+        # print() would write its pieces separately under PYTHONUNBUFFERED
+        sys.stdout.write("rank %d %d %s\n" % (xr.global_ordinal(), xr.world_size(),
+                                                t.cpu().item()))
     """)]))
     lines = sorted(l for l in p.stdout.splitlines() if l.startswith("rank"))
     assert lines == ["rank 0 2 2.0", "rank 1 2 2.0"]
