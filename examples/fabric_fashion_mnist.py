@@ -54,13 +54,14 @@ def train(fabric, args):
     per_device = args.batch // fabric.world_size
     loader = DataLoader(TensorDataset(xtr, ytr), batch_size=per_device, shuffle=True,
                         drop_last=True)
-    # the module first, then the optimizer over its device parameters (moving
-    # a module to an XLA or lazytpu device makes new Parameter objects;
-    # Fabric re-points an earlier optimizer only for its multi-device
-    # XLAStrategy, so with one TPU core it would step the CPU copies)
-    model = fabric.setup_module(make_model())
-    optimizer = fabric.setup_optimizers(
-        torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9))
+    # the module on the device before the optimizer is made: moving a module
+    # to an XLA (or lazytpu) device makes new Parameter objects, and Fabric
+    # re-points an optimizer made earlier only for its multi-device
+    # XLAStrategy (with one TPU core it would step the CPU copies), while that
+    # strategy needs the module and optimizer set up together
+    model = make_model().to(fabric.device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    model, optimizer = fabric.setup(model, optimizer)
     loader = fabric.setup_dataloaders(loader)
     model.train()
     t0, timed = None, 0
