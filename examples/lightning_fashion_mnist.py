@@ -102,6 +102,7 @@ def main():
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--max-steps", type=int, default=60, help="train batches per epoch (0: all)")
     p.add_argument("--data", default=DATA_DIR)
+    p.add_argument("--no-test", action="store_true", help="skip trainer.test (timing runs)")
     args = p.parse_args()
     if args.accelerator == "lazytpu":
         import lazytpu.lightning  # noqa: F401  (accelerator="lazytpu")
@@ -123,8 +124,9 @@ def main():
     trainer.fit(model, train)
     print("fit: %.1fs (%s, %d device(s), global batch %d, %s)"
           % (time.time() - t0, args.accelerator, args.devices, args.batch, args.precision))
-    res = trainer.test(model, test, verbose=False)
-    print("test accuracy: %.2f%%" % (100 * res[0]["test_acc"]))
+    if not args.no_test:
+        res = trainer.test(model, test, verbose=False)
+        print("test accuracy: %.2f%%" % (100 * res[0]["test_acc"]))
     if args.accelerator == "lazytpu" and args.devices == 1:
         import lazytpu.metrics as met
         print(met.short_metrics_report())
