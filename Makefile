@@ -3,8 +3,10 @@
 #               the example on 8 simulated cores, print the metrics report
 #   make test   bootstrap, build, run every test (C, ASan, Python vs eager PyTorch)
 #   make bench  build and run the benchmarks
-#   make examples  build and run the Lightning and Keras examples (Fashion-MNIST;
-#               1 and 8 cores, and the same framework on eager CPU)
+#   make examples  build and run the Lightning (Trainer, Fabric) and Keras examples
+#               (Fashion-MNIST; 1 and 8 cores, accelerator="lazytpu" and Lightning's
+#               own accelerator="tpu" in torch_xla compatibility mode, and the same
+#               framework on eager CPU)
 #   make fuzz-c libFuzzer (clang, ASan+UBSan) on the C API for FUZZ_SECONDS
 #               (default 600); new crashes land in $(FUZZ)/artifacts/
 #   make fuzz   the differential property tests (device vs eager) long:
@@ -56,6 +58,13 @@ examples: build
 	$(PY) examples/lightning_fashion_mnist.py --accelerator cpu --devices 1
 	$(PY) examples/lightning_fashion_mnist.py --devices 1
 	$(PY) examples/lightning_fashion_mnist.py --devices 8
+	$(PY) -m lazytpu examples/lightning_fashion_mnist.py --accelerator tpu --devices 1
+	$(VENV)/bin/lazytpu-run python examples/lightning_fashion_mnist.py --accelerator tpu --devices 8
+	$(PY) examples/fabric_fashion_mnist.py --accelerator cpu --devices 1
+	$(PY) examples/fabric_fashion_mnist.py --devices 1
+	$(PY) examples/fabric_fashion_mnist.py --devices 8
+	$(PY) -m lazytpu examples/fabric_fashion_mnist.py --accelerator tpu --devices 1
+	$(VENV)/bin/lazytpu-run python examples/fabric_fashion_mnist.py --accelerator tpu --devices 8
 	$(PY) examples/keras_fashion_mnist.py --device cpu
 	$(PY) examples/keras_fashion_mnist.py --cores 1
 	$(PY) examples/keras_fashion_mnist.py --cores 8

@@ -3,11 +3,16 @@
     .venv/bin/python examples/lightning_fashion_mnist.py                 # 8 cores
     .venv/bin/python examples/lightning_fashion_mnist.py --devices 1
     .venv/bin/python examples/lightning_fashion_mnist.py --accelerator cpu --devices 1
+    .venv/bin/lazytpu-run python examples/lightning_fashion_mnist.py --accelerator tpu
 
-The only lazytpu line is `import lazytpu.lightning` (it registers the
-accelerator and strategies); the rest is plain Lightning. With --devices 8
-the Trainer runs one worker process per simulated core (lazytpu-run), each on
-1/8 of every global batch, gradients averaged inside the step's graph.
+With --accelerator lazytpu the only lazytpu line is `import lazytpu.lightning`
+(it registers the accelerator and strategies); the rest is plain Lightning.
+With --devices 8 the Trainer runs one worker process per simulated core
+(lazytpu-run), each on 1/8 of every global batch, gradients averaged inside
+the step's graph. With --accelerator tpu, run through lazytpu-run (or python
+-m lazytpu), the script imports nothing of lazytpu: Lightning's own
+XLAAccelerator, XLAStrategy and XLAPrecision run on lazytpu's torch_xla
+compatibility layer.
 Data: Debian's dataset-fashion-mnist (read as in examples/fashion_mnist.py).
 """
 import argparse
@@ -22,8 +27,6 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 import lightning as L  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
-
-import lazytpu.lightning  # noqa: E402,F401  (accelerator="lazytpu")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fashion_mnist import DATA_DIR, load_split  # noqa: E402
@@ -58,6 +61,16 @@ class FashionCNN(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
 
 
+def wait_device(accelerator):
+    """Waits for the queued device programs (so a time covers their work)."""
+    if isinstance(accelerator, L.pytorch.accelerators.XLAAccelerator):
+        import torch_xla.core.xla_model as xm
+        xm.wait_device_ops()
+    elif type(accelerator).__name__ == "LazyTPUAccelerator":
+        import lazytpu
+        lazytpu.wait_device_ops()
+
+
 class StepRate(L.Callback):
     """Training steps per second after the first `skip` steps (compiles)."""
 
@@ -73,8 +86,7 @@ class StepRate(L.Callback):
 
     def on_train_end(self, trainer, module):
         if self.t0 is not None and trainer.is_global_zero:
-            import lazytpu
-            lazytpu.wait_device_ops()
+            wait_device(trainer.accelerator)
             n = self.steps - self.skip
             rate = n / (time.perf_counter() - self.t0)
             print("steps/s: %.1f (%d timed steps on each of %d device(s))"
@@ -90,7 +102,10 @@ def main():
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--max-steps", type=int, default=60, help="train batches per epoch (0: all)")
     p.add_argument("--data", default=DATA_DIR)
+    p.add_argument("--no-test", action="store_true", help="skip trainer.test (timing runs)")
     args = p.parse_args()
+    if args.accelerator == "lazytpu":
+        import lazytpu.lightning  # noqa: F401  (accelerator="lazytpu")
 
     L.seed_everything(0)
     xtr, ytr = load_split(args.data, "train")
@@ -109,10 +124,14 @@ def main():
     trainer.fit(model, train)
     print("fit: %.1fs (%s, %d device(s), global batch %d, %s)"
           % (time.time() - t0, args.accelerator, args.devices, args.batch, args.precision))
-    res = trainer.test(model, test, verbose=False)
-    print("test accuracy: %.2f%%" % (100 * res[0]["test_acc"]))
+    if not args.no_test:
+        res = trainer.test(model, test, verbose=False)
+        print("test accuracy: %.2f%%" % (100 * res[0]["test_acc"]))
     if args.accelerator == "lazytpu" and args.devices == 1:
         import lazytpu.metrics as met
+        print(met.short_metrics_report())
+    elif args.accelerator == "tpu" and args.devices == 1:
+        import torch_xla.debug.metrics as met
         print(met.short_metrics_report())
 
 

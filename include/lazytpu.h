@@ -193,15 +193,19 @@ typedef enum lt_reduce_type {
 /* --------------------------------------------------------------- lifecycle */
 
 /* Initialises the library once (idempotent, thread-safe): reads the env vars
- * (LAZYTPU_HBM_BYTES, LAZYTPU_COMPILE_CACHE_SIZE, LAZYTPU_USE_BF16 /
- * XLA_USE_BF16, LAZYTPU_GRAPH_LIMIT, LAZYTPU_NUM_CORES), creates the cores. */
+ * (LAZYTPU_HBM_BYTES, LAZYTPU_COMPILE_CACHE_SIZE, LAZYTPU_GRAPH_LIMIT,
+ * LAZYTPU_NUM_CORES), creates the cores. LAZYTPU_USE_BF16 / XLA_USE_BF16 are
+ * read later, when the first device value is made (see lt_bf16_mode). */
 lt_status lt_init(void);
 /* Waits for all cores, stops their threads and frees everything; tensors still
  * alive afterwards must only be released. */
 void lt_shutdown(void);
 
 int lt_num_cores(void);
-/* 1 when float32 is stored on the device as bf16 (LAZYTPU_USE_BF16). */
+/* 1 when float32 is stored on the device as bf16 (LAZYTPU_USE_BF16 /
+ * XLA_USE_BF16). The mode is decided once, at the first device value or the
+ * first call of this function, whichever comes first (torch_xla reads
+ * XLA_USE_BF16 at its first device tensor too), and holds until lt_shutdown. */
 int lt_bf16_mode(void);
 
 /* Device memory of one core, in bytes: held by live device buffers now, the

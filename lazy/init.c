@@ -6,7 +6,8 @@
  *   LAZYTPU_NUM_CORES            cores (default 8; parsed by device init)
  *   LAZYTPU_HBM_BYTES            per-core memory budget (device init)
  *   LAZYTPU_COMPILE_CACHE_SIZE   compile cache entries (default 1024)
- *   LAZYTPU_USE_BF16 / XLA_USE_BF16   store f32 as bf16 (default 0)
+ *   LAZYTPU_USE_BF16 / XLA_USE_BF16   store f32 as bf16 (default 0); read
+ *                                at the first device value (lt_rt_bf16)
  *   LAZYTPU_GRAPH_LIMIT          nodes traced on a core before a forced sync
  *                                (default 200000)
  *   LAZYTPU_DEBUG / PT_XLA_DEBUG step warnings on stderr (lazy/diagnose.c)
@@ -46,7 +47,7 @@ static void rt_once_init(void)
         L->count = 0;
         L->traced = 0;
     }
-    rt.bf16 = 0;
+    atomic_store(&rt.bf16, -1);
     rt.graph_limit = 200000;
     rt.cache_size = 1024;
     rt.max_inflight = 2;
@@ -92,7 +93,7 @@ lt_status lt_init(void)
                             n, LT_RT_MAX_CORES);
     }
     rt.n_cores = n;
-    rt.bf16 = env_flag("LAZYTPU_USE_BF16") || env_flag("XLA_USE_BF16");
+    atomic_store(&rt.bf16, -1);      /* decided at the first device value */
     rt.graph_limit = env_int("LAZYTPU_GRAPH_LIMIT", 200000);
     rt.cache_size = env_int("LAZYTPU_COMPILE_CACHE_SIZE", 1024);
     rt.max_inflight = env_int("LAZYTPU_MAX_INFLIGHT", 2);
@@ -158,10 +159,20 @@ int lt_num_cores(void)
     return r ? r->n_cores : 0;
 }
 
+int lt_rt_bf16(lt_runtime *r)
+{
+    int v = atomic_load_explicit(&r->bf16, memory_order_acquire);
+    if (v >= 0) return v;
+    int want = env_flag("LAZYTPU_USE_BF16") || env_flag("XLA_USE_BF16");
+    /* the first caller decides; concurrent first callers agree on its value */
+    atomic_compare_exchange_strong(&r->bf16, &v, want);
+    return atomic_load_explicit(&r->bf16, memory_order_acquire);
+}
+
 int lt_bf16_mode(void)
 {
     lt_runtime *r = lt_rt();
-    return r ? r->bf16 : 0;
+    return r ? lt_rt_bf16(r) : 0;
 }
 
 /* ------------------------------------------------------ front-end metrics */

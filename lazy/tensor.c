@@ -155,7 +155,7 @@ lt_status lt_tensor_from_host(int core, const void *data, lt_dtype dtype,
                             (long long)numel);
     const lt_fe_metrics *m = lt_fe_metrics_get();
     int64_t t0 = lt_now_ns();
-    lt_dtype sdt = lt_storage_dtype(dtype, r->bf16);
+    lt_dtype sdt = lt_storage_dtype(dtype, lt_rt_bf16(r));
     lt_buffer *buf;
     lt_status st = lt_buffer_alloc(core, sdt, numel, &buf);
     if (st != LT_OK) return st;

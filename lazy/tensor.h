@@ -38,7 +38,7 @@ typedef struct lt_core_live {
 /* Runtime settings, fixed by lt_init (defaults before). */
 typedef struct lt_runtime {
     int n_cores;
-    int bf16;
+    atomic_int bf16;             /* -1 until decided: read it with lt_rt_bf16 */
     int64_t graph_limit;
     int64_t cache_size;
     int64_t max_inflight;        /* programs queued per core before a sync waits */
@@ -59,6 +59,13 @@ int lt_caller_hook_run(void);
  * the thread's caller frame (lt_set_caller) if set, else what the caller
  * hook sets (run here, the frame cleared again afterwards), else NULL. */
 char *lt_caller_capture(void);
+/* The bf16 storage mode (1: float32 stored as bf16). Decided once, when the
+ * first device value is made (or the mode is first asked for), from
+ * LAZYTPU_USE_BF16 / XLA_USE_BF16 as they are then, like torch_xla, which
+ * reads XLA_USE_BF16 at its first device tensor: a program may set the
+ * variable after the engine has loaded (Lightning's XLAPrecision("bf16-true")
+ * does). Fixed afterwards until lt_shutdown. */
+int lt_rt_bf16(lt_runtime *r);
 /* The runtime if initialised, else NULL (never initialises). */
 lt_runtime *lt_rt_peek(void);
 

@@ -133,7 +133,7 @@ lt_status lt_trace(lt_op op, lt_tensor *const *inputs, int n_inputs,
     st = lt_infer(op, opd, n_inputs, &a, &shape, &dt);
     if (st == LT_OK) {
         lt_node *node = lt_node_new(op, nin, n_inputs, &a, &shape,
-                                    lt_storage_dtype(dt, r->bf16), core, 0);
+                                    lt_storage_dtype(dt, lt_rt_bf16(r)), core, 0);
         if (!node) {
             st = LT_ERR_INTERNAL;
         } else {
@@ -220,7 +220,7 @@ lt_status lt_scalar(int core, double value, lt_dtype dtype, int wrapped,
     }
     else if (dtype == LT_F32) v = (float)value;
     else if (dtype == LT_BF16) v = lt_bf16_to_f32(lt_f32_to_bf16((float)value));
-    lt_node *n = lt_node_new_scalar(v, lt_storage_dtype(dtype, r->bf16), core,
+    lt_node *n = lt_node_new_scalar(v, lt_storage_dtype(dtype, lt_rt_bf16(r)), core,
                                     wrapped ? LT_NODE_WRAPPED : 0);
     if (!n) return LT_ERR_INTERNAL;
     lt_live_lock(core);

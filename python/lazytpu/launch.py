@@ -20,6 +20,7 @@ a script, guard the call with ``if __name__ == "__main__":``). Under
 ``mpirun -np H`` every host's ``spawn`` goes through its own launcher, which
 joins the other hosts (docs/multihost.md).
 """
+import multiprocessing
 import os
 import pickle
 import shutil
@@ -133,20 +134,27 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False,
     if n == 1 and not under_mpi:
         fn(0, *args)
         return None
-    tmpdir = tempfile.mkdtemp(prefix="lazytpu-spawn-")
-    head = {
-        "sys_path": list(sys.path),
-        "main_path": _main_path() if getattr(fn, "__module__", "") == "__main__" else None,
-    }
-    job = os.path.join(tmpdir, "job.pkl")
     try:
-        with open(job, "wb") as f:
-            pickle.dump(head, f)
-            pickle.dump((fn, tuple(args)), f)
+        payload = pickle.dumps((fn, tuple(args)))
     except (pickle.PicklingError, AttributeError, TypeError) as e:
-        shutil.rmtree(tmpdir, ignore_errors=True)
         raise ValueError("lazytpu.spawn: fn and args must be picklable (fn by "
                          "reference: a module-level function): %s" % e) from None
+    # the parent's process context, as multiprocessing's spawn passes it: the
+    # script's classes and functions (fn, or objects in args such as a
+    # Lightning trainer holding the script's module) and the authentication
+    # key, so that multiprocessing.Manager proxies in args (Lightning's
+    # return queue) connect back to the parent's manager
+    head = {
+        "sys_path": list(sys.path),
+        "main_path": _main_path() if (getattr(fn, "__module__", "") == "__main__"
+                                      or b"__main__" in payload) else None,
+        "authkey": bytes(multiprocessing.current_process().authkey),
+    }
+    tmpdir = tempfile.mkdtemp(prefix="lazytpu-spawn-")
+    job = os.path.join(tmpdir, "job.pkl")
+    with open(job, "wb") as f:
+        pickle.dump(head, f)
+        f.write(payload)
     pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ)
     env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"]
@@ -264,6 +272,8 @@ def _worker_main(job):
             for p in reversed(head.get("sys_path", [])):
                 if p not in sys.path:
                     sys.path.insert(0, p)
+            if head.get("authkey"):
+                multiprocessing.current_process().authkey = head["authkey"]
             if head.get("main_path"):
                 _load_main(head["main_path"])
             fn, args = pickle.load(f)

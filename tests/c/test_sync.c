@@ -222,6 +222,30 @@ static void test_oom(void **st)
     assert_int_equal(lt_live_tensors(0), 0);
 }
 
+/* The bf16 mode is decided at the first device value, from the env as it is
+ * then (a program may set XLA_USE_BF16 after the engine loaded, as Lightning's
+ * XLAPrecision("bf16-true") does), and holds afterwards until lt_shutdown. */
+static void test_bf16_mode_decided_at_first_value(void **st)
+{
+    (void)st;
+    reinit(NULL, NULL, NULL);                  /* initialised with bf16 off */
+    setenv("XLA_USE_BF16", "1", 1);            /* set after lt_init */
+    float d[2] = {1.00390625f, 2.0f};
+    lt_tensor *x = host(0, d, 1, (int64_t[]){2});
+    assert_int_equal(lt_tensor_storage_dtype(x), LT_BF16);
+    assert_int_equal(lt_bf16_mode(), 1);
+    unsetenv("XLA_USE_BF16");                  /* fixed once decided */
+    lt_tensor *y = host(1, d, 1, (int64_t[]){2});
+    assert_int_equal(lt_tensor_storage_dtype(y), LT_BF16);
+    assert_int_equal(lt_bf16_mode(), 1);
+    lt_tensor_release(x); lt_tensor_release(y);
+    reinit(NULL, NULL, NULL);                  /* re-decided after a restart */
+    lt_tensor *z = host(0, d, 1, (int64_t[]){2});
+    assert_int_equal(lt_tensor_storage_dtype(z), LT_F32);
+    assert_int_equal(lt_bf16_mode(), 0);
+    lt_tensor_release(z);
+}
+
 static void test_bf16_mode(void **st)
 {
     (void)st;
@@ -340,6 +364,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_value_read_syncs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oom, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bf16_mode, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bf16_mode_decided_at_first_value, setup, teardown),
         cmocka_unit_test_setup_teardown(test_graph_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_donation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trace_errors, setup, teardown),

@@ -281,3 +281,17 @@ def test_world_of_one_collectives_outside_spawn():
     assert lsp.mesh_reduce("solo", 5, sum) == 5
     with pytest.raises(ValueError):
         lsp.all_reduce("avg", x)
+
+
+def test_workers_get_the_parents_script_and_manager_key():
+    """A library fn whose arguments hold objects of the script's classes and a
+    multiprocessing.Manager queue (what Lightning's XLA launcher passes to
+    xmp.spawn): the workers load the script and reach the parent's manager."""
+    import subprocess
+    import sys
+    script = os.path.join(os.path.dirname(__file__), "scripts", "spawn_context.py")
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    p = subprocess.run([sys.executable, script], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0 and "OK" in p.stdout, p.stdout[-3000:] + p.stderr[-3000:]
