@@ -178,19 +178,36 @@ def test_device_collectives_every_reduce_type_and_dtype():
     lsp.spawn(_device_reduce_all_types, args=(3,), nprocs=3)
 
 
+_TREE = (os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+         + "/").encode()
+
+
+def _cmdline(pid):
+    try:
+        with open("/proc/%s/cmdline" % pid, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _foreign(pid):
+    """True when `pid` is alive and runs from another checkout (another tree's
+    test run on the same machine): its segments and workers are not ours."""
+    cmd = _cmdline(pid)
+    return cmd is not None and _TREE not in cmd
+
+
 def _leftovers():
-    """lazytpu shared-memory segments and processes still around."""
-    shm = sorted(f for f in os.listdir("/dev/shm") if f.startswith("lazytpu-"))
+    """lazytpu shared-memory segments ("lazytpu-<creator pid>-<random>") and
+    worker processes still around, other checkouts' live ones left out."""
+    shm = sorted(f for f in os.listdir("/dev/shm")
+                 if f.startswith("lazytpu-") and not _foreign(f.split("-")[1]))
     procs = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
-        try:
-            with open("/proc/%s/cmdline" % pid, "rb") as f:
-                cmd = f.read()
-        except OSError:
-            continue
-        if b"_worker_main" in cmd and b"test_spawn" not in cmd:
+        cmd = _cmdline(pid)
+        if cmd and b"_worker_main" in cmd and b"test_spawn" not in cmd and _TREE in cmd:
             procs.append(int(pid))
     return shm, procs
 
