@@ -6,17 +6,21 @@
  *   _to_copy, _copy_from, _copy_from_and_resize, copy, _local_scalar_dense
  *     (host <-> device, device <-> device, dtype casts; value reads sync)
  *   fill/zero (functional and in-place), clone, detach_copy, alias_copy
- *   as_strided, view, _reshape_alias, alias: fail loudly (never reached when
- *     functionalization is on; reaching them means a wrong path).
+ *   as_strided, view, _reshape_alias, alias: throw ViewReached (lt_guard.h;
+ *     composite kernels that reach them are rerun functionalized).
  */
 #include "lt_aten.h"
 
 #include <ATen/FunctionalStorageImpl.h>
 #include <ATen/FunctionalTensorWrapper.h>
+#include <ATen/ops/_reshape_alias_copy_ops.h>
 #include <ATen/ops/alias_ops.h>
+#include <ATen/ops/as_strided_copy_ops.h>
+#include <ATen/ops/view_copy_ops.h>
 #include <ATen/ops/detach_ops.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
+#include "lt_guard.h"
 #include "lt_register.h"
 
 #include <cmath>
@@ -209,7 +213,7 @@ at::Tensor lt_copy_from(const at::Tensor &self, const at::Tensor &dst, bool non_
   lt_tensor *dh = di->handle();
   Ref v = value_for(self, lt_tensor_core(dh), lt_tensor_dtype(dh),
                     dims_of(*lt_tensor_shape(dh)));
-  check(lt_tensor_assign(dh, v.get()));
+  assign_value(dst, v.get());
   return dst;
 }
 
@@ -223,7 +227,7 @@ at::Tensor lt_copy_from_and_resize(const at::Tensor &self, const at::Tensor &dst
   }
   lt_tensor *dh = di->handle();
   Ref v = value_for(self, lt_tensor_core(dh), lt_tensor_dtype(dh), self.sizes().vec());
-  check(lt_tensor_assign(dh, v.get()));
+  assign_value(dst, v.get());
   di->refresh_metadata();
   return dst;
 }
@@ -287,7 +291,7 @@ at::Tensor lt_fill_tensor(const at::Tensor &self, const at::Tensor &value) {
 at::Tensor lt_zero(const at::Tensor &self) { return lt_fill_scalar(self, 0); }
 
 at::Tensor &assign_into(const at::Tensor &self, const at::Tensor &v) {
-  check(lt_tensor_assign(handle_of(self), handle_of(v)));
+  assign_value(self, handle_of(v));
   return const_cast<at::Tensor &>(self);
 }
 
@@ -315,19 +319,37 @@ at::Tensor lt_detach_copy(const at::Tensor &self) {
 
 /* ------------------------------------------------------- must not reach */
 
+/* Reached by CompositeExplicitAutograd kernels running on raw device
+ * tensors: composite.cpp catches ViewReached and runs the op functionalized. */
 [[noreturn]] void never(const char *op) {
-  TORCH_CHECK(false, "lazytpu: aten::", op, " reached the device. Device tensors are "
-              "functionalized, so views arrive as *_copy ops; reaching ", op,
-              " means functionalization was bypassed (a lazytpu bug, or a tensor "
-              "created without lazytpu's factories).");
+  throw ViewReached({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                    std::string("lazytpu: aten::") + op + " reached the device. Device "
+                    "tensors are functionalized, so views arrive as *_copy ops; reaching " +
+                    op + " means functionalization was bypassed (a lazytpu bug, or a tensor "
+                    "created without lazytpu's factories).");
 }
-at::Tensor lt_as_strided(const at::Tensor &, c10::SymIntArrayRef, c10::SymIntArrayRef,
-                         c10::optional<c10::SymInt>) { never("as_strided"); }
-at::Tensor lt_view(const at::Tensor &, c10::SymIntArrayRef) { never("view"); }
-at::Tensor lt_reshape_alias(const at::Tensor &, c10::SymIntArrayRef, c10::SymIntArrayRef) {
-  never("_reshape_alias");
+at::Tensor view_copy_of(at::Tensor t) {
+  static_cast<LtTensorImpl *>(t.unsafeGetTensorImpl())->set_view_copy();
+  return t;
 }
-at::Tensor lt_alias(const at::Tensor &) { never("alias"); }
+at::Tensor lt_as_strided(const at::Tensor &self, c10::SymIntArrayRef size,
+                         c10::SymIntArrayRef stride, c10::optional<c10::SymInt> offset) {
+  if (!composite_depth()) never("as_strided");
+  return view_copy_of(at::_ops::as_strided_copy::call(self, size, stride, offset));
+}
+at::Tensor lt_view(const at::Tensor &self, c10::SymIntArrayRef size) {
+  if (!composite_depth()) never("view");
+  return view_copy_of(at::_ops::view_copy::call(self, size));
+}
+at::Tensor lt_reshape_alias(const at::Tensor &self, c10::SymIntArrayRef size,
+                            c10::SymIntArrayRef stride) {
+  if (!composite_depth()) never("_reshape_alias");
+  return view_copy_of(at::_ops::_reshape_alias_copy::call(self, size, stride));
+}
+at::Tensor lt_alias(const at::Tensor &self) {
+  if (!composite_depth()) never("alias");
+  return view_copy_of(lt_detach_copy(self));
+}
 
 /* PyTorch 1.13 bug: FunctionalTensorWrapper::shallow_copy_and_detach (used by
  * detach() and .data) drops the view chain of a wrapper. When the wrapper is a

@@ -94,6 +94,7 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 
 namespace lazytpu {
 void register_functional_inplace();  /* functionalize.cpp */
+void register_composite_functionalized();  /* composite.cpp */
 
 static std::string &registration_log() {
   static std::string log;
@@ -111,4 +112,5 @@ std::string lazytpu_registration_errors(void) { return lazytpu::registration_err
 void lazytpu_register_late(void) {
   lazytpu::register_late_fallbacks();
   lazytpu::register_functional_inplace();
+  lazytpu::register_composite_functionalized();
 }

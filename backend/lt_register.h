@@ -6,6 +6,8 @@
  * from decomposing them, and their outputs would silently lose grad_fn. Such
  * ops reach us through their decomposition instead. `force` registers anyway,
  * for ops only functionalization calls below autograd (copy, bernoulli.p).
+ * Kernels given as TORCH_FN run on the CPU fallback when they throw
+ * Unsupported (lt_guard.h).
  */
 #ifndef LT_REGISTER_H
 #define LT_REGISTER_H
@@ -15,6 +17,8 @@
 
 #include <string>
 #include <utility>
+
+#include "lt_guard.h"
 
 namespace lazytpu {
 
@@ -45,7 +49,7 @@ template <class F>
 void reg(torch::Library &m, const std::string &name, F &&f, bool force = false) {
   if (!force && is_composite_implicit(name)) return;
   try {
-    m.impl(name.c_str(), std::forward<F>(f));
+    m.impl(name.c_str(), guarded(name, std::forward<F>(f)));
   } catch (const c10::Error &e) {
     note_registration_error("aten::" + name + ": " + e.what_without_backtrace());
   }

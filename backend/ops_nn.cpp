@@ -492,7 +492,7 @@ at::Tensor lt_bernoulli(const at::Tensor &self, c10::optional<at::Generator> gen
 }
 at::Tensor &lt_bernoulli__float(at::Tensor &self, double p, c10::optional<at::Generator> gen) {
   at::Tensor v = lt_bernoulli_p(self, p, gen);
-  check(lt_tensor_assign(handle_of(self), handle_of(v)));
+  assign_value(self, handle_of(v));
   return self;
 }
 at::Tensor lt_uniform(const at::Tensor &self, double from, double to,
@@ -509,7 +509,7 @@ at::Tensor lt_uniform(const at::Tensor &self, double from, double to,
 at::Tensor &lt_uniform_(at::Tensor &self, double from, double to,
                         c10::optional<at::Generator> gen) {
   at::Tensor v = lt_uniform(self, from, to, gen);
-  check(lt_tensor_assign(handle_of(self), handle_of(v)));
+  assign_value(self, handle_of(v));
   return self;
 }
 

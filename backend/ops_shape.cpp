@@ -636,7 +636,7 @@ at::Tensor &lt_index_put_impl_(at::Tensor &self,
                                const c10::List<c10::optional<at::Tensor>> &indices,
                                const at::Tensor &values, bool accumulate, bool unsafe) {
   at::Tensor r = lt_index_put_impl(self, indices, values, accumulate, unsafe);
-  check(lt_tensor_assign(handle_of(self), handle_of(r)));
+  assign_value(self, handle_of(r));
   return self;
 }
 

@@ -3,6 +3,7 @@
  * of lt_aten.h.
  */
 #include "lt_aten.h"
+#include "lt_guard.h"
 
 #include <ATen/FunctionalTensorWrapper.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -121,7 +122,15 @@ const char *LtTensorImpl::tensorimpl_type_name() const {
 void throw_status(lt_status st) {
   const char *msg = lt_last_error();
   if (!msg || !*msg) msg = "lazytpu: unknown error";
+  /* a dtype the core does not compute: the op runs on the CPU fallback */
+  if (st == LT_ERR_DTYPE) throw_unsupported(msg);
   TORCH_CHECK(false, msg);
+}
+
+thread_local int t_guard_fallback = 0;
+
+void throw_unsupported(const std::string &what) {
+  throw Unsupported({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, what);
 }
 
 /* ------------------------------------------------------------ conversions */
@@ -136,9 +145,9 @@ lt_dtype to_lt_dtype(c10::ScalarType st) {
     case c10::ScalarType::Bool: return LT_BOOL;
     default: break;
   }
-  TORCH_CHECK(false, "lazytpu: dtype ", c10::toString(st),
-              " is not supported on the device (supported: float32, bfloat16, "
-              "float64, int64, int32, bool)");
+  throw_unsupported(std::string("lazytpu: dtype ") + c10::toString(st) +
+                    " is not supported on the device (supported: float32, bfloat16, "
+                    "float64, int64, int32, bool)");
 }
 
 c10::ScalarType to_scalar_type(lt_dtype dt) {
@@ -197,6 +206,15 @@ lt_tensor *handle_of(const at::Tensor &t) {
   TORCH_CHECK(impl != nullptr, "lazytpu: expected a lazytpu device tensor, got a ",
               t.defined() ? t.device().str() : std::string("undefined"), " tensor");
   return impl->handle();
+}
+
+void assign_value(const at::Tensor &dst, lt_tensor *v) {
+  LtTensorImpl *impl = impl_of(dst);
+  TORCH_CHECK(impl != nullptr, "lazytpu: internal: in-place write into a non-device tensor");
+  if (impl->is_view_copy())
+    throw ViewWrite({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                    "lazytpu: in-place write into a view of a raw device tensor");
+  check(lt_tensor_assign(impl->handle(), v));
 }
 
 static std::atomic<uint32_t> g_used_cores{0};
