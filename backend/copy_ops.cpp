@@ -50,16 +50,7 @@ struct CallerScope {
   ~CallerScope() { lt_set_caller(nullptr); }
 };
 
-bool lt_has_dtype(c10::ScalarType st) {
-  switch (st) {
-    case c10::ScalarType::Float: case c10::ScalarType::BFloat16:
-    case c10::ScalarType::Double: case c10::ScalarType::Long:
-    case c10::ScalarType::Int: case c10::ScalarType::Bool:
-      return true;
-    default:
-      return false;
-  }
-}
+bool lt_has_dtype(c10::ScalarType st) { return has_lt_dtype(st); }
 
 /* Device value -> new contiguous CPU tensor of dtype `want` (syncs). */
 at::Tensor to_cpu(lt_tensor *h, c10::ScalarType want) {
@@ -252,7 +243,18 @@ c10::Scalar lt_local_scalar_dense(const at::Tensor &self) {
     check(lt_tensor_to_host(h, &b, LT_BOOL));
     return c10::Scalar(b != 0);
   }
-  if (dt == LT_I64 || dt == LT_I32) {
+  if (lt_dtype_is_complex(dt)) {
+    double v[2] = {0, 0};
+    check(lt_tensor_to_host(h, v, LT_C128));
+    if (dt == LT_C128) return c10::Scalar(c10::complex<double>(v[0], v[1]));
+    return c10::Scalar(c10::complex<double>((float)v[0], (float)v[1]));
+  }
+  if (dt == LT_U64) {
+    uint64_t v = 0;
+    check(lt_tensor_to_host(h, &v, LT_U64));
+    return c10::Scalar(v);
+  }
+  if (lt_dtype_is_int(dt)) {
     int64_t v = 0;
     check(lt_tensor_to_host(h, &v, LT_I64));
     return c10::Scalar(v);
@@ -261,14 +263,17 @@ c10::Scalar lt_local_scalar_dense(const at::Tensor &self) {
   check(lt_tensor_to_host(h, &v, LT_F64));
   if (dt == LT_F32) return c10::Scalar((double)(float)v);
   if (dt == LT_BF16) return c10::Scalar((double)c10::BFloat16((float)v));
+  if (dt == LT_F16) return c10::Scalar((double)c10::Half((float)v));
   return c10::Scalar(v);
 }
 
 /* ------------------------------------------------------------ fill/zero */
 
 double fill_value(const c10::Scalar &v, lt_dtype dt) {
+  if (v.isComplex() || lt_dtype_is_complex(dt) || lt_dtype_is_storage_only(dt))
+    throw_unsupported("lazytpu: fill of a complex or stored-only tensor");
   if (dt == LT_BOOL) return v.toDouble() != 0 ? 1.0 : 0.0;
-  if (dt == LT_I64 || dt == LT_I32) return v.isIntegral(true) ? (double)v.toLong() : std::trunc(v.toDouble());
+  if (lt_dtype_is_int(dt)) return v.isIntegral(true) ? (double)v.toLong() : std::trunc(v.toDouble());
   return v.toDouble();
 }
 

@@ -104,9 +104,10 @@ inline void check(lt_status st) {
   if (C10_UNLIKELY(st != LT_OK)) throw_status(st);
 }
 
-/* dtype and shape conversions; to_lt_dtype throws for dtypes the device does
- * not have (uint8, half, complex, ...). */
+/* dtype and shape conversions; to_lt_dtype throws Unsupported for dtypes the
+ * device does not hold (quantized, float8, ...). */
 lt_dtype to_lt_dtype(c10::ScalarType st);
+bool has_lt_dtype(c10::ScalarType st);   /* to_lt_dtype would not throw */
 c10::ScalarType to_scalar_type(lt_dtype dt);
 lt_shape to_shape(c10::IntArrayRef sizes);
 std::vector<int64_t> dims_of(const lt_shape &s);

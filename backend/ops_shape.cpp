@@ -684,9 +684,27 @@ at::Tensor lt_embedding_dense_backward(const at::Tensor &grad, const at::Tensor 
   return wrap(trace(LT_OP_embedding_backward, {g.get(), i.get()}, &a));
 }
 
+/* complex <-> (re, im) pairs: the table's bitcasts (a layout like eager's:
+ * the pairs' strides are the complex strides doubled, plus 1) */
+at::Tensor lt_view_as_real_copy(const at::Tensor &self) {
+  TORCH_CHECK(self.is_complex(), "view_as_real is only supported for complex tensors");
+  return wrap(trace(LT_OP_view_as_real, {handle_of(self)}));
+}
+at::Tensor lt_view_as_complex_copy(const at::Tensor &self) {
+  TORCH_CHECK(self.scalar_type() == at::kFloat || self.scalar_type() == at::kDouble ||
+              self.scalar_type() == at::kHalf,
+              "view_as_complex is only supported for half, float and double tensors, but got "
+              "a tensor of scalar type: ", self.scalar_type());
+  TORCH_CHECK(self.dim() > 0 && self.size(-1) == 2, "Tensor must have a last dimension of "
+              "size 2");
+  return wrap(trace(LT_OP_view_as_complex, {handle_of(self)}));
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  reg(m, "view_as_real_copy", TORCH_FN(lt_view_as_real_copy));
+  reg(m, "view_as_complex_copy", TORCH_FN(lt_view_as_complex_copy));
   reg(m, "view_copy", TORCH_FN(lt_view_copy));
   reg(m, "_reshape_alias_copy", TORCH_FN(lt_reshape_alias_copy));
   reg(m, "_unsafe_view", TORCH_FN(lt_view_copy));
