@@ -7,18 +7,20 @@
  * kernel on raw device tensors. Those kernels may use views and in-place
  * writes through views internally (constant_pad_nd: empty + fill_ + narrow +
  * copy_; block_diag, diag_embed, masked_scatter, ...), which a storage-less
- * device cannot alias: the view kernels refuse (ViewReached).
+ * device cannot alias: its views are copies, and writes that need aliasing
+ * throw ViewWrite (lt_guard.h).
  *
  * For every such op (functional: no alias annotations; at least one tensor
  * argument) a boxed kernel is registered at module load that runs the
  * composite kernel directly first and, once it has reached a view, every
- * later call the way torch_xla does it (functionalize_aten_op): inputs
+ * later call (once it threw ViewWrite) the way torch_xla does it (functionalize_aten_op): inputs
  * wrapped into FunctionalTensorWrappers, the composite kernel called with
  * the Functionalize key re-enabled (its views become *_copy ops, its writes
  * through views *_scatter ops), outputs synced and unwrapped. The decision
- * is remembered per op: ops that never touch a view pay nothing. An op
- * whose functionalized run writes into a view of a raw tensor (ViewWrite,
- * lt_guard.h) or reaches itself again runs on the counted CPU fallback.
+ * is remembered per op: ops that never write through a view pay nothing.
+ * An op whose functionalized run still throws ViewWrite (CompositeImplicit-
+ * Autograd ops decompose on raw tensors below the Functionalize fallback)
+ * or reaches itself again runs on the counted CPU fallback.
  */
 #include "lt_aten.h"
 #include "lt_guard.h"
@@ -73,7 +75,16 @@ at::Tensor unwrap_out(const at::Tensor &t, const std::vector<lt_tensor *> &input
   return v;
 }
 
-thread_local int t_depth = 0;
+/* bases of the view copies made by the composite kernels running on this
+ * thread (truncated when each returns) */
+thread_local std::vector<lt_tensor *> t_view_bases;
+thread_local int t_active_kernels = 0;
+
+struct ViewScope {
+  size_t mark;
+  ViewScope() : mark(t_view_bases.size()) { t_active_kernels++; }
+  ~ViewScope() { t_view_bases.resize(mark); t_active_kernels--; }
+};
 
 void call_functionalized(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   const auto &schema = op.schema();
@@ -109,10 +120,7 @@ void call_functionalized(const c10::OperatorHandle &op, torch::jit::Stack *stack
     tls.set_included(cur.included_);
     tls.set_excluded(cur.excluded_.remove(c10::DispatchKey::Functionalize));
     c10::impl::ForceDispatchKeyGuard guard(tls);
-    struct Depth {
-      Depth() { t_depth++; }
-      ~Depth() { t_depth--; }
-    } depth;
+    ViewScope views;
     call_composite(op, stack);
   }
   size_t nret = schema.returns().size();
@@ -156,9 +164,10 @@ void composite_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   int s = state->load(std::memory_order_relaxed);
   if (s == DIRECT) {
     try {
+      ViewScope views;
       call_composite(op, stack);
       return;
-    } catch (const ViewReached &) {
+    } catch (const ViewWrite &) {
       state->store(s = FUNCTIONALIZED, std::memory_order_relaxed);
       restore();
     }
@@ -190,7 +199,15 @@ bool has_tensor_arg(const c10::FunctionSchema &s) {
 
 }  // namespace
 
-int composite_depth() { return t_depth; }
+void note_view_base(lt_tensor *base) {
+  if (t_active_kernels > 0) t_view_bases.push_back(base);
+}
+
+bool is_view_base(lt_tensor *t) {
+  for (lt_tensor *b : t_view_bases)
+    if (b == t) return true;
+  return false;
+}
 
 /* Registers composite_kernel for every functional aten op that would run its
  * CompositeExplicitAutograd kernel on the device. Called once, after every

@@ -6,8 +6,8 @@
  *   _to_copy, _copy_from, _copy_from_and_resize, copy, _local_scalar_dense
  *     (host <-> device, device <-> device, dtype casts; value reads sync)
  *   fill/zero (functional and in-place), clone, detach_copy, alias_copy
- *   as_strided, view, _reshape_alias, alias: throw ViewReached (lt_guard.h;
- *     composite kernels that reach them are rerun functionalized).
+ *   as_strided, view, _reshape_alias, alias on raw tensors: marked copies
+ *     (lt_guard.h; composite.cpp).
  */
 #include "lt_aten.h"
 
@@ -324,36 +324,32 @@ at::Tensor lt_detach_copy(const at::Tensor &self) {
 
 /* ------------------------------------------------------- must not reach */
 
-/* Reached by CompositeExplicitAutograd kernels running on raw device
- * tensors: composite.cpp catches ViewReached and runs the op functionalized. */
-[[noreturn]] void never(const char *op) {
-  throw ViewReached({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
-                    std::string("lazytpu: aten::") + op + " reached the device. Device "
-                    "tensors are functionalized, so views arrive as *_copy ops; reaching " +
-                    op + " means functionalization was bypassed (a lazytpu bug, or a tensor "
-                    "created without lazytpu's factories).");
-}
-at::Tensor view_copy_of(at::Tensor t) {
+/* Views of raw device tensors (lt_guard.h): marked copies. */
+at::Tensor view_copy_of(const at::Tensor &base, at::Tensor t) {
   static_cast<LtTensorImpl *>(t.unsafeGetTensorImpl())->set_view_copy();
+  note_view_base(handle_of(base));
   return t;
 }
 at::Tensor lt_as_strided(const at::Tensor &self, c10::SymIntArrayRef size,
                          c10::SymIntArrayRef stride, c10::optional<c10::SymInt> offset) {
-  if (!composite_depth()) never("as_strided");
-  return view_copy_of(at::_ops::as_strided_copy::call(self, size, stride, offset));
+  /* strides over a copy's storage are not its base's: only functionalization
+   * can place such a view */
+  LtTensorImpl *si = impl_of(self);
+  if ((si && si->is_view_copy()) || !self.is_non_overlapping_and_dense())
+    throw ViewWrite({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                    "lazytpu: as_strided of a view of a raw device tensor inside a "
+                    "composite or custom kernel");
+  return view_copy_of(self, at::_ops::as_strided_copy::call(self, size, stride, offset));
 }
 at::Tensor lt_view(const at::Tensor &self, c10::SymIntArrayRef size) {
-  if (!composite_depth()) never("view");
-  return view_copy_of(at::_ops::view_copy::call(self, size));
+  return view_copy_of(self, at::_ops::view_copy::call(self, size));
 }
 at::Tensor lt_reshape_alias(const at::Tensor &self, c10::SymIntArrayRef size,
                             c10::SymIntArrayRef stride) {
-  if (!composite_depth()) never("_reshape_alias");
-  return view_copy_of(at::_ops::_reshape_alias_copy::call(self, size, stride));
+  return view_copy_of(self, at::_ops::_reshape_alias_copy::call(self, size, stride));
 }
 at::Tensor lt_alias(const at::Tensor &self) {
-  if (!composite_depth()) never("alias");
-  return view_copy_of(lt_detach_copy(self));
+  return view_copy_of(self, lt_detach_copy(self));
 }
 
 /* PyTorch 1.13 bug: FunctionalTensorWrapper::shallow_copy_and_detach (used by

@@ -8,13 +8,16 @@
  * it and runs the op on the counted CPU fallback instead, so such a case is
  * slower but never an error.
  *
- * ViewReached: aten::as_strided / view / _reshape_alias / alias met a raw
- * device tensor (only CompositeExplicitAutograd kernels do that; see
- * composite.cpp, which catches it and functionalizes the op). Inside such a
- * functionalized composite, CompositeImplicitAutograd ops still decompose
- * on raw tensors (the Functionalize fallback unwraps first): their views are
- * then copies, and a write into one throws ViewWrite (the op then runs on
- * the CPU fallback), so no write is ever lost.
+ * Views of raw device tensors: aten::as_strided / view / _reshape_alias /
+ * alias are only reached below functionalization, by CompositeExplicit-
+ * Autograd kernels (composite.cpp) and by Python kernels of custom ops,
+ * which get raw tensors. They return copies marked view_copy. Reading them
+ * is right as long as their base is not written meanwhile; writes that
+ * would break aliasing throw ViewWrite instead of going wrong silently: a
+ * write into a view copy, and (inside a composite kernel) a write into a
+ * tensor a view copy was taken of. composite.cpp then runs the op
+ * functionalized (its views become *_copy ops, writes *_scatter ops), or as
+ * a last resort on the CPU fallback.
  */
 #ifndef LT_GUARD_H
 #define LT_GUARD_H
@@ -33,18 +36,15 @@ namespace lazytpu {
 struct Unsupported : public c10::Error {
   using c10::Error::Error;
 };
-struct ViewReached : public c10::Error {
-  using c10::Error::Error;
-};
-/* An in-place write into a copy that stands in for a view (composite.cpp
- * then runs the op on the CPU fallback). */
+/* A write that a view copy cannot honour (see above). */
 struct ViewWrite : public c10::Error {
   using c10::Error::Error;
 };
 
-/* composite.cpp: > 0 while a composite kernel runs functionalized on this
- * thread; view ops on raw tensors then return copies (marked view_copy). */
-int composite_depth();
+/* composite.cpp: notes that a view copy of `base` was made (tracked while a
+ * composite kernel runs on this thread), and whether `t` is such a base. */
+void note_view_base(lt_tensor *base);
+bool is_view_base(lt_tensor *t);
 
 /* Throws Unsupported with a message (shown only if the fallback fails too). */
 [[noreturn]] void throw_unsupported(const std::string &what);

@@ -266,29 +266,36 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_native_batch_norm(
   std::vector<int64_t> dims = bn_reduce_dims(nd), bs = bn_bshape(nd, c);
   Ref w = opt_operand(weight, core), b = opt_operand(bias, core);
   Ref rm = opt_operand(running_mean, core), rv = opt_operand(running_var, core);
-  Ref mean, invstd, xc;
+  Ref mean, invstd, xc, new_rm, new_rv;
   if (training) {
     mean = reduce(LT_OP_mean, x.get(), dims, false);
     xc = trace(LT_OP_sub, {x.get(), reshape(mean.get(), bs).get()});
     Ref var = reduce(LT_OP_mean, trace(LT_OP_mul, {xc.get(), xc.get()}).get(), dims, false);
     invstd = add_eps_rsqrt(var.get(), eps);
     int64_t n = lt_shape_numel(&x.shape()) / (c ? c : 1);
-    if (rm) check(lt_tensor_assign(rm.get(), cast(ema(rm.get(), mean.get(), momentum).get(),
-                                                  rm.dtype()).get()));
+    if (rm) new_rm = cast(ema(rm.get(), mean.get(), momentum).get(), rm.dtype());
     if (rv) {
       Ref unbiased = mul_scalar(var.get(), n > 1 ? (double)n / (double)(n - 1) : 1.0);
-      check(lt_tensor_assign(rv.get(), cast(ema(rv.get(), unbiased.get(), momentum).get(),
-                                            rv.dtype()).get()));
+      new_rv = cast(ema(rv.get(), unbiased.get(), momentum).get(), rv.dtype());
     }
   } else {
     TORCH_CHECK(rm && rv, "running_mean and running_var must be defined in evaluation mode");
-    mean = fresh(Ref::borrow(rm.get()), {rm.get()});
-    invstd = add_eps_rsqrt(rv.get(), eps);
-    xc = trace(LT_OP_sub, {x.get(), reshape(mean.get(), bs).get()});
+    Ref m = Ref::borrow(rm.get());
+    Ref is = add_eps_rsqrt(rv.get(), eps);
+    xc = trace(LT_OP_sub, {x.get(), reshape(m.get(), bs).get()});
+    Ref y = trace(LT_OP_mul, {xc.get(), reshape(is.get(), bs).get()});
+    if (w) y = trace(LT_OP_mul, {y.get(), reshape(w.get(), bs).get()});
+    if (b) y = trace(LT_OP_add, {y.get(), reshape(b.get(), bs).get()});
+    /* eval mode saves no statistics (the backward reads the running ones) */
+    return std::make_tuple(wrap(std::move(y)), wrap(zeros(core, {0}, x.dtype())),
+                           wrap(zeros(core, {0}, x.dtype())));
   }
   Ref y = trace(LT_OP_mul, {xc.get(), reshape(invstd.get(), bs).get()});
   if (w) y = trace(LT_OP_mul, {y.get(), reshape(w.get(), bs).get()});
   if (b) y = trace(LT_OP_add, {y.get(), reshape(b.get(), bs).get()});
+  /* running stats last: nothing above may fail after they changed */
+  if (new_rm) check(lt_tensor_assign(rm.get(), new_rm.get()));
+  if (new_rv) check(lt_tensor_assign(rv.get(), new_rv.get()));
   return std::make_tuple(wrap(std::move(y)), wrap(std::move(mean)), wrap(std::move(invstd)));
 }
 

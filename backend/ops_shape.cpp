@@ -474,7 +474,9 @@ at::Tensor lt_flip(const at::Tensor &self, at::IntArrayRef dims) {
 
 at::Tensor lt_gather(const at::Tensor &self, int64_t dim, const at::Tensor &index,
                      bool sparse_grad) {
-  TORCH_CHECK(index.scalar_type() == at::kLong, "gather(): Expected dtype int64 for index");
+  /* other index dtypes: eager's own checks (and its empty-index cases) */
+  if (index.scalar_type() != at::kLong && index.scalar_type() != at::kInt)
+    throw_unsupported("gather: index dtype");
   int core = common_core({&self, &index});
   Ref x = operand(self, core), i = operand(index, core);
   lt_attrs a = attrs_of({wrapd(dim, std::max<int64_t>(self.dim(), 1))});
@@ -482,7 +484,8 @@ at::Tensor lt_gather(const at::Tensor &self, int64_t dim, const at::Tensor &inde
 }
 at::Tensor lt_scatter_add(const at::Tensor &self, int64_t dim, const at::Tensor &index,
                           const at::Tensor &src) {
-  TORCH_CHECK(index.scalar_type() == at::kLong, "scatter(): Expected dtype int64 for index");
+  if (index.scalar_type() != at::kLong && index.scalar_type() != at::kInt)
+    throw_unsupported("scatter: index dtype");
   int core = common_core({&self, &index, &src});
   Ref x = operand(self, core), i = operand(index, core), s = operand(src, core);
   lt_attrs a = attrs_of({wrapd(dim, std::max<int64_t>(self.dim(), 1))});
@@ -494,7 +497,8 @@ at::Tensor lt_scatter_add(const at::Tensor &self, int64_t dim, const at::Tensor 
  * duplicates are summed (a documented nondeterministic case in PyTorch). */
 at::Tensor scatter_overwrite(const at::Tensor &self, int64_t dim, const at::Tensor &index,
                              Ref src) {
-  TORCH_CHECK(index.scalar_type() == at::kLong, "scatter(): Expected dtype int64 for index");
+  if (index.scalar_type() != at::kLong && index.scalar_type() != at::kInt)
+    throw_unsupported("scatter: index dtype");
   int core = common_core({&self, &index});
   Ref x = operand(self, core), i = operand(index, core);
   int64_t d = wrapd(dim, std::max<int64_t>(self.dim(), 1));
@@ -536,14 +540,23 @@ at::Tensor lt_index_add(const at::Tensor &self, int64_t dim, const at::Tensor &i
   Ref x = operand(self, core), i = operand(index, core), s = operand(source, core);
   int64_t nd = std::max<int64_t>(self.dim(), 1);
   int64_t d = wrapd(dim, nd);
+  TORCH_CHECK_INDEX(i.ndim() <= 1, "index_add_(): Index is supposed to be a vector");
+  /* 0-dim self and source count as [1] */
+  if (x.ndim() == 0) x = reshape(x.get(), {1});
+  if (s.ndim() == 0) s = reshape(s.get(), {1});
+  TORCH_CHECK(s.ndim() == x.ndim(), "index_add_(): Source and destination tensors must "
+              "have the same number of dimensions, got ", source.dim(), " and ", self.dim());
   std::vector<int64_t> sd = dims_of(s.shape());
-  if (sd.empty()) sd.push_back(1), s = reshape(s.get(), sd);
+  int64_t ni = lt_shape_numel(&i.shape());
+  TORCH_CHECK_INDEX(sd[d] == ni, "index_add_(): Number of indices (", ni, ") should be equal "
+                    "to source.size(dim) (", sd[d], ")");
   std::vector<int64_t> ishape(sd.size(), 1);
-  ishape[d] = lt_shape_numel(&i.shape());
+  ishape[d] = ni;
   Ref ie = expand(reshape(cast(i.get(), LT_I64).get(), ishape).get(), sd);
   if (!(alpha.toDouble() == 1.0)) s = mul_scalar(s.get(), alpha);
   lt_attrs a = attrs_of({d});
-  return wrap(trace(LT_OP_scatter_add, {x.get(), ie.get(), s.get()}, &a));
+  Ref r = trace(LT_OP_scatter_add, {x.get(), ie.get(), cast(s.get(), x.dtype()).get()}, &a);
+  return wrap(reshape(r.get(), self.sizes().vec()));
 }
 
 /* ---------------------------------------------- advanced indexing (x[idx]) */

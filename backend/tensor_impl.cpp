@@ -248,9 +248,10 @@ lt_tensor *handle_of(const at::Tensor &t) {
 void assign_value(const at::Tensor &dst, lt_tensor *v) {
   LtTensorImpl *impl = impl_of(dst);
   TORCH_CHECK(impl != nullptr, "lazytpu: internal: in-place write into a non-device tensor");
-  if (impl->is_view_copy())
+  if (impl->is_view_copy() || is_view_base(impl->handle()))
     throw ViewWrite({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
-                    "lazytpu: in-place write into a view of a raw device tensor");
+                    "lazytpu: in-place write into a view of a raw device tensor (or into "
+                    "its base) inside a composite or custom kernel");
   check(lt_tensor_assign(impl->handle(), v));
 }
 

@@ -52,8 +52,8 @@ def test_host_memory_access(dev):
 
 
 def test_unsupported_dtype_and_device_index(dev):
-    with pytest.raises(RuntimeError, match=r"dtype Byte is not supported on the device"):
-        torch.ones(3, dtype=torch.uint8).to(dev)
+    with pytest.raises(RuntimeError, match=r"dtype Float8_e4m3fn is not supported on the device"):
+        torch.ones(3).to(torch.float8_e4m3fn).to(dev)
     with pytest.raises(RuntimeError, match=r"device index 99 out of range"):
         torch.zeros(2, device="lazytpu:99")
     with pytest.raises(ValueError):
