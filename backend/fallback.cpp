@@ -95,6 +95,7 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 namespace lazytpu {
 void register_functional_inplace();  /* functionalize.cpp */
 void register_composite_functionalized();  /* composite.cpp */
+void register_out_variants();  /* out_ops.cpp */
 
 static std::string &registration_log() {
   static std::string log;
@@ -113,4 +114,5 @@ void lazytpu_register_late(void) {
   lazytpu::register_late_fallbacks();
   lazytpu::register_functional_inplace();
   lazytpu::register_composite_functionalized();
+  lazytpu::register_out_variants();   /* last: sees every functional kernel */
 }

@@ -22,10 +22,21 @@ void cpu_fallback_boxed(const c10::OperatorHandle &op, torch::jit::Stack *stack)
 
 namespace {
 
-/* Convolutions the device kernels do not cover (transposed, 3d) run on the
- * CPU fallback (counted as aten::convolution*). */
-bool conv_native(const at::Tensor &input, bool transposed) {
-  return !transposed && (input.dim() == 3 || input.dim() == 4);
+/* Convolutions the device kernels do not cover (3d, transposed with an
+ * output padding past the stride) run on the CPU fallback (counted as
+ * aten::convolution*). A transposed convolution is the input gradient of
+ * the forward one with the same weight, so it runs on the same kernels. */
+bool conv_native(const at::Tensor &input, bool transposed, at::IntArrayRef stride,
+                 at::IntArrayRef dilation, at::IntArrayRef output_padding) {
+  if (input.dim() != 3 && input.dim() != 4) return false;
+  if (!transposed) return true;
+  for (size_t i = 0; i < output_padding.size(); i++) {
+    int64_t s = stride.empty() ? 1 : stride[std::min(i, stride.size() - 1)];
+    int64_t d = dilation.empty() ? 1 : dilation[std::min(i, dilation.size() - 1)];
+    if (output_padding[i] < 0 || output_padding[i] >= std::max(s, d)) return false;
+    if (output_padding[i] >= s) return false;
+  }
+  return true;
 }
 
 int64_t wrapd(int64_t d, int64_t nd) { return c10::maybe_wrap_dim(d, nd); }
@@ -74,7 +85,6 @@ struct ConvGeom {
 
 ConvGeom conv_geom(const at::Tensor &input, at::IntArrayRef stride, at::IntArrayRef padding,
                    at::IntArrayRef dilation, bool transposed, int64_t groups) {
-  TORCH_CHECK(!transposed, "lazytpu: transposed convolution is not supported on the device");
   TORCH_CHECK(input.dim() == 4 || input.dim() == 3, "lazytpu: convolution supports 1d/2d "
               "inputs ([N, C, L] or [N, C, H, W]), got input of sizes ", input.sizes());
   ConvGeom g;
@@ -96,11 +106,16 @@ Ref from2d(lt_tensor *x) {  /* [N, C, 1, L] -> [N, C, L] */
   return reshape(x, {s->dims[0], s->dims[1], s->dims[3]});
 }
 
+/* spatial output size of a transposed convolution */
+int64_t tconv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, int64_t op) {
+  return (in - 1) * s - 2 * p + d * (k - 1) + op + 1;
+}
+
 at::Tensor lt_convolution(const at::Tensor &input, const at::Tensor &weight,
                           const c10::optional<at::Tensor> &bias, at::IntArrayRef stride,
                           at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
                           at::IntArrayRef output_padding, int64_t groups) {
-  if (!conv_native(input, transposed))
+  if (!conv_native(input, transposed, stride, dilation, output_padding))
     return at::native::call_fallback_fn<&cpu_fallback_boxed, at::_ops::convolution>::call(
         input, weight, bias, stride, padding, dilation, transposed, output_padding, groups);
   bool hb = bias && bias->defined();
@@ -111,11 +126,28 @@ at::Tensor lt_convolution(const at::Tensor &input, const at::Tensor &weight,
               "-dimensional weight of size ", weight.sizes());
   Ref x = operand(input, core), w = operand(weight, core);
   if (g.is1d) { x = to2d(x.get()); w = to2d(w.get()); }
-  lt_attrs a = attrs_vec(g.attrs);
-  Ref y = trace(LT_OP_conv2d, {x.get(), w.get()}, &a);
+  Ref y;
+  int64_t oc;
+  if (transposed) {
+    /* the input gradient of conv2d(y, w) for the output size asked for */
+    TORCH_CHECK(x.shape().dims[1] == w.shape().dims[0], "conv_transpose: input has ",
+                x.shape().dims[1], " channels but weight ", weight.sizes(), " expects ",
+                w.shape().dims[0]);
+    std::vector<int64_t> at = g.attrs;
+    int64_t oph = g.is1d ? 0 : at2(output_padding, 0, 0), opw = at2(output_padding, g.is1d ? 0 : 1, 0);
+    at.push_back(tconv_out(x.shape().dims[2], w.shape().dims[2], at[0], at[2], at[4], oph));
+    at.push_back(tconv_out(x.shape().dims[3], w.shape().dims[3], at[1], at[3], at[5], opw));
+    lt_attrs a = attrs_vec(at);
+    y = trace(LT_OP_conv2d_backward_input, {x.get(), w.get()}, &a);
+    oc = w.shape().dims[1] * groups;
+  } else {
+    lt_attrs a = attrs_vec(g.attrs);
+    y = trace(LT_OP_conv2d, {x.get(), w.get()}, &a);
+    oc = weight.size(0);
+  }
   if (hb) {
     Ref b = operand(*bias, core);
-    Ref b4 = reshape(b.get(), {1, weight.size(0), 1, 1});
+    Ref b4 = reshape(b.get(), {1, oc, 1, 1});
     y = trace(LT_OP_add, {y.get(), b4.get()});
   }
   if (g.is1d) y = from2d(y.get());
@@ -127,7 +159,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_convolution_backward(
     at::OptionalIntArrayRef bias_sizes, at::IntArrayRef stride, at::IntArrayRef padding,
     at::IntArrayRef dilation, bool transposed, at::IntArrayRef output_padding, int64_t groups,
     std::array<bool, 3> mask) {
-  if (!conv_native(input, transposed))
+  if (!conv_native(input, transposed, stride, dilation, output_padding))
     return at::native::call_fallback_fn_symint<&cpu_fallback_boxed, at::_ops::convolution_backward>::call(
         grad_output, input, weight,
         bias_sizes ? at::OptionalSymIntArrayRef(c10::fromIntArrayRefSlow(*bias_sizes))
@@ -141,11 +173,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_convolution_backward(
   if (g.is1d) { go = to2d(go.get()); x = to2d(x.get()); w = to2d(w.get()); }
   at::Tensor gi, gw, gb;
   if (mask[0]) {
-    std::vector<int64_t> at = g.attrs;
-    at.push_back(x.shape().dims[2]);
-    at.push_back(x.shape().dims[3]);
-    lt_attrs a = attrs_vec(at);
-    Ref r = trace(LT_OP_conv2d_backward_input, {go.get(), w.get()}, &a);
+    Ref r;
+    if (transposed) {   /* the forward convolution of the gradient */
+      lt_attrs a = attrs_vec(g.attrs);
+      r = trace(LT_OP_conv2d, {go.get(), w.get()}, &a);
+    } else {
+      std::vector<int64_t> at = g.attrs;
+      at.push_back(x.shape().dims[2]);
+      at.push_back(x.shape().dims[3]);
+      lt_attrs a = attrs_vec(at);
+      r = trace(LT_OP_conv2d_backward_input, {go.get(), w.get()}, &a);
+    }
     gi = wrap(g.is1d ? from2d(r.get()) : std::move(r));
   }
   if (mask[1]) {
@@ -153,7 +191,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_convolution_backward(
     at.push_back(w.shape().dims[2]);
     at.push_back(w.shape().dims[3]);
     lt_attrs a = attrs_vec(at);
-    Ref r = trace(LT_OP_conv2d_backward_weight, {go.get(), x.get()}, &a);
+    /* transposed: the roles of input and output gradient swap */
+    Ref r = transposed ? trace(LT_OP_conv2d_backward_weight, {x.get(), go.get()}, &a)
+                       : trace(LT_OP_conv2d_backward_weight, {go.get(), x.get()}, &a);
     gw = wrap(g.is1d ? from2d(r.get()) : std::move(r));
   }
   if (mask[2]) gb = wrap(reduce(LT_OP_sum, go.get(), {0, 2, 3}, false));

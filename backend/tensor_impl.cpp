@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <cmath>
 #include <mutex>
@@ -129,7 +131,15 @@ void throw_status(lt_status st) {
 
 thread_local int t_guard_fallback = 0;
 
+/* LAZYTPU_FALLBACK_WHY=1: each case a kernel hands to the CPU fallback is
+ * printed to stderr with its reason (the fallback report names op and
+ * frame, not why). */
 void throw_unsupported(const std::string &what) {
+  static const bool why = [] {
+    const char *e = std::getenv("LAZYTPU_FALLBACK_WHY");
+    return e && *e && *e != '0';
+  }();
+  if (why) std::fprintf(stderr, "lazytpu: CPU fallback: %s\n", what.c_str());
   throw Unsupported({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, what);
 }
 

@@ -270,6 +270,11 @@ static lt_dtype out_dtype(lt_op op, const lt_attrs *at, const ref_array *in,
 
 /* The helpers the expr column uses, written here from PyTorch semantics. */
 #define T double
+/* bitwise: two's complement of the truncated values */
+#define LT_BITAND(a, b) ((double)(llround(trunc(a)) & llround(trunc(b))))
+#define LT_BITOR(a, b) ((double)(llround(trunc(a)) | llround(trunc(b))))
+#define LT_BITXOR(a, b) ((double)(llround(trunc(a)) ^ llround(trunc(b))))
+#define LT_BITNOT(a) ((double)(-1 - llround(trunc(a))))
 #define LT_FLOOR(a) floor(a)
 #define LT_CEIL(a) ceil(a)
 #define LT_ROUND(a) nearbyint(a)                 /* half to even */

@@ -185,7 +185,7 @@ def data_for(kind, n=3):
             x = torch.randn(2, 3, 15, 15, generator=g)
             out.append(((x,), torch.randint(0, 4, (2, 15, 15), generator=g)))
         elif kind == "resnet":
-            x = torch.randn(2, 3, 32, 32, generator=g)
+            x = torch.randn(2, 3, 64, 64, generator=g)
             out.append(((x,), torch.randint(0, 10, (2,), generator=g)))
         elif kind == "gru":
             out.append(((torch.randint(0, 30, (4, 9), generator=g),),
@@ -218,6 +218,9 @@ def make(kind):
     if kind in ("encoder", "torch_encoder", "vit"):
         opt = lambda p: torch.optim.AdamW(p, lr=2e-3, weight_decay=0.05)  # noqa: E731
         sched = lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda s: 1.0 / (1 + s))  # noqa
+    elif kind == "resnet":   # batch norm over few values: keep the steps small
+        opt = lambda p: torch.optim.SGD(p, lr=0.01)  # noqa: E731
+        sched = None
     else:
         opt = lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9)  # noqa: E731
         sched = None
