@@ -3,6 +3,8 @@
 #               the example on 8 simulated cores, print the metrics report
 #   make test   bootstrap, build, run every test (C, ASan, Python vs eager PyTorch)
 #   make bench  build and run the benchmarks
+#   make examples  build and run the Lightning and Keras examples (Fashion-MNIST;
+#               1 and 8 cores, and the same framework on eager CPU)
 #   make fuzz-c libFuzzer (clang, ASan+UBSan) on the C API for FUZZ_SECONDS
 #               (default 600); new crashes land in $(FUZZ)/artifacts/
 VENV    := .venv
@@ -14,7 +16,7 @@ FUZZ    ?= build-fuzz
 FUZZ_SECONDS ?= 600
 FUZZ_CC ?= clang
 
-.PHONY: all bootstrap build build-asan install test test-c test-asan run bench fuzz-c clean
+.PHONY: all bootstrap build build-asan install test test-c test-asan run bench examples fuzz-c clean
 
 all: build
 
@@ -45,6 +47,14 @@ test: build build-asan
 
 run: build
 	$(PY) examples/fashion_mnist.py
+
+examples: build
+	$(PY) examples/lightning_fashion_mnist.py --accelerator cpu --devices 1
+	$(PY) examples/lightning_fashion_mnist.py --devices 1
+	$(PY) examples/lightning_fashion_mnist.py --devices 8
+	$(PY) examples/keras_fashion_mnist.py --device cpu
+	$(PY) examples/keras_fashion_mnist.py --cores 1
+	$(PY) examples/keras_fashion_mnist.py --cores 8
 
 bench: build
 	$(BUILD)/bench_core

@@ -11,6 +11,8 @@
 #include <ATen/autocast_mode.h>
 #include <torch/library.h>
 
+#include "lt_register.h"
+
 /* The shared op lists name types unqualified (Tensor, Scalar, ...): register
  * from inside at::autocast, as PyTorch's own backends do. */
 namespace at::autocast {
@@ -29,15 +31,21 @@ TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFallthrough());
 }
 
-TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
-#define LT_AUTOCAST_LOWP(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, lower_precision_fp)
-#define LT_AUTOCAST_FP32(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32)
-#define LT_AUTOCAST_FP32_OPT(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32_set_opt_dtype)
-#define LT_AUTOCAST_PROMOTE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, promote)
+/* The op lists on one autocast key (AutocastPrivateUse1; AutocastXLA too in
+ * torch_xla compatibility mode, where torch_xla.amp.autocast and
+ * torch.autocast("xla") use it). */
+template <c10::DeviceType DT>
+void register_lists(torch::Library &m) {
+#define LT_AUTOCAST_LOWP(...) KERNEL(DT, __VA_ARGS__, lower_precision_fp)
+#define LT_AUTOCAST_FP32(...) KERNEL(DT, __VA_ARGS__, fp32)
+#define LT_AUTOCAST_FP32_OPT(...) KERNEL(DT, __VA_ARGS__, fp32_set_opt_dtype)
+#define LT_AUTOCAST_PROMOTE(...) KERNEL(DT, __VA_ARGS__, promote)
   AT_FORALL_LOWER_PRECISION_FP(LT_AUTOCAST_LOWP)
   AT_FORALL_FP32(LT_AUTOCAST_FP32)
   AT_FORALL_FP32_SET_OPT_DTYPE(LT_AUTOCAST_FP32_OPT)
-  AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(KERNEL_DIFFERENT_REDISPATCH_SIGNATURE_PRIVATEUSEONE)
+#define LT_AUTOCAST_REDISPATCH(FN, NAME, SIG, RSIG, POLICY) \
+  KERNEL_DIFFERENT_REDISPATCH_SIGNATURE(DT, FN, NAME, SIG, RSIG, POLICY)
+  AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(LT_AUTOCAST_REDISPATCH)
   AT_FORALL_PROMOTE(LT_AUTOCAST_PROMOTE)
   m.impl(TORCH_SELECTIVE_NAME("aten::binary_cross_entropy"),
          TORCH_FN((&lt_binary_cross_entropy_banned)));
@@ -45,6 +53,16 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
 #undef LT_AUTOCAST_FP32
 #undef LT_AUTOCAST_FP32_OPT
 #undef LT_AUTOCAST_PROMOTE
+#undef LT_AUTOCAST_REDISPATCH
+}
+
+TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
+  register_lists<c10::DeviceType::PrivateUse1>(m);
+  if (lazytpu::xla_compat()) {
+    register_lists<c10::DeviceType::XLA>(lazytpu::mirror_library("aten", c10::DispatchKey::AutocastXLA));
+    lazytpu::mirror_library("_", c10::DispatchKey::AutocastXLA)
+        .fallback(torch::CppFunction::makeFallthrough());
+  }
 }
 
 }  // namespace

@@ -176,12 +176,12 @@ at::Tensor lt_to_copy(const at::Tensor &self, c10::optional<at::ScalarType> dtyp
     /* host -> device (reached with a CPU self when the target is ours) */
     TORCH_CHECK(self.device().is_cpu(), "lazytpu: cannot copy a ", self.device().str(),
                 " tensor to the device");
-    TORCH_CHECK(device && device->type() == c10::DeviceType::PrivateUse1,
+    TORCH_CHECK(device && is_lt_device_type(device->type()),
                 "lazytpu: _to_copy of a CPU tensor reached the device without a target");
     return wrap_functional(from_cpu(self, core_of_device(device), to_lt_dtype(want)));
   }
   lt_tensor *h = handle_of(self);
-  if (device && device->type() != c10::DeviceType::PrivateUse1) {
+  if (device && !is_lt_device_type(device->type())) {
     TORCH_CHECK(device->is_cpu(), "lazytpu: cannot copy a device tensor to ",
                 device->str());
     return to_cpu(h, want);
@@ -232,6 +232,10 @@ at::Tensor lt_copy(const at::Tensor &self, const at::Tensor &src, bool non_block
 }
 
 c10::Scalar lt_local_scalar_dense(const at::Tensor &self) {
+  /* the counter torch_xla users look for: .item() calls (each a host read,
+   * see lazy/host_reads.c) */
+  static lt_counter *item_calls = lt_counter_get("aten::_local_scalar_dense");
+  lt_counter_add(item_calls, 1);
   lt_tensor *h = handle_of(self);
   TORCH_CHECK(lt_shape_numel(lt_tensor_shape(h)) == 1,
               "a Tensor with ", lt_shape_numel(lt_tensor_shape(h)),

@@ -8,6 +8,7 @@
  *   tensor_info(Tensor t) -> str   (lazytpu.debug.tensor_info)
  */
 #include "lt_aten.h"
+#include "lt_register.h"
 
 #include <torch/library.h>
 
@@ -58,11 +59,11 @@ TORCH_LIBRARY(lazytpu, m) {
 }
 
 TORCH_LIBRARY_IMPL(lazytpu, PrivateUse1, m) {
-  m.impl("all_reduce", TORCH_FN(lt_all_reduce));
-  m.impl("all_gather", TORCH_FN(lt_all_gather));
-  m.impl("reduce_scatter", TORCH_FN(lt_reduce_scatter));
-  m.impl("broadcast", TORCH_FN(lt_broadcast));
-  m.impl("tensor_info", TORCH_FN(lt_tensor_info));
+  reg_own(m, "all_reduce", TORCH_FN(lt_all_reduce));
+  reg_own(m, "all_gather", TORCH_FN(lt_all_gather));
+  reg_own(m, "reduce_scatter", TORCH_FN(lt_reduce_scatter));
+  reg_own(m, "broadcast", TORCH_FN(lt_broadcast));
+  reg_own(m, "tensor_info", TORCH_FN(lt_tensor_info));
 }
 
 
@@ -70,6 +71,6 @@ TORCH_LIBRARY_IMPL(lazytpu, PrivateUse1, m) {
 /* No autograd formulas: these run on gradients / plain values. */
 TORCH_LIBRARY_IMPL(lazytpu, AutogradPrivateUse1, m) {
   for (const char *n : {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "tensor_info"})
-    m.impl(n, torch::CppFunction::makeFallthrough());
+    reg_autograd_fallthrough(m, n);
 }
 }  // namespace lazytpu

@@ -7,6 +7,7 @@
  * whose value is already data shows up as a parameter.
  */
 #include "lt_aten.h"
+#include "lt_register.h"
 
 #include <torch/library.h>
 
@@ -53,14 +54,14 @@ TORCH_LIBRARY_FRAGMENT(lazytpu, m) {
 }
 
 TORCH_LIBRARY_IMPL(lazytpu, PrivateUse1, m) {
-  m.impl("graph_text", TORCH_FN(lt_graph_text_op));
-  m.impl("graph_dot", TORCH_FN(lt_graph_dot_op));
+  reg_own(m, "graph_text", TORCH_FN(lt_graph_text_op));
+  reg_own(m, "graph_dot", TORCH_FN(lt_graph_dot_op));
 }
 
 /* Inspection only: no autograd. */
 TORCH_LIBRARY_IMPL(lazytpu, AutogradPrivateUse1, m) {
-  m.impl("graph_text", torch::CppFunction::makeFallthrough());
-  m.impl("graph_dot", torch::CppFunction::makeFallthrough());
+  reg_autograd_fallthrough(m, "graph_text");
+  reg_autograd_fallthrough(m, "graph_dot");
 }
 
 }  // namespace lazytpu

@@ -41,7 +41,7 @@ void lt_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
     c10::List<c10::optional<at::Tensor>> in = iv.toOptionalTensorList(), out;
     for (size_t k = 0; k < in.size(); k++) {
       c10::optional<at::Tensor> t = in.get(k);
-      if (t && t->defined() && t->device().type() == c10::DeviceType::PrivateUse1)
+      if (t && t->defined() && is_lt_device_type(t->device().type()))
         t = t->to(c10::Device(c10::DeviceType::CPU));
       out.push_back(t);
     }
@@ -67,22 +67,31 @@ void cpu_fallback_boxed(const c10::OperatorHandle &op, torch::jit::Stack *stack)
  * (TensorIterator restrides them with as_strided, which device tensors
  * refuse) and then calls the .out variant. Route them straight to the CPU
  * fallback instead. Runs once, after every static registration is done. */
-void register_late_fallbacks() {
-  static torch::Library *lib = nullptr;
-  if (lib) return;
-  lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
-                           __FILE__, __LINE__);
+void register_late_fallbacks_on(c10::DispatchKey key) {
+  torch::Library &lib = mirror_library("aten", key);
   auto &d = c10::Dispatcher::singleton();
   for (const c10::OperatorName &name : d.getAllOpNames()) {
     if (name.name.compare(0, 6, "aten::") != 0) continue;
     auto op = d.findOp(name);
     if (!op || !op->hasSchema()) continue;
-    if (op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;
+    if (op->hasKernelForDispatchKey(key)) continue;
     if (!op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional))
       continue;
     std::string full = name.name.substr(6);
     if (!name.overload_name.empty()) full += "." + name.overload_name;
-    lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&lt_fallback>());
+    lib.impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&lt_fallback>());
+  }
+}
+
+void register_late_fallbacks() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  register_late_fallbacks_on(c10::DispatchKey::PrivateUse1);
+  if (xla_compat()) {
+    mirror_library("_", c10::DispatchKey::XLA)
+        .fallback(torch::CppFunction::makeFromBoxedFunction<&lt_fallback>());
+    register_late_fallbacks_on(c10::DispatchKey::XLA);
   }
 }
 

@@ -96,7 +96,7 @@ void inplace_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
  * FunctionalTensorWrapper only for the XLA and Lazy devices when the
  * Functionalize key is not in TLS (device_opted_into_functionalization), so
  * t.to(torch.bfloat16) of a lazytpu tensor came back unwrapped and its first
- * view reached the device. Same logic, with PrivateUse1 opted in. */
+ * view reached the device. Same logic, with lazytpu's device opted in. */
 at::Tensor to_copy_functionalize(const at::Tensor &self, std::optional<at::ScalarType> dtype,
                                  std::optional<at::Layout> layout,
                                  std::optional<at::Device> device,

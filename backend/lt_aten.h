@@ -2,7 +2,7 @@
  * backend/lt_aten.h — the shim's shared vocabulary between aten and the C core.
  *
  * A device tensor is an at::Tensor whose TensorImpl is an LtTensorImpl: no
- * storage, DispatchKeySet(PrivateUse1), contiguous sizes/strides taken from
+ * storage, DispatchKeySet(lt_dispatch_key()), contiguous sizes/strides from
  * the lt_shape, dtype = the logical lt dtype. It owns one reference to an
  * lt_tensor. Above it sits PyTorch's FunctionalTensorWrapper (see copy_ops.cpp),
  * so kernels registered here only ever see functional ops.
@@ -177,6 +177,14 @@ Ref reduce(lt_op op, lt_tensor *x, const std::vector<int64_t> &dims,
            bool keepdim);
 Ref binary(lt_op op, lt_tensor *a, lt_tensor *b);
 Ref mul_scalar(lt_tensor *x, const c10::Scalar &s);  /* x * s; x if s == 1 */
+
+/* The device type and dispatch key device tensors carry: PrivateUse1
+ * ("lazytpu"), or XLA in torch_xla compatibility mode (runtime.cpp). */
+c10::DeviceType lt_device_type(void);
+c10::DispatchKey lt_dispatch_key(void);
+/* 1 for the device types that are lazytpu's: PrivateUse1, and XLA in
+ * compatibility mode. */
+bool is_lt_device_type(c10::DeviceType t);
 
 /* The current core of this thread (the device guard's index) and setting it
  * (throws for an index past the cores). runtime.cpp. */

@@ -1,5 +1,6 @@
 /*
- * backend/lt_register.h — registering shim kernels on PrivateUse1.
+ * backend/lt_register.h — registering shim kernels on PrivateUse1 (and, in
+ * torch_xla compatibility mode, on XLA: see xla_compat()).
  *
  * reg() skips aten ops that are CompositeImplicitAutograd (square, matmul,
  * where.ScalarOther, ...): a direct PrivateUse1 kernel would stop autograd
@@ -37,6 +38,16 @@ inline bool is_composite_implicit(const std::string &full) {
          !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional);
 }
 
+/* 1 when this process also serves torch_xla's "xla" device
+ * (LAZYTPU_XLA_COMPAT=1, set by lazytpu-run / python -m lazytpu for torch_xla
+ * scripts): device tensors are then XLA tensors and every kernel is
+ * registered on the XLA keys too. Read once (runtime.cpp). */
+bool xla_compat();
+/* The IMPL library of namespace ns ("aten", "lazytpu", "_" for fallbacks) on
+ * dispatch key k, created on first use and kept for the process. Used to
+ * mirror PrivateUse1 registrations onto the XLA keys in compat mode. */
+torch::Library &mirror_library(const char *ns, c10::DispatchKey k);
+
 /* Registration failures (a kernel whose C++ signature no longer matches the
  * aten schema, an op that was renamed) are collected instead of aborting the
  * process during static initialisation; the module init raises them all at
@@ -49,10 +60,26 @@ template <class F>
 void reg(torch::Library &m, const std::string &name, F &&f, bool force = false) {
   if (!force && is_composite_implicit(name)) return;
   try {
-    m.impl(name.c_str(), guarded(name, std::forward<F>(f)));
+    auto g = guarded(name, std::forward<F>(f));
+    if (xla_compat()) mirror_library("aten", c10::DispatchKey::XLA).impl(name.c_str(), g);
+    m.impl(name.c_str(), std::move(g));
   } catch (const c10::Error &e) {
     note_registration_error("aten::" + name + ": " + e.what_without_backtrace());
   }
+}
+
+/* reg() for lazytpu's own ops (namespace lazytpu) on PrivateUse1 (+ XLA). */
+template <class F>
+void reg_own(torch::Library &m, const char *name, F f) {
+  if (xla_compat()) mirror_library("lazytpu", c10::DispatchKey::XLA).impl(name, f);
+  m.impl(name, f);
+}
+/* A fallthrough for op `name` on the autograd key of m (+ AutogradXLA). */
+inline void reg_autograd_fallthrough(torch::Library &m, const char *name) {
+  if (xla_compat())
+    mirror_library("lazytpu", c10::DispatchKey::AutogradXLA)
+        .impl(name, torch::CppFunction::makeFallthrough());
+  m.impl(name, torch::CppFunction::makeFallthrough());
 }
 
 /* A warning handler that drops everything: registrations that override a

@@ -234,6 +234,22 @@ PyObject *py_rng_restore(PyObject *, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* memory_info(core) -> (bytes_in_use, peak_bytes_in_use, bytes_limit) */
+PyObject *py_memory_info(PyObject *, PyObject *args) {
+  int core = 0;
+  if (!PyArg_ParseTuple(args, "|i", &core)) return nullptr;
+  lt_memory_info mi;
+  lt_status st = lt_memory_info_get(core, &mi);
+  if (st != LT_OK) return raise_status(st);
+  return Py_BuildValue("(LLL)", (long long)mi.bytes_in_use, (long long)mi.peak_bytes_in_use,
+                       (long long)mi.bytes_limit);
+}
+
+PyObject *py_xla_compat(PyObject *, PyObject *) {
+  const char *e = getenv("LAZYTPU_XLA_COMPAT");
+  return PyBool_FromLong(e && e[0] == '1');
+}
+
 PyObject *py_caller(PyObject *, PyObject *) {
   return PyUnicode_FromString(python_caller().c_str());
 }
@@ -294,6 +310,10 @@ PyMethodDef methods[] = {
     {"get_rng_state", py_get_rng_state, METH_VARARGS, "get_rng_state(core=0)."},
     {"get_rng_seed", py_get_rng_seed, METH_VARARGS, "get_rng_seed(core=0): the seed set last."},
     {"rng_restore", py_rng_restore, METH_VARARGS, "rng_restore(core, seed, state)."},
+    {"memory_info", py_memory_info, METH_VARARGS,
+     "memory_info(core=0) -> (bytes_in_use, peak_bytes_in_use, bytes_limit)."},
+    {"xla_compat", py_xla_compat, METH_NOARGS,
+     "True when device tensors are torch_xla's (LAZYTPU_XLA_COMPAT=1)."},
     {"caller", py_caller, METH_NOARGS, "The user frame as the shim sees it."},
     {"fallback_report", py_fallback_report, METH_NOARGS, "The fallback section text."},
     {"take_warnings", py_take_warnings, METH_NOARGS, "Debug warnings since the last call."},

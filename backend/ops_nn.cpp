@@ -559,6 +559,34 @@ at::Tensor &lt_uniform_(at::Tensor &self, double from, double to,
   assign_value(self, handle_of(v));
   return self;
 }
+/* normal_(mean, std): the core's N(0,1) stream scaled; like uniform_, the
+   generator argument only names the device (random ops draw from their
+   core's stream). Keras's initializers pass a lazytpu generator. */
+at::Tensor lt_normal(const at::Tensor &self, double mean, double std,
+                     c10::optional<at::Generator> gen) {
+  lt_tensor *x = handle_of(self);
+  TORCH_CHECK(lt_dtype_is_float(lt_tensor_dtype(x)), "normal_ expects a floating point tensor");
+  TORCH_CHECK(std >= 0.0, "normal_ expects std >= 0.0, but found std ", std);
+  int core = lt_tensor_core(x);
+  std::vector<int64_t> dims = dims_of(*lt_tensor_shape(x));
+  Ref seed = scalar_typed(core, (double)rng_next_seed(core), LT_I64);
+  std::vector<int64_t> a{(int64_t)lt_tensor_dtype(x), (int64_t)dims.size()};
+  a.insert(a.end(), dims.begin(), dims.end());
+  lt_attrs at = attrs_vec(a);
+  Ref n = trace(LT_OP_rand_normal, {seed.get()}, &at);
+  if (std != 1.0) n = mul_scalar(n.get(), std);
+  if (mean != 0.0) {
+    Ref m = scalar(core, mean);
+    n = trace(LT_OP_add, {n.get(), m.get()});
+  }
+  return wrap(std::move(n));
+}
+at::Tensor &lt_normal_(at::Tensor &self, double mean, double std,
+                       c10::optional<at::Generator> gen) {
+  at::Tensor v = lt_normal(self, mean, std, gen);
+  check(lt_tensor_assign(handle_of(self), handle_of(v)));
+  return self;
+}
 
 std::tuple<at::Tensor, at::Tensor> lt_native_dropout(const at::Tensor &input, double p,
                                                      c10::optional<bool> train) {
@@ -612,6 +640,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   reg(m, "bernoulli_.float", TORCH_FN(lt_bernoulli__float));
   reg(m, "uniform", TORCH_FN(lt_uniform));
   reg(m, "uniform_", TORCH_FN(lt_uniform_));
+  reg(m, "normal_functional", TORCH_FN(lt_normal));  /* what functionalization runs for normal_ */
+  reg(m, "normal_", TORCH_FN(lt_normal_));
   reg(m, "native_dropout", TORCH_FN(lt_native_dropout));
   reg(m, "native_dropout_backward", TORCH_FN(lt_native_dropout_backward));
 }

@@ -9,10 +9,12 @@
  * registered at module load that runs the sibling on the device and writes
  * each result into its out tensor (cast to out's dtype, resized when the
  * shape differs, as eager's resize_output does). Out tensors that are not
- * raw device tensors (functional wrappers, CPU) keep the CPU fallback.
+ * raw device tensors (functional wrappers, CPU) keep the CPU fallback. In
+ * torch_xla compatibility mode the kernels serve the XLA key too.
  */
 #include "lt_aten.h"
 #include "lt_guard.h"
+#include "lt_register.h"
 
 #include <ATen/FunctionalTensorWrapper.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -43,7 +45,7 @@ bool sibling_overload(const std::string &ov, std::string *f) {
 }
 
 bool raw_device(const at::Tensor &t) {
-  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1 &&
+  return t.defined() && is_lt_device_type(t.device().type()) &&
          !at::functionalization::impl::isFunctionalTensor(t) && impl_of(t) != nullptr;
 }
 
@@ -89,10 +91,10 @@ void out_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
 /* Registers out_kernel for every eligible op (see the top); run once, after
  * every static registration (fallback.cpp: lazytpu_register_late). */
 void register_out_variants() {
-  static torch::Library *lib = nullptr;
-  if (lib) return;
-  lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
-                           __FILE__, __LINE__);
+  static bool done = false;
+  if (done) return;
+  done = true;
+  torch::Library &lib = mirror_library("aten", c10::DispatchKey::PrivateUse1);
   auto &d = c10::Dispatcher::singleton();
   for (const c10::OperatorName &name : d.getAllOpNames()) {
     if (name.name.compare(0, 6, "aten::") != 0) continue;
@@ -128,7 +130,10 @@ void register_out_variants() {
       g_sibling.emplace(key_of(name), *fn);
     }
     std::string full = name.name.substr(6) + "." + name.overload_name;
-    lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&out_kernel>());
+    lib.impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&out_kernel>());
+    if (xla_compat())
+      mirror_library("aten", c10::DispatchKey::XLA)
+          .impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&out_kernel>());
   }
 }
 

@@ -13,6 +13,12 @@
  * torch.Generator("lazytpu") keep their own seed but the kernels always draw
  * from the core's state (the generator argument of random ops is not
  * honoured: lazytpu's random streams differ from the CPU's anyway).
+ *
+ * torch_xla compatibility mode (LAZYTPU_XLA_COMPAT=1): device tensors are
+ * XLA tensors (DeviceType::XLA, DispatchKey::XLA) so that libraries written
+ * for torch_xla, which build torch.device("xla", i) and test
+ * device.type == "xla", get lazytpu tensors; every registration is mirrored
+ * onto the XLA keys (lt_register.h) and the device guard serves XLA too.
  */
 #include "lt_aten.h"
 
@@ -28,9 +34,47 @@
 #include <mutex>
 #include <random>
 
+#include "lt_register.h"
 #include "lt_shim.h"
 
+#include <cstdlib>
+#include <map>
+
 namespace lazytpu {
+
+/* --------------------------------------------------------- device identity */
+
+bool xla_compat() {
+  static const bool on = [] {
+    const char *e = std::getenv("LAZYTPU_XLA_COMPAT");
+    return e && e[0] == '1';
+  }();
+  return on;
+}
+
+c10::DeviceType lt_device_type(void) {
+  return xla_compat() ? c10::DeviceType::XLA : c10::DeviceType::PrivateUse1;
+}
+
+c10::DispatchKey lt_dispatch_key(void) {
+  return xla_compat() ? c10::DispatchKey::XLA : c10::DispatchKey::PrivateUse1;
+}
+
+bool is_lt_device_type(c10::DeviceType t) {
+  return t == c10::DeviceType::PrivateUse1 || (t == c10::DeviceType::XLA && xla_compat());
+}
+
+torch::Library &mirror_library(const char *ns, c10::DispatchKey k) {
+  static std::mutex mu;
+  static std::map<std::pair<std::string, int>, torch::Library *> libs;
+  std::lock_guard<std::mutex> g(mu);
+  auto key = std::make_pair(std::string(ns), (int)k);
+  auto it = libs.find(key);
+  if (it != libs.end()) return *it->second;
+  auto *lib = new torch::Library(torch::Library::IMPL, std::string(ns), k, __FILE__, __LINE__);
+  libs.emplace(key, lib);
+  return *lib;
+}
 
 /* ------------------------------------------------------------ rng state */
 
@@ -235,16 +279,17 @@ struct LtHooks final : public at::PrivateUse1HooksInterface {
 
 thread_local c10::DeviceIndex tls_device = 0;
 
+/* The guard of a device type that names lazytpu's cores (PrivateUse1; XLA in
+ * compatibility mode). Both share the thread's current core. */
 struct LtGuardImpl final : public c10::impl::DeviceGuardImplInterface {
-  c10::DeviceType type() const override { return c10::DeviceType::PrivateUse1; }
+  explicit LtGuardImpl(c10::DeviceType t = c10::DeviceType::PrivateUse1) : type_(t) {}
+  c10::DeviceType type() const override { return type_; }
   c10::Device exchangeDevice(c10::Device d) const override {
-    c10::Device old(c10::DeviceType::PrivateUse1, tls_device);
+    c10::Device old(type_, tls_device);
     if (d.index() >= 0) tls_device = d.index();
     return old;
   }
-  c10::Device getDevice() const override {
-    return c10::Device(c10::DeviceType::PrivateUse1, tls_device);
-  }
+  c10::Device getDevice() const override { return c10::Device(type_, tls_device); }
   void setDevice(c10::Device d) const override { set_current_core(d.index()); }
   void uncheckedSetDevice(c10::Device d) const noexcept override {
     if (d.index() >= 0) tls_device = d.index();
@@ -257,12 +302,19 @@ struct LtGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     lt_init();
     return (c10::DeviceIndex)lt_num_cores();
   }
+
+ private:
+  c10::DeviceType type_;
 };
 
 struct RegisterHooks {
   RegisterHooks() {
     static LtHooks hooks;
     at::RegisterPrivateUse1HooksInterface(&hooks);
+    if (xla_compat()) {
+      static LtGuardImpl xla_guard(c10::DeviceType::XLA);
+      static c10::impl::DeviceGuardImplRegistrar reg(c10::DeviceType::XLA, &xla_guard);
+    }
   }
 } register_hooks;
 

@@ -23,9 +23,9 @@ namespace lazytpu {
 /* ------------------------------------------------------------ TensorImpl */
 
 LtTensorImpl::LtTensorImpl(lt_tensor *t)
-    : c10::TensorImpl(c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+    : c10::TensorImpl(c10::DispatchKeySet(lt_dispatch_key()),
                       c10::scalarTypeToTypeMeta(to_scalar_type(lt_tensor_dtype(t))),
-                      c10::Device(c10::DeviceType::PrivateUse1,
+                      c10::Device(lt_device_type(),
                                   (c10::DeviceIndex)lt_tensor_core(t))),
       t_(t) {
   set_storage_access_should_throw();
@@ -244,7 +244,7 @@ LtTensorImpl *impl_of(const at::Tensor &t) {
     w->sync_();
     ti = w->value().unsafeGetTensorImpl();
   }
-  if (!ti->key_set().has(c10::DispatchKey::PrivateUse1)) return nullptr;
+  if (!ti->key_set().has(lt_dispatch_key())) return nullptr;
   return dynamic_cast<LtTensorImpl *>(ti);
 }
 

@@ -190,20 +190,17 @@ def main():
     args = p.parse_args()
     if args.batch % args.cores:
         p.error("--batch must be a multiple of --cores")
-    if args.cores > 1 and getattr(lazytpu, "spawn", None) is not None:
+    if args.cores > 1:
         # every worker writes its report; the launcher merges them: totals,
         # then one row per core for what differs (compiles, fallbacks, waits)
         with tempfile.TemporaryDirectory() as tmp:
             merged = os.path.join(tmp, "metrics.txt")
-            lazytpu.spawn.spawn(run, args=(args,), nprocs=args.cores,
-                                metrics_file=merged)
+            lazytpu.spawn(run, args=(args,), nprocs=args.cores, metrics_file=merged)
             with open(merged) as f:
                 report = f.read()
         print("Merged metrics report of %d cores:" % args.cores)
         print(report.split("== ordinal 0 ==")[0].rstrip())
     else:
-        if args.cores > 1:
-            print("lazytpu.spawn is unavailable: training on one core")
         run(0, args)
 
 

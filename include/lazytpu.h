@@ -227,6 +227,18 @@ int lt_num_cores(void);
 /* 1 when float32 is stored on the device as bf16 (LAZYTPU_USE_BF16). */
 int lt_bf16_mode(void);
 
+/* Device memory of one core, in bytes: held by live device buffers now, the
+ * most ever held at once, and the budget (LAZYTPU_HBM_BYTES). Freed buffers
+ * kept for reuse (LAZYTPU_BUFFER_CACHE_BYTES) are not counted. */
+typedef struct lt_memory_info {
+    int64_t bytes_in_use;
+    int64_t peak_bytes_in_use;
+    int64_t bytes_limit;
+} lt_memory_info;
+/* Fills *out for `core`; LT_ERR_DEVICE for a core index out of range,
+ * LT_ERR_ARG for a null out. Initialises the library if needed. */
+lt_status lt_memory_info_get(int core, lt_memory_info *out);
+
 /* ---------------------------------------------------------------- tensors */
 
 typedef struct lt_tensor lt_tensor;
@@ -397,6 +409,10 @@ void lt_fallback_record(const char *aten_op, int64_t ns, const char *frame);
  * train.py:57 in step" and a "  hint: ..." line when a native alternative
  * exists. "" when nothing fell back. malloc'd; caller frees. */
 char *lt_fallback_report(void);
+/* The "== host reads ==" section of the report (malloc'd, "" when no device
+ * value was read on the host): per user line, reads, reads per step, how
+ * many had to run the graph and the time the host waited. */
+char *lt_host_read_report(void);
 
 /* 1 when LAZYTPU_DEBUG=1 or PT_XLA_DEBUG=1 (read by lt_init) or
  * lt_debug_set(>0) is in effect: each step boundary then checks the last 4

@@ -61,8 +61,12 @@ static lt_dtype node_ctype(lt_cctx *c, int i)
 }
 
 /* 1 if x (transitively) depends on a member of group g (root), 0 if not;
- * searches only positions >= lo; gives 1 when the search is too large. */
-static int depends_on(lt_cctx *c, int x, int g, int lo)
+ * searches only positions >= lo; gives 1 when the search is too large.
+ * Dependencies are those of the steps the groups become: reaching a member
+ * of another group reaches every member of it (the group runs as one step,
+ * after all of its members' inputs), so a merge that would make two groups
+ * wait on each other through a third one is seen too. */
+static int depends_on(lt_cctx *c, fuse_state *fs, int x, int g, int lo)
 {
     if (x < lo)
         return 0;
@@ -72,16 +76,29 @@ static int depends_on(lt_cctx *c, int x, int g, int lo)
     c->mark[x] = gen;
     while (sp) {
         int v = c->stack[--sp];
-        if (c->cn[v].kind == CN_EW && lt_cc_group(c, v) == g)
+        int grp = c->cn[v].kind == CN_EW ? lt_cc_group(c, v) : -1;
+        if (grp == g)
             return 1;
         if (++visits > LT_FUSE_MAX_VISIT)
             return 1;
-        for (int k = 0; k < lt_cc_nin(c, v); k++) {
-            int q = lt_cc_in(c, v, k);
-            if (q >= lo && c->mark[q] != gen) {
-                c->mark[q] = gen;
-                c->stack[sp++] = q;
+        /* v's own inputs, or those of its whole group (members marked
+         * first: the group is expanded once) */
+        if (grp >= 0)
+            for (int m = fs->head[grp]; m >= 0; m = fs->nxt[m])
+                c->mark[m] = gen;
+        for (int m = grp >= 0 ? fs->head[grp] : v; m >= 0;
+             m = grp >= 0 ? fs->nxt[m] : -1) {
+            for (int k = 0; k < lt_cc_nin(c, m); k++) {
+                int q = lt_cc_in(c, m, k);
+                if (q >= lo && c->mark[q] != gen) {
+                    if (sp >= c->n)
+                        return 1;   /* cannot happen: each node pushed once */
+                    c->mark[q] = gen;
+                    c->stack[sp++] = q;
+                }
             }
+            if (++visits > LT_FUSE_MAX_VISIT)
+                return 1;
         }
     }
     return 0;
@@ -104,7 +121,7 @@ static int ext_depends(lt_cctx *c, fuse_state *fs, int from, int other)
             int q = lt_cc_in(c, m, k);
             if (in_groups(c, q, from, other))
                 continue;
-            if (depends_on(c, q, other, fs->minpos[other]))
+            if (depends_on(c, fs, q, other, fs->minpos[other]))
                 return 1;
         }
     return 0;

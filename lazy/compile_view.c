@@ -121,7 +121,9 @@ int lt_cc_fold_view(lt_op op, const lt_attrs *a, const lt_shape *out_shape,
         for (int k = 0; k < nd; k++)
             v.strides[k] = src->strides[k];
         v.offset += start * src->strides[d];
-        v.strides[d] = src->strides[d] * step;
+        /* a step past the end leaves one element: its stride is never used
+         * (and step * stride could overflow) */
+        v.strides[d] = out_shape->dims[d] <= 1 ? 0 : src->strides[d] * step;
         break;
     }
     case LT_OP_select: {
@@ -157,8 +159,8 @@ int lt_cc_fold_view(lt_op op, const lt_attrs *a, const lt_shape *out_shape,
         int64_t n = a->i[0];
         if (n != out_shape->ndim || a->n < 2 * n + 2)
             return 0;
-        for (int k = 0; k < n; k++)
-            v.strides[k] = a->i[1 + n + k];
+        for (int k = 0; k < n; k++)      /* size-1 dims: any stride is allowed, use 0 */
+            v.strides[k] = out_shape->dims[k] <= 1 ? 0 : a->i[1 + n + k];
         v.offset += a->i[1 + 2 * n];
         break;
     }

@@ -54,6 +54,7 @@ typedef struct lt_core {
     int n_pend, cap_pend;
     int64_t n_dropped;           /* unclaimed faults dropped past the bound */
     atomic_size_t bytes_in_use;
+    atomic_size_t peak_bytes;    /* most bytes_in_use ever (lt_memory_info_get) */
     size_t budget;
     lt_par_pool *pool;           /* helper threads (worker thread only) */
     /* freed device memory kept for reuse (see buffer cache below) */
@@ -255,6 +256,7 @@ lt_status lt_devices_init(void)
             pthread_cond_init(&c->cv_work, NULL);
             pthread_cond_init(&c->cv_done, NULL);
             atomic_init(&c->bytes_in_use, 0);
+            atomic_init(&c->peak_bytes, 0);
             atomic_init(&c->used, 0);
         }
         g_records_ready = 1;
@@ -453,6 +455,10 @@ lt_status lt_buffer_alloc(int core, lt_dtype dt, int64_t numel,
                                          in_use + bytes))
             break;
     }
+    size_t peak = atomic_load(&c->peak_bytes);
+    while (in_use + bytes > peak &&
+           !atomic_compare_exchange_weak(&c->peak_bytes, &peak, in_use + bytes))
+        ;
     size_t alloc = cache_class(bytes);
     if (alloc == 0)
         alloc = 64;
@@ -501,6 +507,23 @@ void lt_buffer_release(lt_buffer *b)
     cache_put(&g_cores[b->core], b->data, cache_class(b->bytes));
     lt_fault_release(b->fault);
     free(b);
+}
+
+lt_status lt_memory_info_get(int core, lt_memory_info *out)
+{
+    if (!out)
+        return lt_set_error(LT_ERR_ARG, "memory_info: null output");
+    lt_status st = lt_init();
+    if (st != LT_OK)
+        return st;
+    if (core < 0 || core >= g_n_cores)
+        return lt_set_error(LT_ERR_DEVICE, "memory_info: core %d out of range "
+                            "(there are %d cores)", core, g_n_cores);
+    lt_core *c = &g_cores[core];
+    out->bytes_in_use = (int64_t)atomic_load(&c->bytes_in_use);
+    out->peak_bytes_in_use = (int64_t)atomic_load(&c->peak_bytes);
+    out->bytes_limit = (int64_t)c->budget;
+    return LT_OK;
 }
 
 size_t lt_core_bytes_in_use(int core)

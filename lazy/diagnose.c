@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include "diagnose.h"
+#include "host_reads.h"
 #include "tensor.h"
 #include "registry.h"
 
@@ -496,6 +497,7 @@ static int may_warn(step_state *st, int kind)
 
 void lt_diagnose_step(int core)
 {
+    lt_host_read_step();
     int64_t now = lt_now_ns();
     double wait_acc = 0;
     int64_t wn = 0;
@@ -561,9 +563,10 @@ void lt_diagnose_step(int core)
         }
         if (full && (double)r / nw > 0.5 && may_warn(st, W_READ)) {
             snprintf(lines[nl++], sizeof lines[0],
-                     "lazytpu: warning: %lld value reads in the last %d steps "
+                     "lazytpu: warning: %lld host reads in the last %d steps "
                      "(.item()/.cpu()/print of a device tensor, last at %s): each one "
-                     "stops tracing to compile and run the graph so far; log with "
+                     "makes the host wait for the device (and stops tracing to run the "
+                     "graph if the value is not computed yet); log with "
                      "lazytpu.add_step_closure(fn) or read values every N steps. "
                      "See docs/troubleshooting.md#value-reads",
                      (long long)r, nw, st->last_read_frame[0] ? st->last_read_frame : "<unknown>");
@@ -636,5 +639,6 @@ void lt_diagnose_reset(void)
     fb_n = 0;
     pthread_mutex_unlock(&fb_mu);
 
+    lt_host_read_reset();
     free(lt_diagnose_take_warnings());
 }

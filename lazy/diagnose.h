@@ -37,7 +37,8 @@ void lt_diagnose_reset(void);
  * structure or site compiled before. */
 void lt_diagnose_compile(const lt_graph *g, lt_sync_cause cause,
                          const char *frame);
-/* A graph executed because a value was read (.item()/.cpu()/print). */
+/* A value was read on the host (.item()/.cpu()/print): counted in the step
+ * window of the warnings (lt_host_read_record calls it for every read). */
 void lt_diagnose_value_read(int core, const char *frame);
 /* A step boundary (mark_step, optimizer_step, loader_step) on core:
  * evaluates the warnings when debug is on. */

@@ -194,7 +194,6 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
         free(rts);
         return sync_nothing(core, wait, report);
     }
-    if (cause == LT_SYNC_VALUE_READ) lt_diagnose_value_read(core, lt_caller_frame());
 
     /* 2 capture */
     lt_graph g;

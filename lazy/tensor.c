@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "tensor.h"
+#include "host_reads.h"
+#include "diagnose.h"
 #include "shape.h"
 #include "device.h"
 #include "trace_events.h"
@@ -190,11 +192,14 @@ lt_status lt_tensor_to_host(lt_tensor *t, void *dst, lt_dtype dst_dtype)
     if ((unsigned)dst_dtype >= LT_NUM_DTYPES)
         return lt_set_error(LT_ERR_DTYPE, "to_host: invalid dtype %d", (int)dst_dtype);
     lt_node *v = lt_tensor_value(t);
+    int64_t w0 = lt_now_ns(), wait_ns = 0;
+    int synced = 0;
     if (lt_node_is_pending(v)) {
         lt_node_release(v);
         lt_status st = lt_sync(&t, 1, LT_SYNC_VALUE_READ, 0);
         if (st != LT_OK) return st;
         v = lt_tensor_value(t);
+        synced = 1;
     }
     const lt_fe_metrics *m = lt_fe_metrics_get();
     int64_t t0 = 0;
@@ -216,6 +221,9 @@ lt_status lt_tensor_to_host(lt_tensor *t, void *dst, lt_dtype dst_dtype)
     }
     if (st == LT_OK) {
         int64_t t1 = lt_now_ns();
+        wait_ns = t0 - w0;
+        lt_host_read_record(t->core, numel * (int64_t)lt_dtype_size((lt_dtype)v->dtype),
+                            synced || wait_ns > 20000 ? wait_ns : 0, synced, lt_caller_frame());
         lt_metric_add(m->from_dev_time, (double)(t1 - t0));
         lt_metric_add(m->outbound, (double)numel * (double)lt_dtype_size((lt_dtype)v->dtype));
         if (lt_trace_enabled()) {

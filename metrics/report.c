@@ -11,6 +11,7 @@
  *   == recompilation ==
  *   <note lines>
  *   == fallback ==            (lazy/diagnose.c: op, calls, time, frames, hint)
+ *   == host reads ==          (lazy/host_reads.c: line, reads per step, waits)
  *
  * Metrics come in report order (registry.h), counters by name. Metrics with
  * no sample and counters at 0 (e.g. after lt_metrics_clear_all) are left out.
@@ -88,6 +89,11 @@ char *lt_metrics_report(void)
     if (fb) {
         lt_sb_puts(&sb, fb);
         free(fb);
+    }
+    char *hr = lt_host_read_report();  /* "" when nothing was read */
+    if (hr) {
+        lt_sb_puts(&sb, hr);
+        free(hr);
     }
     return lt_sb_take(&sb);
 }

@@ -21,6 +21,12 @@ PKGS=(
   dataset-fashion-mnist
 )
 PY_REQS=(torch==2.13.0 numpy pytest hypothesis matplotlib wheel "setuptools>=64")
+# The frameworks lazytpu integrates with (lazytpu.lightning, lazytpu.keras).
+# Their metadata admits torch 2.13 (lightning 2.6.6: torch>=2.1,<4.0; keras
+# has no torch requirement), and they are installed in a second step with
+# torch==2.13.0 on the same command line, so the resolver can never replace
+# torch; the check below fails the bootstrap if it did anyway.
+FRAMEWORK_REQS=(lightning==2.6.6 keras==3.15.1)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -62,7 +68,7 @@ find_python() {
 
 VENV=.venv
 STAMP=$VENV/.lazytpu-bootstrap
-WANT="reqs: ${PY_REQS[*]}"
+WANT="reqs: ${PY_REQS[*]}; frameworks: ${FRAMEWORK_REQS[*]}"
 if [ ! -x $VENV/bin/python ] || [ "$(cat $STAMP 2>/dev/null)" != "$WANT" ]; then
   PY=$(find_python || true)
   if [ -z "$PY" ] && [ -x /usr/bin/python3.11 ]; then
@@ -81,6 +87,9 @@ if [ ! -x $VENV/bin/python ] || [ "$(cat $STAMP 2>/dev/null)" != "$WANT" ]; then
   echo "bootstrap: installing into $VENV: ${PY_REQS[*]}"
   $VENV/bin/python -m pip install -q --disable-pip-version-check "${PY_REQS[@]}" 2>&1 \
     | grep -v "is ignored: it is neither a file nor a directory" || true
+  echo "bootstrap: installing into $VENV: ${FRAMEWORK_REQS[*]} (torch stays 2.13.0)"
+  $VENV/bin/python -m pip install -q --disable-pip-version-check torch==2.13.0 \
+    "${FRAMEWORK_REQS[@]}" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
   $VENV/bin/python -c 'import torch, sys; v = torch.__version__.split("+")[0]; \
 sys.exit(0 if v == "2.13.0" else "bootstrap: torch " + v + " in .venv, expected 2.13.0")'
   echo "$WANT" > $STAMP

@@ -11,6 +11,13 @@
 
 ``import torch`` alone registers the device (PyTorch's backend autoloading,
 see _lazytpu_device); this package is the engine, loaded on first use.
+
+The names follow torch_xla's, one implementation each: devices and steps
+(lazytpu.core), the world (lazytpu.world), collectives
+(lazytpu.collectives), multi-process launch (lazytpu.launch: ``spawn``),
+input pipelines (lazytpu.loader), metrics and debugging. Under
+``lazytpu-run`` / ``python -m lazytpu`` the same functions also serve
+``import torch_xla`` (lazytpu.compat).
 """
 import _lazytpu_device
 
@@ -21,16 +28,16 @@ from . import _C  # noqa: E402
 _C._init()
 
 from .core import *  # noqa: F401,F403,E402
-from .core import (device, devices, device_count, mark_step, wait_device_ops,  # noqa: E402
-                   optimizer_step, get_ordinal, world_size, is_master_ordinal,
-                   master_print, add_step_closure, save, set_rng_state,
-                   get_rng_state)
+from .world import (get_ordinal, get_local_ordinal, world_size,  # noqa: E402,F401
+                    local_world_size, host_index, num_hosts)
+from .collectives import *  # noqa: F401,F403,E402
+from .launch import spawn, WorkerError  # noqa: E402,F401
 from . import core  # noqa: E402
 from . import metrics  # noqa: E402
 from . import debug  # noqa: E402
 from . import _patches  # noqa: E402
-from . import spawn  # noqa: E402,F401
 from . import loader  # noqa: E402,F401
+from . import amp, compat, distributed, utils  # noqa: E402,F401
 
 # torch_xla-style module names: lazytpu.xm.xla_device(), lazytpu.met.*
 xm = core

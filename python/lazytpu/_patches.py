@@ -8,11 +8,13 @@
 import torch
 import torch._tensor_str as _ts
 
+from .core import DEVICE_TYPES as _TYPES
+
 _orig_str = _ts._str
 
 
 def _str(self, *args, **kwargs):
-    if isinstance(self, torch.Tensor) and self.device.type == "lazytpu":
+    if isinstance(self, torch.Tensor) and self.device.type in _TYPES:
         with torch.no_grad():
             cpu = self.detach().to("cpu")
         s = _orig_str(cpu, *args, **kwargs)
@@ -40,13 +42,13 @@ _orig_storage = torch.Tensor.storage
 
 
 def _data_ptr(self):
-    if self.device.type == "lazytpu":
+    if self.device.type in _TYPES:
         raise RuntimeError(_NO_HOST % "data_ptr()")
     return _orig_data_ptr(self)
 
 
 def _storage(self):
-    if self.device.type == "lazytpu":
+    if self.device.type in _TYPES:
         raise RuntimeError(_NO_HOST % "storage()")
     return _orig_storage(self)
 
@@ -62,7 +64,7 @@ _orig_has_storage = torch._C._has_storage
 
 
 def _has_storage(t):
-    if isinstance(t, torch.Tensor) and t.device.type == "lazytpu":
+    if isinstance(t, torch.Tensor) and t.device.type in _TYPES:
         return False
     return _orig_has_storage(t)
 
@@ -76,8 +78,8 @@ _orig_copy_ = torch.Tensor.copy_
 
 
 def _copy_(self, src, non_blocking=False):
-    if (isinstance(src, torch.Tensor) and src.device.type == "lazytpu"
-            and self.device.type != "lazytpu"):
+    if (isinstance(src, torch.Tensor) and src.device.type in _TYPES
+            and self.device.type not in _TYPES):
         src = src.to("cpu")
     return _orig_copy_(self, src, non_blocking)
 
@@ -105,7 +107,7 @@ def _patch_meta_describer():
     orig = desc.describe_tensor
 
     def describe_tensor(self, t, *args, **kwargs):
-        if (isinstance(t, torch.Tensor) and t.device.type == "lazytpu"
+        if (isinstance(t, torch.Tensor) and t.device.type in _TYPES
                 and not torch._is_functional_tensor(t)):
             raise RuntimeError(_COMPILE_MSG)
         return orig(self, t, *args, **kwargs)
@@ -114,3 +116,35 @@ def _patch_meta_describer():
 
 
 _patch_meta_describer()
+
+# - torch.inference_mode. PyTorch's functionalization (which every lazytpu
+#   tensor goes through, as XLA tensors do) cannot create views of tensors
+#   inside inference mode ("Cannot set version_counter for inference
+#   tensor"); torch_xla has the same limit and Lightning swaps inference_mode
+#   for no_grad on XLA. In a process that uses lazytpu, inference_mode(True)
+#   therefore disables gradients like no_grad instead of switching on
+#   PyTorch's inference mode: the same results, only t.is_inference() stays
+#   False and torch.is_inference_mode_enabled() reports False.
+_orig_inference_mode = torch.autograd.grad_mode.inference_mode
+
+
+class _lazytpu_inference_mode(_orig_inference_mode):
+    __doc__ = _orig_inference_mode.__doc__
+
+    def __enter__(self):
+        self._lazytpu_prev = torch.is_grad_enabled()
+        if self.mode:
+            torch._C._set_grad_enabled(False)
+        else:
+            self._inference_mode_context = torch._C._InferenceMode(False)
+            self._inference_mode_context.__enter__()
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        if not self.mode:
+            self._inference_mode_context.__exit__(exc_type, exc_value, traceback)
+        torch._C._set_grad_enabled(self._lazytpu_prev)
+
+
+torch.inference_mode = _lazytpu_inference_mode
+torch.autograd.grad_mode.inference_mode = _lazytpu_inference_mode
+torch.autograd.inference_mode = _lazytpu_inference_mode

@@ -23,6 +23,7 @@ import os
 import torch
 
 from . import _C
+from . import core
 
 __all__ = ["set_debug", "debug_enabled", "take_warnings", "fallback_report",
            "graph_text", "graph_dot", "trace_enabled", "trace_path",
@@ -71,7 +72,7 @@ def _device_tensors(tensors, what):
     if not tensors:
         raise ValueError("lazytpu.debug.%s: give at least one device tensor" % what)
     for i, t in enumerate(tensors):
-        if not isinstance(t, torch.Tensor) or t.device.type != "lazytpu":
+        if not isinstance(t, torch.Tensor) or t.device.type not in core.DEVICE_TYPES:
             raise ValueError("lazytpu.debug.%s: argument %d is %s, not a lazytpu "
                              "device tensor" % (what, i, _describe(t)))
     return list(tensors)
@@ -147,6 +148,76 @@ def trace_span(name, cat="user"):
         yield
     finally:
         _C.trace_event(str(name), str(cat), t0, _C.now_ns() - t0, -1)
+
+
+class Trace:
+    """A named span in the trace (LAZYTPU_TRACE), as a context manager or
+    decorator: ``with Trace("fwd"): ...``. Extra keyword arguments are
+    accepted (torch_xla's annotations) and shown in the span's name."""
+
+    def __init__(self, name, **kwargs):
+        self.name = str(name)
+        if kwargs:
+            self.name += " " + " ".join("%s=%s" % kv for kv in sorted(kwargs.items()))
+        self._t0 = None
+
+    def __enter__(self):
+        self._t0 = _C.now_ns() if _C.trace_enabled() else None
+        return self
+
+    def __exit__(self, *exc):
+        if self._t0 is not None:
+            _C.trace_event(self.name, "user", self._t0, _C.now_ns() - self._t0, -1)
+        return False
+
+    def __call__(self, fn):
+        def wrapped(*args, **kwargs):
+            with Trace(self.name):
+                return fn(*args, **kwargs)
+        wrapped.__name__ = getattr(fn, "__name__", "traced")
+        return wrapped
+
+
+class StepTrace(Trace):
+    """A Trace for a whole training step: ends the step (mark_step) on exit,
+    like torch_xla's StepTrace."""
+
+    def __init__(self, name, step_num=None, **kwargs):
+        if step_num is not None:
+            kwargs["step_num"] = step_num
+        super().__init__(name, **kwargs)
+
+    def __exit__(self, *exc):
+        from .core import mark_step
+        if exc[0] is None:
+            mark_step()
+        return super().__exit__(*exc)
+
+
+def trace_me(scope):
+    """Decorator: every call of the function is a span named `scope`."""
+    return Trace(scope)
+
+
+_servers = []
+
+
+class _ProfilerServer:
+    """What start_server returns: lazytpu has no profiler service to connect
+    to; the trace file (LAZYTPU_TRACE) holds the same spans."""
+
+    def __init__(self, port):
+        self.port = port
+
+
+def start_server(port, only_on_master=True):
+    """Accepted for torch_xla scripts; spans go to LAZYTPU_TRACE's file."""
+    from .compat import note
+    note("profiler server on port %s: lazytpu writes its trace to LAZYTPU_TRACE "
+         "instead (open it in Perfetto)" % port)
+    server = _ProfilerServer(port)
+    _servers.append(server)
+    return server
 
 
 # ------------------------------------------------------------ step plots

@@ -19,9 +19,11 @@ metric ``LoaderWaitTime`` and ``LoaderWaits`` counts the waits longer than
 1 ms: a report with large values there means the input pipeline is the
 bottleneck, not the core.
 """
+import atexit
 import queue
 import threading
 import time
+import weakref
 
 import torch
 
@@ -54,10 +56,10 @@ def _to_device(data, device):
 def _end_step():
     """mark_step with cause loader_step, bounded pipelining (at most
     LAZYTPU_MAX_INFLIGHT steps queued per core, see
-    lazytpu.spawn.limit_inflight), then the step closures."""
-    from . import core, spawn
+    lazytpu.world.limit_inflight), then the step closures."""
+    from . import core, world
     _C.sync(-1, _SYNC_LOADER_STEP, 0, core._caller(3))
-    spawn.limit_inflight()
+    world.limit_inflight()
     core._run_step_closures()
 
 
@@ -105,6 +107,19 @@ class PerDeviceLoader:
         return item
 
 
+# Loaders whose threads may still run. At interpreter exit they are stopped
+# and joined before Python tears down: a daemon thread caught inside a C++
+# kernel (uploading a batch) when finalisation kills it aborts the process
+# ("terminate called without an active exception").
+_live = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all_loaders():
+    for ld in list(_live):
+        ld.close(join_timeout=5)
+
+
 class ParallelLoader:
     """Wraps ``loader`` and feeds ``devices`` (batch k goes to device
     k % len(devices), like torch_xla); ``per_device_loader(device)`` gives
@@ -129,6 +144,7 @@ class ParallelLoader:
         ]
         for t in self._threads:
             t.start()
+        _live.add(self)
 
     def __len__(self):
         try:
@@ -144,8 +160,9 @@ class ParallelLoader:
                              % (device, self._devices))
         return PerDeviceLoader(self, device)
 
-    def close(self):
-        """Stops the background threads (pending batches are dropped)."""
+    def close(self, join_timeout=0):
+        """Stops the background threads (pending batches are dropped); with
+        join_timeout > 0 also waits up to that long for them to end."""
         self._stop.set()
         for q in [self._host_queue] + list(self._device_queues.values()):
             try:
@@ -153,6 +170,10 @@ class ParallelLoader:
                     q.get_nowait()
             except queue.Empty:
                 pass
+        for t in self._threads if join_timeout > 0 else ():
+            if t is not threading.current_thread():
+                t.join(join_timeout)
+        _live.discard(self)
 
     def _put(self, q, item):
         while not self._stop.is_set():

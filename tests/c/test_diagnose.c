@@ -72,6 +72,40 @@ static void step(lt_tensor *w, int64_t b, int read)
     lt_tensor_release(loss);
 }
 
+/* .item() of a value the step already computed: no sync, but still a host
+ * read, counted per line with reads per step (point 5 of the torch_xla issue) */
+static void test_reads_of_computed_values_reported(void **st)
+{
+    (void)st;
+    lt_tensor *w = host_fill(784, 10, 0.001f);
+    for (int i = 0; i < 5; i++) {
+        lt_tensor *x = host_fill(8, 784, 0.01f), *h, *loss;
+        assert_int_equal(lt_trace2(LT_OP_mm, x, w, NULL, &h), LT_OK);
+        lt_attrs all = {.n = 2, .i = {3, 0}};
+        assert_int_equal(lt_trace1(LT_OP_sum, h, &all, &loss), LT_OK);
+        lt_set_caller("train.py:42 in step");
+        assert_int_equal(lt_sync(&loss, 1, LT_SYNC_MARK_STEP, 1), LT_OK);
+        float v;
+        lt_set_caller("train.py:77 in log");
+        assert_int_equal(lt_tensor_to_host(loss, &v, LT_F32), LT_OK);
+        lt_set_caller(NULL);
+        lt_tensor_release(x);
+        lt_tensor_release(h);
+        lt_tensor_release(loss);
+    }
+    assert_int_equal(lt_counter_value("SyncCause::value_read"), 0);
+    assert_int_equal(lt_counter_value("HostReads"), 5);
+    char *rep = lt_metrics_report();
+    assert_non_null(strstr(rep, "== host reads ==\ntrain.py:77 in log: 5 reads ("));
+    assert_non_null(strstr(rep, "0 ran the pending graph"));
+    assert_non_null(strstr(rep, "hint: a read every step"));
+    free(rep);
+    char *hr = lt_host_read_report();
+    assert_non_null(strstr(hr, "per step over"));
+    free(hr);
+    lt_tensor_release(w);
+}
+
 static void test_last_batch_recompile_named(void **st)
 {
     (void)st;
@@ -129,15 +163,16 @@ static void test_value_read_in_loop_warns(void **st)
     assert_int_equal(lt_counter_value("SyncCause::value_read"), 6);
     char *wn = lt_diagnose_take_warnings();
     const char *want =
-        "lazytpu: warning: 4 value reads in the last 4 steps (.item()/.cpu()/print of a "
-        "device tensor, last at train.py:50 in train): each one stops tracing to compile "
-        "and run the graph so far; log with lazytpu.add_step_closure(fn) or read values "
-        "every N steps. See docs/troubleshooting.md#value-reads\n";
+        "lazytpu: warning: 4 host reads in the last 4 steps (.item()/.cpu()/print of a "
+        "device tensor, last at train.py:50 in train): each one makes the host wait for "
+        "the device (and stops tracing to run the graph if the value is not computed "
+        "yet); log with lazytpu.add_step_closure(fn) or read values every N steps. "
+        "See docs/troubleshooting.md#value-reads\n";
     assert_string_equal(wn, want);
     free(wn);
     /* the warning is also kept in the report */
     char *rep = lt_metrics_report();
-    assert_non_null(strstr(rep, "== warnings ==\nlazytpu: warning: 4 value reads"));
+    assert_non_null(strstr(rep, "== warnings ==\nlazytpu: warning: 4 host reads"));
     free(rep);
     lt_tensor_release(w);
 }
@@ -338,6 +373,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_last_batch_recompile_named, setup, teardown),
         cmocka_unit_test_setup_teardown(test_changing_shapes_warn, setup, teardown),
         cmocka_unit_test_setup_teardown(test_value_read_in_loop_warns, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reads_of_computed_values_reported, setup, teardown),
         cmocka_unit_test_setup_teardown(test_clean_loop_no_warning, setup, teardown),
         cmocka_unit_test_setup_teardown(test_debug_off_no_warning, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fallback_section_and_warning, setup, teardown),

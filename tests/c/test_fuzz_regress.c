@@ -97,6 +97,17 @@ static void test_shape_rules_with_extreme_attributes(void **state)
     assert_int_equal(lt_tensor_to_host(o, got, LT_F32), LT_OK);
     assert_true(got[0] == 1 && got[1] == 5 && got[2] == 9 && got[3] == 13);
     lt_tensor_release(o);
+    /* a size-1 dim may have any stride (UBSan: stride * step overflowed
+     * when the view was folded) */
+    a = (lt_attrs){.n = 6, .i = {2, 1, 2, INT64_MAX, 2, 3}};
+    assert_int_equal(lt_trace1(LT_OP_as_strided, x, &a, &o), LT_OK);
+    lt_tensor *o2;
+    assert_int_equal(lt_trace2(LT_OP_add, o, o, NULL, &o2), LT_OK);
+    float two[2];
+    assert_int_equal(lt_tensor_to_host(o2, two, LT_F32), LT_OK);
+    assert_true(two[0] == 6 && two[1] == 10);
+    lt_tensor_release(o);
+    lt_tensor_release(o2);
     /* conv with padding / dilation at the int64 limits */
     float wv[4] = {1, 1, 1, 1};
     lt_tensor *w = host(wv, LT_F32, 4, (int64_t[]){1, 1, 2, 2});

@@ -386,9 +386,15 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
+    /* knobs for separate campaigns: LT_FUZZ_THREADS (kernel threads per
+     * core, default 1), LT_FUZZ_BF16=1 (f32 stored as bf16) */
+    const char *th = getenv("LT_FUZZ_THREADS");
     setenv("LAZYTPU_NUM_CORES", "2", 1);
     setenv("LAZYTPU_HBM_BYTES", "256M", 1);
-    setenv("LAZYTPU_OMP_THREADS", "1", 1);
+    setenv("LAZYTPU_OMP_THREADS", th && *th ? th : "1", 1);
+    const char *bf = getenv("LT_FUZZ_BF16");
+    if (bf && *bf == '1') setenv("LAZYTPU_USE_BF16", "1", 1);
+    else unsetenv("LAZYTPU_USE_BF16");
     setenv("LAZYTPU_GRAPH_LIMIT", "48", 1);
     setenv("LAZYTPU_COMPILE_CACHE_SIZE", "64", 1);
     setenv("LAZYTPU_MAX_INFLIGHT", "2", 1);

@@ -108,3 +108,28 @@ def test_bf16_mode_subprocess():
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
+
+
+def test_inference_mode_runs_on_the_device():
+    """torch.inference_mode (which Lightning's predict loop and many inference
+    scripts use) works on device tensors: views included, like no_grad."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 3))
+    md = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 3))
+    md.load_state_dict(m.state_dict())
+    md = md.to(lazytpu.device())
+    x = torch.randn(4, 6)
+
+    @torch.inference_mode()
+    def predict(model, a):
+        out = model(a)
+        return out.t()[1:].reshape(-1)
+
+    got = predict(md, x.to(lazytpu.device()))
+    assert not got.requires_grad
+    torch.testing.assert_close(got.cpu(), predict(m, x))
+    with torch.inference_mode():
+        w = torch.ones(3, device=lazytpu.device())
+        w.add_(1)
+        assert w.view(3, 1)[1:].cpu().sum().item() == 4.0
+    assert torch.is_grad_enabled()

@@ -155,9 +155,11 @@ def test_installed_package_metadata_and_launcher():
 def test_launcher_runs_python_workers(tmp_path):
     script = tmp_path / "w.py"
     script.write_text(textwrap.dedent("""
-        import torch, lazytpu
+        import sys, torch, lazytpu
         x = torch.ones(2, device="lazytpu") * (lazytpu.get_ordinal() + 1)
-        print("ordinal", lazytpu.get_ordinal(), "of", lazytpu.world_size(), x.sum().item())
+        # one write per line (shared pipe; print() splits it when unbuffered)
+        sys.stdout.write("ordinal %d of %d %s\n" % (lazytpu.get_ordinal(),
+                                                     lazytpu.world_size(), x.sum().item()))
     """))
     launcher = os.path.join(os.path.dirname(sys.executable), "lazytpu-run")
     env = dict(os.environ)

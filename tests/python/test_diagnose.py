@@ -112,11 +112,11 @@ def test_item_in_loop_warns(dev, quiet_debug):
     reads = met.counter_value("SyncCause::value_read") or 0
     item_loop(model, opt, dev, steps=7)
     assert (met.counter_value("SyncCause::value_read") or 0) - reads >= 7
-    warns = [w for w in dbg.take_warnings() if "value reads" in w]
+    warns = [w for w in dbg.take_warnings() if "host reads" in w]
     assert warns, "no value-read warning"
     w = warns[0]
     assert w.startswith("lazytpu: warning: ")
-    assert "value reads in the last 4 steps" in w
+    assert "host reads in the last 4 steps" in w
     assert "last at %s:%d in item_loop" % (ME, line_of(item_loop, "# value read")) in w, w
     assert "lazytpu.add_step_closure" in w
     assert "docs/troubleshooting.md#value-reads" in w
@@ -234,7 +234,7 @@ def test_size_limit_subprocess(tmp_path):
     assert abs(got - float(x.sum())) < 1e-3 * max(1.0, abs(float(x.sum())))
     # PT_XLA_DEBUG=1 set before import: warnings on stderr
     assert "lazytpu: warning: " in p.stderr, p.stderr[-2000:]
-    assert re.search(r"value reads in the last 4 steps .*last at script\.py:\d+ in <module>",
+    assert re.search(r"host reads in the last 4 steps .*last at script\.py:\d+ in <module>",
                      p.stderr), p.stderr[-2000:]
 
 
@@ -310,3 +310,31 @@ def test_trace_graphs_and_plot(tmp_path):
     assert raw[:8] == b"\x89PNG\r\n\x1a\n" and len(raw) > 10000, len(raw)
     with pytest.raises(ValueError, match="LAZYTPU_TRACE"):
         dbg.plot_steps(met.metrics_json(), str(tmp_path / "x.png"))
+
+
+def test_host_reads_of_computed_values_are_reported(dev, quiet_debug):
+    """.item() on a value the step already computed (after mark_step) does
+    not cut the graph, but the host still waits for the device: it is
+    counted per line, per step, with a warning (torch_xla counts
+    aten::_local_scalar_dense the same way)."""
+    met.clear_all()
+    w = torch.ones(64, 64, device=dev)
+    reads0 = met.counter_value("HostReads") or 0
+    cut0 = met.counter_value("SyncCause::value_read") or 0
+    for _ in range(6):
+        w = torch.tanh(w @ w * 0.01)
+        total = w.sum()
+        lazytpu.mark_step()
+        _ = total.item()   # host read per step
+    assert (met.counter_value("HostReads") or 0) - reads0 == 6
+    assert (met.counter_value("aten::_local_scalar_dense") or 0) >= 6
+    assert "aten::_local_scalar_dense" not in met.executed_fallback_ops()
+    rep = met.metrics_report()
+    line = line_of(test_host_reads_of_computed_values_are_reported, "# host read per step")
+    assert "== host reads ==" in rep
+    assert ("test_diagnose.py:%d in test_host_reads_of_computed_values_are_reported: 6 reads "
+            "(1.00 per step over 6 steps), 0 ran the pending graph" % line) in rep, rep[-1500:]
+    assert (met.counter_value("SyncCause::value_read") or 0) == cut0   # no graph was cut
+    assert "hint: a read every step" in rep
+    warns = [x for x in dbg.take_warnings() if "host reads" in x]
+    assert any("last at test_diagnose.py:%d" % line in x for x in warns), warns

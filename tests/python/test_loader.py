@@ -8,7 +8,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 import lazytpu
-import lazytpu.spawn as lsp
+import lazytpu as lsp
 from lazytpu import loader as ll
 from lazytpu import metrics
 
@@ -135,7 +135,7 @@ def test_loader_bounds_queued_steps():
     without limit (each queued program holds its outputs): with the loader
     ending the steps, device memory in use stays flat."""
     import ctypes
-    lib = ctypes.CDLL(lsp._lib_path())
+    lib = ctypes.CDLL(lsp.world._lib_path())
     lib.lt_core_bytes_in_use.restype = ctypes.c_size_t
     lib.lt_core_bytes_in_use.argtypes = [ctypes.c_int]
     dev = lazytpu.device()

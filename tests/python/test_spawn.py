@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import lazytpu
-import lazytpu.spawn as lsp
+import lazytpu as lsp
 
 
 # ------------------------------------------------------------ workers ----

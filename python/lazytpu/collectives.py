@@ -1,0 +1,319 @@
+"""lazytpu.collectives: collectives over all ordinals of the world (every
+host), with torch_xla's names and signatures.
+
+Tensor collectives on device tensors are IR ops (torch.ops.lazytpu.*): they
+are traced into the step's graph like any op, so a gradient all-reduce runs
+inside the compiled step. On CPU tensors they run at once through the world's
+shared memory (and MPI between hosts). Outside a launcher the world has one
+ordinal and every collective is the identity.
+"""
+import ctypes
+import pickle
+
+import torch
+
+from . import _C
+from .world import _check, _clib, _quiesce, _world, world_size
+
+__all__ = ["REDUCE_SUM", "REDUCE_MUL", "REDUCE_MIN", "REDUCE_MAX", "REDUCE_AND",
+           "REDUCE_OR", "all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+           "broadcast", "collective_broadcast", "rendezvous", "mesh_reduce",
+           "broadcast_master_param", "reduce_gradients", "gradients"]
+
+REDUCE_SUM = "sum"
+REDUCE_MUL = "mul"
+REDUCE_MIN = "min"
+REDUCE_MAX = "max"
+REDUCE_AND = "and"
+REDUCE_OR = "or"
+_REDUCE = {"sum": 0, "mul": 1, "min": 2, "max": 3, "and": 4, "or": 5}
+
+# torch dtype -> lt_dtype (include/lazytpu.h)
+_DTYPE = {torch.float32: 0, torch.bfloat16: 1, torch.float64: 2,
+          torch.int64: 3, torch.int32: 4, torch.bool: 5}
+
+
+def rendezvous(tag, payload=b"", replicas=None):
+    """Waits until every ordinal reached ``rendezvous(tag)``; returns the list
+    of every ordinal's ``payload`` (bytes), in ordinal order. Ordinals that
+    use different tags all raise RuntimeError naming both tags."""
+    if replicas:
+        raise NotImplementedError("lazytpu.rendezvous: replica groups")
+    if isinstance(payload, str):
+        payload = payload.encode()
+    payload = bytes(payload)
+    w = _world()
+    if w is None:
+        return [payload]
+    _quiesce()
+    lib = _clib()
+    n = lib.lt_world_size(w)
+    lens = (ctypes.c_size_t * n)()
+    out = ctypes.c_void_p()
+    _check(lib.lt_world_exchange(w, tag.encode(), payload, len(payload),
+                                 ctypes.byref(out), lens), "rendezvous")
+    res, off = [], 0
+    try:
+        for k in range(n):
+            res.append(ctypes.string_at(out.value + off, lens[k]) if lens[k] else b"")
+            off += lens[k]
+    finally:
+        if out.value:
+            lib.free(out.value)
+    return res
+
+
+def _to_cpu(data):
+    if isinstance(data, torch.Tensor):
+        return data.cpu() if data.device.type != "cpu" else data
+    if isinstance(data, dict):
+        return type(data)((k, _to_cpu(v)) for k, v in data.items())
+    if isinstance(data, (list, tuple)) and not hasattr(data, "_fields"):
+        return type(data)(_to_cpu(v) for v in data)
+    return data
+
+
+def mesh_reduce(tag, data, reduce_fn):
+    """Gathers ``data`` (any picklable value; device tensors are moved to the
+    CPU) from every ordinal and returns ``reduce_fn(list_of_values)``."""
+    blobs = rendezvous(tag, pickle.dumps(_to_cpu(data)))
+    return reduce_fn([pickle.loads(b) for b in blobs])
+
+
+# ---------------------------------------------------- tensor collectives ----
+
+def _reduce_code(reduce_type):
+    if isinstance(reduce_type, int):
+        return reduce_type
+    try:
+        return _REDUCE[reduce_type]
+    except KeyError:
+        raise ValueError("lazytpu.all_reduce: unknown reduce type %r (one of %s)"
+                         % (reduce_type, ", ".join(_REDUCE))) from None
+
+
+def _device_op(name):
+    """torch.ops.lazytpu.<name> if the backend registered it, else None."""
+    try:
+        return getattr(torch.ops.lazytpu, name)
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def _host_call(fn_name, t, out_shape, *args):
+    """Runs a world collective on a contiguous CPU copy of t; returns a CPU
+    tensor of out_shape (same dtype)."""
+    if t.dtype not in _DTYPE:
+        raise TypeError("lazytpu.%s: dtype %s not supported" % (fn_name, t.dtype))
+    src = t.detach()
+    if src.device.type != "cpu":
+        src = src.cpu()
+    src = src.contiguous()
+    out = torch.empty(out_shape, dtype=src.dtype)
+    w = _world()
+    _quiesce()
+    lib = _clib()
+    fn = getattr(lib, "lt_world_" + fn_name)
+    _check(fn(w, src.data_ptr(), out.data_ptr(), *args), fn_name)
+    return out
+
+
+def _put(result_cpu, like):
+    """result on like's device (a new tensor)."""
+    if like.device.type == "cpu":
+        return result_cpu
+    return result_cpu.to(like.device)
+
+
+def _all_reduce_one(t, code, scale):
+    op = _device_op("all_reduce")
+    if op is not None and t.device.type != "cpu":
+        return op(t, code, float(scale))
+    out = _host_call("all_reduce", t, t.shape, t.numel(), _DTYPE[t.dtype], code,
+                     float(scale), None)
+    return _put(out, t)
+
+
+def all_reduce(reduce_type, inputs, scale=1.0, groups=None, pin_layout=True):
+    """Reduces over all ordinals ('sum', 'mul', 'min', 'max', 'and', 'or'),
+    times ``scale``. A single tensor: returns the result. A list of tensors:
+    reduces them (one collective for all of them when they live on the host
+    path) and updates each in place; returns the list."""
+    if groups:
+        raise NotImplementedError("lazytpu.all_reduce: replica groups")
+    code = _reduce_code(reduce_type)
+    if isinstance(inputs, torch.Tensor):
+        return _all_reduce_one(inputs, code, scale)
+    inputs = list(inputs)
+    groups = {}
+    for t in inputs:
+        groups.setdefault((t.device, t.dtype), []).append(t)
+    for (dev, _), ts in groups.items():
+        _all_reduce_group(ts, dev, code, scale)
+    return inputs
+
+
+def _all_reduce_group(ts, dev, code, scale):
+    """One collective for tensors of one device and dtype: flatten, reduce,
+    split, copy back in place."""
+    sizes = [t.numel() for t in ts]
+    op = _device_op("all_reduce")
+    with torch.no_grad():
+        if op is not None and dev.type != "cpu":
+            flat = ts[0].reshape(-1) if len(ts) == 1 else torch.cat(
+                [t.reshape(-1) for t in ts])
+            red = op(flat, code, float(scale))
+        else:
+            if dev.type != "cpu":
+                # one graph for all of them instead of one sync per tensor
+                _C.sync(-1, getattr(_C, "SYNC_OPTIMIZER_STEP", 1), 0)
+            flat = torch.cat([t.detach().reshape(-1).cpu() for t in ts])
+            red = _host_call("all_reduce", flat, flat.shape, flat.numel(),
+                             _DTYPE[flat.dtype], code, float(scale), None)
+        off = 0
+        for t, n in zip(ts, sizes):
+            t.copy_(red[off:off + n].view(t.shape))
+            off += n
+
+
+def _outer_block(shape, dim):
+    outer = 1
+    for d in shape[:dim]:
+        outer *= d
+    block = 1
+    for d in shape[dim:]:
+        block *= d
+    return outer, block
+
+
+def all_gather(value, dim=0, groups=None, output=None, pin_layout=True):
+    """Concatenation of every ordinal's ``value`` along ``dim``."""
+    if groups:
+        raise NotImplementedError("lazytpu.all_gather: replica groups")
+    dim = dim % max(value.dim(), 1)
+    op = _device_op("all_gather")
+    if op is not None and value.device.type != "cpu":
+        res = op(value, dim)
+    else:
+        n = world_size() if _world() is not None else 1
+        shape = list(value.shape)
+        outer, block = _outer_block(shape, dim)
+        out_shape = shape[:dim] + [shape[dim] * n] + shape[dim + 1:]
+        res = _put(_host_call("all_gather", value, out_shape, outer, block,
+                              _DTYPE[value.dtype], None), value)
+    if output is not None:
+        with torch.no_grad():
+            output.copy_(res)
+        return output
+    return res
+
+
+def reduce_scatter(reduce_type, input, scale, scatter_dim, shard_count,
+                   groups=None, output=None, pin_layout=True):
+    """Reduces ``input`` over all ordinals and returns this ordinal's shard
+    along ``scatter_dim`` (``shard_count`` must equal the world size)."""
+    if groups:
+        raise NotImplementedError("lazytpu.reduce_scatter: replica groups")
+    n = world_size() if _world() is not None else 1
+    if shard_count != n:
+        raise ValueError("lazytpu.reduce_scatter: shard_count %d but world size %d"
+                         % (shard_count, n))
+    code = _reduce_code(reduce_type)
+    dim = scatter_dim % max(input.dim(), 1)
+    shape = list(input.shape)
+    if shape[dim] % n:
+        raise ValueError("lazytpu.reduce_scatter: size %d of dim %d is not "
+                         "divisible by world size %d" % (shape[dim], dim, n))
+    op = _device_op("reduce_scatter")
+    if op is not None and input.device.type != "cpu":
+        res = op(input, code, dim, float(scale))
+    else:
+        out_shape = shape[:dim] + [shape[dim] // n] + shape[dim + 1:]
+        outer, _ = _outer_block(shape, dim)
+        block = 1
+        for d in out_shape[dim:]:
+            block *= d
+        res = _put(_host_call("reduce_scatter", input, out_shape, outer, block,
+                              _DTYPE[input.dtype], code, float(scale), None), input)
+    if output is not None:
+        with torch.no_grad():
+            output.copy_(res)
+        return output
+    return res
+
+
+def broadcast(value, root=0):
+    """``root``'s value on every ordinal."""
+    op = _device_op("broadcast")
+    if op is not None and value.device.type != "cpu":
+        return op(value, int(root))
+    out = _host_call("broadcast", value, value.shape, value.numel(),
+                     _DTYPE[value.dtype], int(root), None)
+    return _put(out, value)
+
+
+def broadcast_master_param(model):
+    """Copies ordinal 0's parameters and buffers into every ordinal's model."""
+    if world_size() <= 1 or _world() is None:
+        return
+    with torch.no_grad():
+        for t in list(model.parameters()) + list(model.buffers()):
+            t.copy_(broadcast(t, 0))
+
+
+def all_to_all(value, split_dimension, concat_dimension, split_count, groups=None,
+               pin_layout=True):
+    """Ordinal k splits ``value`` into ``split_count`` (= world size) chunks
+    along ``split_dimension`` and sends chunk j to ordinal j; each ordinal
+    returns the chunks it received, in ordinal order, concatenated along
+    ``concat_dimension``. Built from all_gather, so on the device it is traced
+    into the step's graph."""
+    if groups:
+        raise NotImplementedError("lazytpu.all_to_all: replica groups")
+    n = world_size() if _world() is not None else 1
+    if split_count != n:
+        raise ValueError("lazytpu.all_to_all: split_count %d but world size %d"
+                         % (split_count, n))
+    sd = split_dimension % max(value.dim(), 1)
+    cd = concat_dimension % max(value.dim(), 1)
+    if value.shape[sd] % n:
+        raise ValueError("lazytpu.all_to_all: size %d of dim %d is not divisible "
+                         "by split_count %d" % (value.shape[sd], sd, n))
+    from .world import get_ordinal
+    me = get_ordinal() if n > 1 else 0
+    every = all_gather(value.unsqueeze(0), dim=0)          # [n, *value.shape]
+    mine = every.chunk(n, dim=sd + 1)[me] if n > 1 else every
+    return torch.cat(list(mine.unbind(0)), dim=cd)
+
+
+def collective_broadcast(tensors, root_ordinal=0, groups=None, pin_layout=True):
+    """Overwrites each tensor of ``tensors`` in place with ``root_ordinal``'s."""
+    if groups:
+        raise NotImplementedError("lazytpu.collective_broadcast: replica groups")
+    with torch.no_grad():
+        for t in tensors:
+            t.copy_(broadcast(t, root_ordinal))
+
+
+def gradients(optimizer):
+    """The gradients of the optimizer's parameters (those that have one)."""
+    return [p.grad for group in optimizer.param_groups
+            for p in group["params"] if p.grad is not None]
+
+
+def reduce_gradients(optimizer, groups=None, pin_layout=True):
+    """Replaces every parameter's gradient with its mean over the world
+    (lazytpu.optimizer_step calls this before optimizer.step())."""
+    if groups:
+        raise NotImplementedError("lazytpu.reduce_gradients: replica groups")
+    n = world_size()
+    if n <= 1 or _world() is None:
+        return
+    grads = gradients(optimizer)
+    if not grads:
+        return
+    by_dtype = {}
+    for g in grads:
+        by_dtype.setdefault(g.dtype, []).append(g)
+    for gs in by_dtype.values():
+        all_reduce(REDUCE_SUM, gs, scale=1.0 / n)

@@ -1,0 +1,15 @@
+"""torch_xla on lazytpu (lazytpu's compatibility layer, not PyTorch/XLA).
+
+Active only under ``lazytpu-run`` / ``python -m lazytpu``. Each module of this
+tree maps torch_xla's names onto lazytpu's implementation; see
+docs/torch_xla.md for the table and what differs.
+"""
+from . import _env
+
+_env.translate_env()       # before the engine loads: it reads its settings once
+
+import lazytpu as _lazytpu  # noqa: E402,F401
+
+from .version import __version__  # noqa: E402,F401
+from .torch_xla import *  # noqa: E402,F401,F403
+from . import _exit  # noqa: E402,F401

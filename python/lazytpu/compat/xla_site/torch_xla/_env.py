@@ -1,0 +1,41 @@
+"""torch_xla's environment variables mapped onto lazytpu's. Runs when
+torch_xla is imported, BEFORE the engine loads (it reads its settings once):
+this module imports nothing of lazytpu."""
+import os
+import sys
+
+
+def _note(msg):
+    sys.stderr.write("lazytpu: %s\n" % msg)
+
+
+def translate_env():
+    """Maps torch_xla's environment variables onto lazytpu's, before the
+    engine starts (called by the torch_xla package on import):
+
+    XLA_USE_BF16, XLA_DOWNCAST_BF16 -> LAZYTPU_USE_BF16 (f32 stored as bf16);
+    PT_XLA_DEBUG, PT_XLA_DEBUG_LEVEL -> LAZYTPU_DEBUG (step warnings);
+    XLA_SAVE_TENSORS_FILE (+ XLA_SAVE_TENSORS_FMT text|dot) -> LAZYTPU_SAVE_GRAPHS;
+    XLA_METRICS_FILE -> the report is appended there at exit (torch_xla/_exit.py);
+    XLA_IR_DEBUG -> user frames in graph dumps (always on in lazytpu);
+    PJRT_DEVICE: TPU or CPU accepted (the device kind reported), else an error;
+    XLA_FLAGS: ignored, with a one-line note."""
+    e = os.environ
+    for k in ("XLA_USE_BF16", "XLA_DOWNCAST_BF16"):
+        if e.get(k, "0") not in ("", "0"):
+            e.setdefault("LAZYTPU_USE_BF16", "1")
+    if e.get("PT_XLA_DEBUG", "0") not in ("", "0") or \
+            e.get("PT_XLA_DEBUG_LEVEL", "0") not in ("", "0"):
+        e.setdefault("LAZYTPU_DEBUG", "1")
+    if e.get("XLA_SAVE_TENSORS_FILE"):
+        path = e["XLA_SAVE_TENSORS_FILE"]
+        fmt = e.get("XLA_SAVE_TENSORS_FMT", "text").lower()
+        if fmt == "dot" and not path.endswith(".dot"):
+            path += ".dot"
+        e.setdefault("LAZYTPU_SAVE_GRAPHS", path)
+    pjrt = e.get("PJRT_DEVICE", "TPU").upper()
+    if pjrt not in ("TPU", "CPU"):
+        raise RuntimeError("lazytpu: PJRT_DEVICE=%s is not available; lazytpu simulates "
+                           "TPU cores (PJRT_DEVICE=TPU or CPU)" % e["PJRT_DEVICE"])
+    if e.get("XLA_FLAGS"):
+        _note("XLA_FLAGS=%s is ignored (lazytpu is not XLA)" % e["XLA_FLAGS"])

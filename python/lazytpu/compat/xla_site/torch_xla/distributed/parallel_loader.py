@@ -1,0 +1,2 @@
+"""torch_xla.distributed.parallel_loader (``pl``) on lazytpu.loader."""
+from lazytpu.loader import MpDeviceLoader, ParallelLoader, PerDeviceLoader  # noqa: F401

@@ -1,0 +1,291 @@
+"""lazytpu.launch: data-parallel training on N processes, one simulated core
+each (like ``torch_xla.distributed.xla_multiprocessing`` on a TPU v3-8).
+
+    import lazytpu
+
+    def train(index, lr):
+        dev = lazytpu.device()            # this process's core
+        ...
+        lazytpu.optimizer_step(opt)       # gradients all-reduced (mean)
+        lazytpu.mark_step()
+
+    if __name__ == "__main__":
+        lazytpu.spawn(train, args=(0.1,), nprocs=8)
+
+Workers run through the ``lazytpu-run`` launcher (shared-memory world,
+supervision: if one worker fails every other one is stopped and ``spawn``
+raises :class:`WorkerError` naming the ordinal and the cause). ``fn`` is
+pickled by reference, so it must be importable (a module-level function; for
+a script, guard the call with ``if __name__ == "__main__":``). Under
+``mpirun -np H`` every host's ``spawn`` goes through its own launcher, which
+joins the other hosts (docs/multihost.md).
+"""
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import tempfile
+import traceback
+
+from . import _C
+from .world import _lib_path, get_ordinal
+
+__all__ = ["spawn", "launch", "WorkerError", "at_worker_exit", "MpModelWrapper",
+           "MpSerialExecutor"]
+
+
+class WorkerError(RuntimeError):
+    """A worker failed. ``ordinal`` (-1 if the launcher itself stopped, e.g.
+    timeout or interrupt), ``exit_code`` (the launcher's) and ``cause``."""
+
+    def __init__(self, message, ordinal=-1, exit_code=1, cause=""):
+        super().__init__(message)
+        self.ordinal = ordinal
+        self.exit_code = exit_code
+        self.cause = cause
+
+
+
+def _find_launcher():
+    cands = []
+    if os.environ.get("LAZYTPU_BIN_DIR"):
+        cands.append(os.path.join(os.environ["LAZYTPU_BIN_DIR"], "lazytpu-run"))
+    lp = _lib_path()
+    if lp:
+        cands.append(os.path.join(os.path.dirname(lp), "lazytpu-run"))
+    for c in cands:
+        if os.access(c, os.X_OK):
+            return c
+    w = shutil.which("lazytpu-run")
+    if w:
+        return w
+    raise RuntimeError("lazytpu.spawn: cannot find the lazytpu-run launcher "
+                       "(looked in %s and PATH; set LAZYTPU_BIN_DIR)" % ", ".join(cands))
+
+
+def _main_path():
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path and os.path.exists(path) and not path.endswith("pytest"):
+        return os.path.abspath(path)
+    return None
+
+
+class _SpawnContext:
+    """What spawn(join=False) returns: join() waits and raises on failure."""
+
+    def __init__(self, proc, tmpdir, nprocs):
+        self.proc = proc
+        self.tmpdir = tmpdir
+        self.nprocs = nprocs
+        self.processes = [proc]   # the launcher, which supervises the workers
+
+    def pids(self):
+        return [self.proc.pid]
+
+    def join(self, timeout=None):
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        status = os.path.join(self.tmpdir, "status")
+        ordinal, msg = -1, ""
+        try:
+            with open(status) as f:
+                parts = f.read().rstrip("\n").split("\t", 2)
+            code, ordinal, msg = int(parts[0]), int(parts[1]), parts[2]
+        except (OSError, ValueError, IndexError):
+            pass
+        shutil.rmtree(self.tmpdir, ignore_errors=True)
+        if code != 0:
+            if not msg:
+                msg = "lazytpu-run exited with code %d" % code
+            cause = msg.split(": ", 1)[1] if ": " in msg else msg
+            raise WorkerError("lazytpu.spawn: " + msg, ordinal, code, cause)
+        return True
+
+
+def spawn(fn, args=(), nprocs=None, join=True, daemon=False,
+          start_method="spawn", timeout=None, metrics_file=None):
+    """Runs ``fn(index, *args)`` in ``nprocs`` worker processes (default 8),
+    each driving one simulated core (``lazytpu.device()`` in the worker).
+    Blocks until all exit (``join=True``) and raises :class:`WorkerError`
+    naming the ordinal and cause if any fails; with ``join=False`` returns a
+    context whose ``join()`` does that. ``nprocs=1`` runs ``fn(0, *args)`` in
+    this process. ``timeout`` (seconds) stops a hanging job; ``metrics_file``
+    collects every worker's metrics report (merged)."""
+    if start_method not in ("spawn", "fork", "forkserver"):
+        raise ValueError("lazytpu.spawn: unknown start_method %r" % start_method)
+    if os.environ.get("LAZYTPU_SHM_NAME"):
+        # already a worker of a launched world (lazytpu-run -n N python
+        # script.py): this process is one of the N, fn runs here
+        local = int(os.environ.get("LAZYTPU_LOCAL_WORLD_SIZE",
+                                   os.environ.get("LAZYTPU_WORLD_SIZE", "1")))
+        if nprocs not in (None, 1, local):
+            raise ValueError("lazytpu.spawn(nprocs=%d) inside a world of %d processes per "
+                             "host (started by lazytpu-run -n %d): use nprocs=None"
+                             % (nprocs, local, local))
+        fn(get_ordinal(), *args)
+        return None
+    n = 8 if nprocs is None else int(nprocs)
+    under_mpi = "OMPI_COMM_WORLD_SIZE" in os.environ or "PMIX_RANK" in os.environ
+    if n == 1 and not under_mpi:
+        fn(0, *args)
+        return None
+    tmpdir = tempfile.mkdtemp(prefix="lazytpu-spawn-")
+    head = {
+        "sys_path": list(sys.path),
+        "main_path": _main_path() if getattr(fn, "__module__", "") == "__main__" else None,
+    }
+    job = os.path.join(tmpdir, "job.pkl")
+    try:
+        with open(job, "wb") as f:
+            pickle.dump(head, f)
+            pickle.dump((fn, tuple(args)), f)
+    except (pickle.PicklingError, AttributeError, TypeError) as e:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        raise ValueError("lazytpu.spawn: fn and args must be picklable (fn by "
+                         "reference: a module-level function): %s" % e) from None
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"]
+                                    if env.get("PYTHONPATH") else "")
+    cmd = [_find_launcher(), "-n", str(n), "--quiet",
+           "--status-file", os.path.join(tmpdir, "status")]
+    if timeout:
+        cmd += ["--timeout", str(timeout)]
+    if metrics_file:
+        cmd += ["--metrics", os.path.abspath(metrics_file)]
+    cmd += ["--", sys.executable, "-c",
+            "import lazytpu.launch as s; s._worker_main(%r)" % job]
+    proc = subprocess.Popen(cmd, env=env)
+    ctx = _SpawnContext(proc, tmpdir, n)
+    if not join:
+        return ctx
+    try:
+        ctx.join()
+    except KeyboardInterrupt:
+        proc.send_signal(2)
+        proc.wait()
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        raise
+    return None
+
+
+class MpModelWrapper:
+    """torch_xla's model wrapper for spawn: keeps the model (created once, in
+    the parent) and hands it to each worker's device with to()."""
+
+    def __init__(self, model):
+        self._model = model
+
+    def to(self, device):
+        return self._model.to(device)
+
+
+class MpSerialExecutor:
+    """Runs a function on the host's processes one at a time, in ordinal order
+    (e.g. downloading a data set once), returning each process's result."""
+
+    def run(self, fn):
+        from .collectives import rendezvous
+        from .world import get_local_ordinal, local_world_size
+        result = None
+        me = get_local_ordinal()
+        for k in range(max(local_world_size(), 1)):
+            if k == me:
+                result = fn()
+            rendezvous("lazytpu.MpSerialExecutor.%d" % k)
+        return result
+
+
+def launch(fn, args=(), start_method="spawn", debug_single_process=False):
+    """torch_xla.launch: fn(index, *args) on every core of this host (in this
+    process when debug_single_process or when already a worker)."""
+    if debug_single_process:
+        fn(0, *args)
+        return None
+    return spawn(fn, args=args, nprocs=None, start_method=start_method)
+
+
+_exit_hooks = []
+
+
+def at_worker_exit(fn):
+    """Registers fn() to run when a spawn worker ends (workers leave with
+    os._exit, which skips atexit handlers)."""
+    _exit_hooks.append(fn)
+
+
+def _run_exit_hooks():
+    for fn in _exit_hooks:
+        try:
+            fn()
+        except Exception as e:  # best effort at exit
+            sys.stderr.write("lazytpu: exit hook %r failed: %s\n" % (fn, e))
+
+
+def _load_main(path):
+    """Makes a script's functions importable as __main__ in the worker (the
+    script runs as __mp_main__, so its `if __name__ == "__main__"` block
+    does not)."""
+    import types
+    mod = types.ModuleType("__mp_main__")
+    mod.__file__ = path
+    sys.modules["__mp_main__"] = mod
+    sys.modules["__main__"] = mod
+    with open(path) as f:
+        code = compile(f.read(), path, "exec")
+    exec(code, mod.__dict__)
+
+
+def _write_metrics():
+    path = os.environ.get("LAZYTPU_METRICS_FILE")
+    if not path:
+        return
+    path = path.replace("{ordinal}", str(get_ordinal()))
+    try:
+        from . import metrics
+        with open(path, "w") as f:
+            f.write(metrics.metrics_report())
+    except Exception as e:  # metrics are best effort at exit
+        sys.stderr.write("lazytpu: could not write metrics to %s: %s\n" % (path, e))
+
+
+def _worker_main(job):
+    """Entry point of a worker process (run by lazytpu-run): restores
+    sys.path and the parent's __main__ script, then runs fn(ordinal, *args).
+    An exception prints its traceback (forwarded by the launcher with an
+    "[ordinal k]" prefix) and exits 1."""
+    try:
+        with open(job, "rb") as f:
+            head = pickle.load(f)
+            for p in reversed(head.get("sys_path", [])):
+                if p not in sys.path:
+                    sys.path.insert(0, p)
+            if head.get("main_path"):
+                _load_main(head["main_path"])
+            fn, args = pickle.load(f)
+        fn(get_ordinal(), *args)
+        _C.wait(-1)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        _write_metrics()
+        _run_exit_hooks()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    except BaseException:
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        _write_metrics()
+        _run_exit_hooks()
+        os._exit(1)
+    _write_metrics()
+    _run_exit_hooks()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # skip interpreter teardown: the world and cores need no cleanup
+    os._exit(0)

@@ -1,0 +1,20 @@
+"""Tests that run INSIDE lazytpu's torch_xla compatibility mode (this pytest
+is started by tests/python/test_torch_xla.py through `python -m lazytpu -m
+pytest tests/xla_compat`): `import torch_xla` is lazytpu's layer and device
+tensors are "xla" tensors."""
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+if os.environ.get("LAZYTPU_XLA_COMPAT") != "1":
+    pytest.exit("tests/xla_compat must run in compatibility mode: "
+                "python -m lazytpu -m pytest tests/xla_compat", returncode=4)
+
+import torch  # noqa: E402
+import torch_xla  # noqa: E402,F401
+
+torch.set_num_threads(1)
