@@ -3,6 +3,9 @@
 #               the example on 8 simulated cores, print the metrics report
 #   make test   bootstrap, build, run every test (C, ASan, Python vs eager PyTorch)
 #   make bench  build and run the benchmarks
+#   make opinfo the whole OpInfo sweep (PyTorch's op_db vs eager, one worker
+#               process per op at a time); prints ops passed / via fallback /
+#               failed (OPINFO_ARGS="--ops sort,topk" to narrow it)
 #   make examples  build and run the Lightning and Keras examples (Fashion-MNIST;
 #               1 and 8 cores, and the same framework on eager CPU)
 #   make fuzz-c libFuzzer (clang, ASan+UBSan) on the C API for FUZZ_SECONDS
@@ -55,6 +58,9 @@ examples: build
 	$(PY) examples/keras_fashion_mnist.py --device cpu
 	$(PY) examples/keras_fashion_mnist.py --cores 1
 	$(PY) examples/keras_fashion_mnist.py --cores 8
+
+opinfo: build
+	$(PY) tests/opinfo/sweep.py --jobs $(JOBS) --strict $(OPINFO_ARGS)
 
 bench: build
 	$(BUILD)/bench_core

@@ -22,6 +22,8 @@
 #ifndef LT_GUARD_H
 #define LT_GUARD_H
 
+#include "lazytpu.h"
+
 #include <ATen/core/boxing/KernelFunction.h>
 #include <ATen/core/boxing/impl/boxing.h>
 #include <ATen/core/dispatch/Dispatcher.h>

@@ -492,9 +492,9 @@ at::Tensor lt_scatter_add(const at::Tensor &self, int64_t dim, const at::Tensor 
   return wrap(trace(LT_OP_scatter_add, {x.get(), i.get(), s.get()}, &a));
 }
 
-/* scatter (overwrite): where(scattered-to mask, scatter_add(zeros, src), self).
- * With duplicate indices eager keeps one unspecified source value; here the
- * duplicates are summed (a documented nondeterministic case in PyTorch). */
+/* scatter (overwrite): each index position takes its source value, in
+ * index order (with duplicate indices the last one wins, like eager's CPU
+ * loop). */
 at::Tensor scatter_overwrite(const at::Tensor &self, int64_t dim, const at::Tensor &index,
                              Ref src) {
   if (index.scalar_type() != at::kLong && index.scalar_type() != at::kInt)
@@ -503,13 +503,7 @@ at::Tensor scatter_overwrite(const at::Tensor &self, int64_t dim, const at::Tens
   Ref x = operand(self, core), i = operand(index, core);
   int64_t d = wrapd(dim, std::max<int64_t>(self.dim(), 1));
   lt_attrs a = attrs_of({d});
-  Ref zx = zeros(core, dims_of(x.shape()), x.dtype());
-  Ref ones = full(core, dims_of(i.shape()), 1, x.dtype());
-  Ref hit = trace(LT_OP_scatter_add, {zx.get(), i.get(), ones.get()}, &a);
-  Ref zero = scalar(core, 0);
-  Ref mask = trace(LT_OP_ne, {hit.get(), zero.get()});
-  Ref vals = trace(LT_OP_scatter_add, {zx.get(), i.get(), cast(src.get(), x.dtype()).get()}, &a);
-  return wrap(trace(LT_OP_where, {mask.get(), vals.get(), x.get()}));
+  return wrap(trace(LT_OP_scatter, {x.get(), i.get(), cast(src.get(), x.dtype()).get()}, &a));
 }
 at::Tensor lt_scatter_src(const at::Tensor &self, int64_t dim, const at::Tensor &index,
                           const at::Tensor &src) {
@@ -618,14 +612,9 @@ at::Tensor index_put_dim(const at::Tensor &self, int64_t k, const at::Tensor &id
   ishape[k] = n;
   Ref ie = expand(reshape(cast(i.get(), LT_I64).get(), ishape).get(), flat);
   lt_attrs a = attrs_of({k});
-  if (accumulate) return wrap_as(trace(LT_OP_scatter_add, {x.get(), ie.get(), v.get()}, &a), self);
-  Ref zx = zeros(core, dims_of(x.shape()), x.dtype());
-  Ref ones = full(core, flat, 1, x.dtype());
-  Ref hit = trace(LT_OP_scatter_add, {zx.get(), ie.get(), ones.get()}, &a);
-  Ref zero = scalar(core, 0);
-  Ref mask = trace(LT_OP_ne, {hit.get(), zero.get()});
-  Ref vals = trace(LT_OP_scatter_add, {zx.get(), ie.get(), v.get()}, &a);
-  return wrap_as(trace(LT_OP_where, {mask.get(), vals.get(), x.get()}), self);
+  /* duplicate indices: accumulated, or the last one wins (eager's CPU order) */
+  return wrap_as(trace(accumulate ? LT_OP_scatter_add : LT_OP_scatter, {x.get(), ie.get(), v.get()},
+                       &a), self);
 }
 
 at::Tensor lt_index_put(const at::Tensor &self, const c10::List<c10::optional<at::Tensor>> &indices,

@@ -119,6 +119,7 @@ lt_status lt_kernel_view(lt_op op, const lt_attrs *attrs, const lt_view *in,
 #pragma weak lt_kernel_pool
 #pragma weak lt_kernel_norm
 #pragma weak lt_kernel_scan
+#pragma weak lt_kernel_sort
 #pragma weak lt_kernel_scatter
 #pragma weak lt_kernel_cat
 #pragma weak lt_kernel_index
@@ -136,6 +137,7 @@ lt_status lt_kernel_view(lt_op op, const lt_attrs *attrs, const lt_view *in,
 #define LT_KFN_pool lt_kernel_pool
 #define LT_KFN_norm lt_kernel_norm
 #define LT_KFN_scan lt_kernel_scan
+#define LT_KFN_sort lt_kernel_sort
 #define LT_KFN_scatter lt_kernel_scatter
 #define LT_KFN_cat lt_kernel_cat
 #define LT_KFN_index lt_kernel_index

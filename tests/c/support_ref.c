@@ -781,6 +781,27 @@ static int eval_norm(lt_op op, const lt_attrs *at, const ref_array *in,
                     double z = in[0].v[AT(k)] - mx;
                     out->v[AT(k)] = op == LT_OP_softmax ? exp(z) / sum : z - log(sum);
                 }
+            } else if (op == LT_OP_argsort) {
+                /* insertion sort: stable; NaN above every number */
+                int desc = at->n > 1 && at->i[1];
+                int64_t *ix = malloc((size_t)(L ? L : 1) * sizeof *ix);
+                if (!ix) return fail("ref argsort: out of memory");
+                for (int64_t k = 0; k < L; k++) {
+                    double v = in[0].v[AT(k)];
+                    int64_t j = k;
+                    while (j > 0) {
+                        double u = in[0].v[AT(ix[j - 1])];
+                        int before = isnan(v) || isnan(u)
+                                         ? (desc ? isnan(v) && !isnan(u) : !isnan(v) && isnan(u))
+                                         : (desc ? v > u : v < u);
+                        if (!before) break;
+                        ix[j] = ix[j - 1];
+                        j--;
+                    }
+                    ix[j] = k;
+                }
+                for (int64_t k = 0; k < L; k++) out->v[AT(k)] = (double)ix[k];
+                free(ix);
             } else if (op == LT_OP_cumsum || op == LT_OP_cumprod) {
                 double acc = op == LT_OP_cumsum ? 0 : 1;
                 for (int64_t k = 0; k < L; k++) {
@@ -1093,7 +1114,7 @@ static int eval_index(lt_op op, const lt_attrs *at, const ref_array *in,
         }
         return 0;
     }
-    /* scatter_add (base, idx, src) */
+    /* scatter_add / scatter (base, idx, src) */
     if (ref_array_init(out, in[0].dtype, s)) return -1;
     memcpy(out->v, in[0].v, sizeof(double) * (size_t)numel(s));
     for (int64_t i = 0; i < numel(is); i++) {
@@ -1102,7 +1123,8 @@ static int eval_index(lt_op op, const lt_attrs *at, const ref_array *in,
         if (r < 0 || r >= L) return fail("ref scatter_add: index %lld", (long long)r);
         double sv = in[2].v[ravel(idx, &in[2].shape)];
         if (s->ndim) idx[dim] = r;
-        out->v[ravel(idx, s)] += sv;
+        if (op == LT_OP_scatter) out->v[ravel(idx, s)] = sv;   /* last write wins */
+        else out->v[ravel(idx, s)] += sv;
     }
     for (int64_t i = 0; i < numel(s); i++) out->v[i] = ref_round(out->v[i], out->dtype);
     return 0;

@@ -376,6 +376,18 @@ static void cases_norm(lt_op op)
     tol_t tol = TOL_TR;
     lt_shape shapes[] = {D(3, 4, 5), D(7), D(1, 9)};
     lt_dtype dts[] = {LT_F32, LT_F64, LT_BF16};
+    if (op == LT_OP_argsort) {   /* ties (ints, bools) check stability */
+        lt_dtype sdts[] = {LT_F32, LT_F64, LT_BF16, LT_I64, LT_I32, LT_BOOL};
+        for (int d = 0; d < 6; d++)
+            for (int s = 0; s < 3; s++)
+                for (int dim = 0; dim < shapes[s].ndim; dim++)
+                    for (int desc = 0; desc < 2; desc++)
+                        RUN(op, A(2, dim, desc), tol,
+                            T(shapes[s], sdts[d], sdts[d] == LT_BOOL ? G_BOOL :
+                                                  sdts[d] == LT_F32 ? G_NAN : G_TIES));
+        RUN(op, A(2, 0, 0), tol, T(D0, LT_F32, G_NORM));
+        return;
+    }
     if (op == LT_OP_cumsum || op == LT_OP_cumprod) {
         lt_dtype sdts[] = {LT_F32, LT_F64, LT_BF16, LT_I64, LT_I32, LT_BOOL};
         for (int d = 0; d < 6; d++)
@@ -528,6 +540,7 @@ static void cases_index(lt_op op)
             RUN(op, A(1, 1), tol, T(D(5, 4), dt, G_NORM), TIDX(D(5, 7), 4));
             break;
         case LT_OP_scatter_add:
+        case LT_OP_scatter:
             RUN(op, A(1, 1), tol, T(D(4, 5, 6), dt, G_NORM), TIDX(D(4, 3, 6), 5),
                 T(D(4, 3, 6), dt, G_NORM));
             RUN(op, A(1, 0), tol, T(D(4, 5, 6), dt, G_NORM), TIDX(D(2, 5, 3), 4),
@@ -783,7 +796,9 @@ static void cases_large(lt_op op)
          * however small the result; hence atol 1e-4 here (not for the forward) */
         tol_t bt = {1e-4, 1e-4};
         for (int dim = 0; dim < 2; dim++) {
-            if (op == LT_OP_cumsum || op == LT_OP_cumprod)
+            if (op == LT_OP_argsort)
+                BIG(op, A(2, dim, dim), TOL_TR, T(D(200, 300), f, G_NORM));
+            else if (op == LT_OP_cumsum || op == LT_OP_cumprod)
                 BIG(op, A(1, dim), TOL_TR, T(D(200, 300), f, op == LT_OP_cumprod ? G_UNIT : G_NORM));
             else if (op == LT_OP_softmax || op == LT_OP_log_softmax)
                 BIG(op, A(1, dim), TOL_TR, T(D(200, 300), f, G_NORM));
@@ -823,7 +838,7 @@ static void cases_large(lt_op op)
     case LT_KIND_INDEX:
         if (op == LT_OP_index_select) BIG(op, A(1, 0), TOL, T(D(200, 300), f, G_NORM), TIDX(D(250), 200));
         else if (op == LT_OP_gather) BIG(op, A(1, 1), TOL, T(D(200, 300), f, G_NORM), TIDX(D(200, 250), 300));
-        else if (op == LT_OP_scatter_add)
+        else if (op == LT_OP_scatter_add || op == LT_OP_scatter)
             BIG(op, A(1, 1), TOL, T(D(200, 300), f, G_NORM), TIDX(D(200, 250), 300), T(D(200, 250), f, G_NORM));
         else if (op == LT_OP_embedding_backward)
             BIG(op, A(2, 500, 0), TOL, T(D(64, 30, 40), f, G_NORM), TIDX(D(64, 30), 500));
