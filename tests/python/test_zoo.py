@@ -185,8 +185,8 @@ def data_for(kind, n=3):
             x = torch.randn(2, 3, 15, 15, generator=g)
             out.append(((x,), torch.randint(0, 4, (2, 15, 15), generator=g)))
         elif kind == "resnet":
-            x = torch.randn(2, 3, 64, 64, generator=g)
-            out.append(((x,), torch.randint(0, 10, (2,), generator=g)))
+            x = torch.randn(4, 3, 48, 48, generator=g)
+            out.append(((x,), torch.randint(0, 10, (4,), generator=g)))
         elif kind == "gru":
             out.append(((torch.randint(0, 30, (4, 9), generator=g),),
                         torch.randint(0, 5, (4,), generator=g)))
@@ -208,7 +208,7 @@ def make(kind):
     elif kind == "unet":
         m = UNet()
     elif kind == "resnet":
-        m = ResNet18(num_classes=10)
+        m = nn.Sequential(ResNet18(num_classes=10), nn.LogSoftmax(1))
     elif kind == "gru":
         m = BiGRU()
     elif kind == "vit":
@@ -218,8 +218,11 @@ def make(kind):
     if kind in ("encoder", "torch_encoder", "vit"):
         opt = lambda p: torch.optim.AdamW(p, lr=2e-3, weight_decay=0.05)  # noqa: E731
         sched = lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda s: 1.0 / (1 + s))  # noqa
-    elif kind == "resnet":   # batch norm over few values: keep the steps small
-        opt = lambda p: torch.optim.SGD(p, lr=0.01)  # noqa: E731
+    elif kind == "resnet":
+        # batch norm over 4 x 2 x 2 values at the end: gradients are ill-conditioned
+        # (eager float32 and float64 differ by up to 7%); small steps keep the
+        # parameters comparable
+        opt = lambda p: torch.optim.SGD(p, lr=0.005)  # noqa: E731
         sched = None
     else:
         opt = lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9)  # noqa: E731
