@@ -523,6 +523,50 @@ Ref rand_uniform(int core, const std::vector<int64_t> &dims, lt_dtype dt) {
 }
 lt_dtype float_dt(lt_dtype dt) { return lt_dtype_is_float(dt) ? dt : LT_F32; }
 
+/* multinomial from the device RNG, rows of p ([C] or [R, C], weights >= 0):
+ *   with replacement: inverse CDF, sample = #{c : cdf_c <= u} for
+ *     u ~ U[0, 1) (zero-weight classes are never picked);
+ *   without: Gumbel top-k, the n largest log(p_c) - log(-log(u_c)), which
+ *     has the law of drawing one after another without replacement.
+ * Eager's checks on the values (negative weights, all-zero rows, more
+ * samples than non-zero weights) would need a host read: not done. */
+at::Tensor lt_multinomial(const at::Tensor &self, int64_t n, bool replacement,
+                          c10::optional<at::Generator> gen) {
+  TORCH_CHECK(self.dim() == 1 || self.dim() == 2, "prob_dist must be 1 or 2 dim");
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()), "multinomial only supports floating-point "
+              "dtypes for input, got: ", self.scalar_type());
+  TORCH_CHECK(n > 0, "cannot sample n_sample <= 0 samples");
+  int64_t C = self.size(-1);
+  TORCH_CHECK(replacement || n <= C, "cannot sample n_sample > prob_dist.size(-1) samples "
+              "without replacement");
+  lt_tensor *x = handle_of(self);
+  int core = lt_tensor_core(x);
+  int64_t R = self.dim() == 2 ? self.size(0) : 1;
+  Ref p = reshape(cast(x, LT_F64).get(), {R, C});
+  Ref out;
+  if (replacement) {
+    lt_attrs a1 = attrs_of({1});
+    Ref cdf = trace(LT_OP_cumsum, {p.get()}, &a1);
+    Ref tot = reduce(LT_OP_sum, p.get(), {1}, true);
+    cdf = reshape(trace(LT_OP_div, {cdf.get(), tot.get()}).get(), {R, 1, C});
+    Ref u = reshape(rand_uniform(core, {R, n}, LT_F64).get(), {R, n, 1});
+    Ref below = cast(trace(LT_OP_le, {cdf.get(), u.get()}).get(), LT_I64);
+    Ref k = reduce(LT_OP_sum, below.get(), {2}, false);
+    Ref last = scalar_typed(core, (double)(C - 1), LT_I64);
+    out = trace(LT_OP_minimum, {k.get(), last.get()});
+  } else {
+    Ref u = rand_uniform(core, {R, C}, LT_F64);
+    Ref g = trace(LT_OP_neg, {trace(LT_OP_log, {trace(LT_OP_neg, {trace(LT_OP_log, {u.get()}).get()}).get()}).get()});
+    Ref keys = trace(LT_OP_add, {trace(LT_OP_log, {p.get()}).get(), g.get()});
+    lt_attrs sa = attrs_of({1, 1});
+    Ref order = trace(LT_OP_argsort, {keys.get()}, &sa);
+    lt_attrs sl = attrs_of({1, 0, n, 1});
+    out = trace(LT_OP_slice, {order.get()}, &sl);
+  }
+  if (self.dim() == 1) out = reshape(out.get(), {n});
+  return wrap(std::move(out));
+}
+
 at::Tensor lt_bernoulli_p(const at::Tensor &self, double p, c10::optional<at::Generator> gen) {
   TORCH_CHECK(0 <= p && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
   lt_tensor *x = handle_of(self);
@@ -637,6 +681,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   reg(m, "mse_loss_backward", TORCH_FN(lt_mse_loss_backward));
   reg(m, "bernoulli.p", TORCH_FN(lt_bernoulli_p), true);
   reg(m, "bernoulli", TORCH_FN(lt_bernoulli));
+  reg(m, "multinomial", TORCH_FN(lt_multinomial));
   reg(m, "bernoulli_.float", TORCH_FN(lt_bernoulli__float));
   reg(m, "uniform", TORCH_FN(lt_uniform));
   reg(m, "uniform_", TORCH_FN(lt_uniform_));

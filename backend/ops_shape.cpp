@@ -22,6 +22,13 @@ namespace lazytpu {
 
 void cpu_fallback_boxed(const c10::OperatorHandle &op, torch::jit::Stack *stack);
 
+/* ops_dynamic.cpp: masks and several index tensors (undefined: not taken) */
+at::Tensor advanced_index(const at::Tensor &self,
+                          const c10::List<c10::optional<at::Tensor>> &indices);
+at::Tensor advanced_index_put(const at::Tensor &self,
+                              const c10::List<c10::optional<at::Tensor>> &indices,
+                              const at::Tensor &values, bool accumulate);
+
 namespace {
 
 int64_t wrapd(int64_t d, int64_t nd) { return c10::maybe_wrap_dim(d, nd); }
@@ -571,9 +578,12 @@ int64_t single_int_index(const c10::List<c10::optional<at::Tensor>> &indices) {
 
 at::Tensor lt_index(const at::Tensor &self, const c10::List<c10::optional<at::Tensor>> &indices) {
   int64_t k = single_int_index(indices);
-  if (k < 0 || k >= self.dim())
+  if (k < 0 || k >= self.dim()) {
+    at::Tensor r = advanced_index(self, indices);   /* masks, several indices */
+    if (r.defined()) return r;
     return at::native::call_fallback_fn<&cpu_fallback_boxed, at::_ops::index_Tensor>::call(
         self, indices);
+  }
   at::Tensor idx = *indices.get(k);
   int core = common_core({&self, &idx});
   Ref x = operand(self, core), i = operand(idx, core);
@@ -586,6 +596,8 @@ at::Tensor lt_index(const at::Tensor &self, const c10::List<c10::optional<at::Te
   out.insert(out.end(), self.sizes().begin() + k + 1, self.sizes().end());
   return wrap(reshape(rows.get(), out));
 }
+
+}  // namespace
 
 /* self with rows idx (along dim k) replaced by / accumulated with values */
 at::Tensor index_put_dim(const at::Tensor &self, int64_t k, const at::Tensor &idx,
@@ -617,21 +629,29 @@ at::Tensor index_put_dim(const at::Tensor &self, int64_t k, const at::Tensor &id
                        &a), self);
 }
 
+namespace {
+
 at::Tensor lt_index_put(const at::Tensor &self, const c10::List<c10::optional<at::Tensor>> &indices,
                         const at::Tensor &values, bool accumulate) {
   int64_t k = single_int_index(indices);
-  if (k < 0 || k >= self.dim())
+  if (k < 0 || k >= self.dim()) {
+    at::Tensor r = advanced_index_put(self, indices, values, accumulate);
+    if (r.defined()) return r;
     return at::native::call_fallback_fn<&cpu_fallback_boxed, at::_ops::index_put>::call(
         self, indices, values, accumulate);
+  }
   return index_put_dim(self, k, *indices.get(k), values, accumulate);
 }
 at::Tensor lt_index_put_impl(const at::Tensor &self,
                              const c10::List<c10::optional<at::Tensor>> &indices,
                              const at::Tensor &values, bool accumulate, bool unsafe) {
   int64_t k = single_int_index(indices);
-  if (k < 0 || k >= self.dim())
+  if (k < 0 || k >= self.dim()) {
+    at::Tensor r = advanced_index_put(self, indices, values, accumulate);
+    if (r.defined()) return r;
     return at::native::call_fallback_fn<&cpu_fallback_boxed, at::_ops::_index_put_impl>::call(
         self, indices, values, accumulate, unsafe);
+  }
   return index_put_dim(self, k, *indices.get(k), values, accumulate);
 }
 at::Tensor &lt_index_put_impl_(at::Tensor &self,
@@ -640,6 +660,46 @@ at::Tensor &lt_index_put_impl_(at::Tensor &self,
   at::Tensor r = lt_index_put_impl(self, indices, values, accumulate, unsafe);
   assign_value(self, handle_of(r));
   return self;
+}
+
+/* index_copy / index_fill: rows `index` (a vector, or a scalar) along dim
+ * replaced by source's rows / by a value (index_put along one dim) */
+at::Tensor lt_index_copy(const at::Tensor &self, int64_t dim, const at::Tensor &index,
+                         const at::Tensor &source) {
+  check_index_dtype(index, "index_copy");
+  TORCH_CHECK_INDEX(index.dim() <= 1, "index_copy_(): Index should have dimension 1 or 0 (got ",
+                    index.dim(), ")");
+  TORCH_CHECK(self.scalar_type() == source.scalar_type(), "index_copy_(): self and source "
+              "expected to have the same dtype, but got (self) ", self.scalar_type(),
+              " and (source) ", source.scalar_type());
+  if (self.dim() == 0) throw_unsupported("index_copy of a 0-dim tensor");
+  int64_t d = wrapd(dim, self.dim());
+  at::Tensor idx = index.dim() == 0 ? index.reshape({1}) : index;
+  at::Tensor src = source.dim() == self.dim() ? source : source.unsqueeze(d);
+  TORCH_CHECK_INDEX(src.dim() == self.dim() && src.size(d) == idx.numel(), "index_copy_(): "
+                    "Source/destination tensor must have same slice shapes and the number of "
+                    "indices must match the source size along dim");
+  return index_put_dim(self, d, idx, src, false);
+}
+at::Tensor lt_index_fill(const at::Tensor &self, int64_t dim, const at::Tensor &index,
+                         const c10::Scalar &value) {
+  check_index_dtype(index, "index_fill");
+  if (self.dim() == 0) throw_unsupported("index_fill of a 0-dim tensor");
+  int64_t d = wrapd(dim, self.dim());
+  at::Tensor idx = index.dim() == 0 ? index.reshape({1}) : index;
+  lt_tensor *x = handle_of(self);
+  at::Tensor v = wrap(full(lt_tensor_core(x), {}, value.toDouble(), lt_tensor_dtype(x)));
+  return index_put_dim(self, d, idx, v, false);
+}
+at::Tensor lt_index_fill_t(const at::Tensor &self, int64_t dim, const at::Tensor &index,
+                           const at::Tensor &value) {
+  TORCH_CHECK(value.dim() == 0, "index_fill_ only supports a 0-dimensional value tensor, but "
+              "got tensor with ", value.dim(), " dimension(s).");
+  if (self.dim() == 0) throw_unsupported("index_fill of a 0-dim tensor");
+  check_index_dtype(index, "index_fill");
+  int64_t d = wrapd(dim, self.dim());
+  at::Tensor idx = index.dim() == 0 ? index.reshape({1}) : index;
+  return index_put_dim(self, d, idx, value, false);
 }
 
 /* repeat: [s0, s1] x [r0, r1] -> view [1, s0, 1, s1] expanded to [r0, s0, r1, s1] */
@@ -742,6 +802,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   reg(m, "scatter.src", TORCH_FN(lt_scatter_src));
   reg(m, "scatter.value", TORCH_FN(lt_scatter_value));
   reg(m, "index_add", TORCH_FN(lt_index_add));
+  reg(m, "index_copy", TORCH_FN(lt_index_copy));
+  reg(m, "index_fill.int_Scalar", TORCH_FN(lt_index_fill));
+  reg(m, "index_fill.int_Tensor", TORCH_FN(lt_index_fill_t));
   reg(m, "embedding", TORCH_FN(lt_embedding));
   reg(m, "index.Tensor", TORCH_FN(lt_index));
   reg(m, "index_put", TORCH_FN(lt_index_put));

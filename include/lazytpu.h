@@ -312,6 +312,8 @@ typedef enum lt_sync_cause {
     LT_SYNC_VALUE_READ,
     LT_SYNC_SIZE_LIMIT,
     LT_SYNC_EXPLICIT,
+    LT_SYNC_DYNAMIC_SHAPE,     /* an op whose output shape depends on values
+                                  (nonzero, boolean masks) read them */
     LT_NUM_SYNC_CAUSES
 } lt_sync_cause;
 
