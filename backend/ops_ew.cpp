@@ -5,7 +5,8 @@
  *   isinf/isposinf/isneginf/isfinite,
  *   tril/triu (a mask of arange comparisons and where),
  *   masked_scatter (the k-th masked position takes source's k-th element:
- *     positions by a cumsum of the mask, then a gather).
+ *     positions by a cumsum of the mask, then a gather),
+ *   arange (the factory and its out= form; the length by eager's rule).
  */
 #include "lt_aten.h"
 #include "lt_register.h"
@@ -120,6 +121,64 @@ at::Tensor tri(const at::Tensor &self, int64_t k, bool lower) {
 at::Tensor lt_tril(const at::Tensor &self, int64_t k) { return tri(self, k, true); }
 at::Tensor lt_triu(const at::Tensor &self, int64_t k) { return tri(self, k, false); }
 
+/* --------------------------------------------------------------- arange */
+
+/* number of elements of arange(start, end, step), eager's checks and rule */
+int64_t arange_len(const c10::Scalar &start, const c10::Scalar &end, const c10::Scalar &step,
+                   bool is_float) {
+  double s = start.toDouble(), e = end.toDouble(), st = step.toDouble();
+  TORCH_CHECK(st != 0, "step must be nonzero");
+  TORCH_CHECK(std::isfinite(s) && std::isfinite(e), "unsupported range: ", s, " -> ", e);
+  TORCH_CHECK((st > 0 && e >= s) || (st < 0 && e <= s),
+              "upper bound and larger bound inconsistent with step sign");
+  if (!is_float && start.isIntegral(true) && end.isIntegral(true) && step.isIntegral(true)) {
+    int64_t a = start.toLong(), b = end.toLong(), c = step.toLong();
+    return c > 0 ? (b - a + c - 1) / c : (a - b - c - 1) / -c;
+  }
+  return (int64_t)std::ceil((e - s) / st);
+}
+
+Ref arange_ref(int core, const c10::Scalar &start, const c10::Scalar &end,
+               const c10::Scalar &step, at::ScalarType st) {
+  bool fl = at::isFloatingType(st);
+  int64_t n = arange_len(start, end, step, fl);
+  lt_dtype sdt = fl ? LT_F64 : LT_I64;
+  Ref a = scalar_typed(core, start.toDouble(), sdt), b = scalar_typed(core, step.toDouble(), sdt);
+  if (!fl) {
+    a = scalar_typed(core, (double)start.toLong(), LT_I64);
+    b = scalar_typed(core, (double)step.toLong(), LT_I64);
+  }
+  lt_attrs at = attrs_of({(int64_t)to_lt_dtype(st), n});
+  return trace(LT_OP_arange, {a.get(), b.get()}, &at);
+}
+
+at::ScalarType arange_dtype(const c10::Scalar &a, const c10::Scalar &b, const c10::Scalar &c,
+                            c10::optional<at::ScalarType> dtype) {
+  if (dtype) return *dtype;
+  if (a.isFloatingPoint() || b.isFloatingPoint() || c.isFloatingPoint())
+    return c10::get_default_dtype_as_scalartype();
+  return at::kLong;
+}
+
+at::Tensor lt_arange_start_step(const c10::Scalar &start, const c10::Scalar &end,
+                                const c10::Scalar &step, c10::optional<at::ScalarType> dtype,
+                                c10::optional<at::Layout> layout,
+                                c10::optional<at::Device> device, c10::optional<bool> pin) {
+  at::ScalarType st = arange_dtype(start, end, step, dtype);
+  if (!has_lt_dtype(st) || at::isComplexType(st) || st == at::kBool) throw_unsupported("arange dtype");
+  return wrap_functional(arange_ref(core_of_device(device), start, end, step, st));
+}
+at::Tensor &lt_arange_start_out(const c10::Scalar &start, const c10::Scalar &end,
+                                const c10::Scalar &step, at::Tensor &out) {
+  at::ScalarType st = out.scalar_type();
+  if (!has_lt_dtype(st) || at::isComplexType(st) || st == at::kBool) throw_unsupported("arange dtype");
+  Ref r = arange_ref(lt_tensor_core(handle_of(out)), start, end, step, st);
+  bool resized = out.numel() != lt_shape_numel(&r.shape()) || out.dim() != 1;
+  assign_value(out, r.get());
+  if (resized) impl_of(out)->refresh_metadata();
+  return out;
+}
+
 /* -------------------------------------------------------- masked_scatter */
 
 at::Tensor lt_masked_scatter(const at::Tensor &self, const at::Tensor &mask,
@@ -170,6 +229,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   reg(m, "tril", TORCH_FN(lt_tril));
   reg(m, "triu", TORCH_FN(lt_triu));
   reg(m, "masked_scatter", TORCH_FN(lt_masked_scatter));
+  reg(m, "arange.start_step", TORCH_FN(lt_arange_start_step));
+  reg(m, "arange.start_out", TORCH_FN(lt_arange_start_out));
 }
 
 }  // namespace lazytpu
