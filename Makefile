@@ -27,7 +27,7 @@ bootstrap:
 	@bash scripts/bootstrap.sh
 
 build: bootstrap
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLT_PYTHON=$(PY) >/dev/null
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLAZYTPU_TORCH=ON -DLT_PYTHON=$(PY) >/dev/null
 	@cmake --build $(BUILD) -j$(JOBS)
 	@$(MAKE) --no-print-directory install
 

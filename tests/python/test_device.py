@@ -158,7 +158,7 @@ def test_launcher_runs_python_workers(tmp_path):
         import sys, torch, lazytpu
         x = torch.ones(2, device="lazytpu") * (lazytpu.get_ordinal() + 1)
         # one write per line (shared pipe; print() splits it when unbuffered)
-        sys.stdout.write("ordinal %d of %d %s\n" % (lazytpu.get_ordinal(),
+        sys.stdout.write("ordinal %d of %d %s\\n" % (lazytpu.get_ordinal(),
                                                      lazytpu.world_size(), x.sum().item()))
     """))
     launcher = os.path.join(os.path.dirname(sys.executable), "lazytpu-run")

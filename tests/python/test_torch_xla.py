@@ -65,7 +65,7 @@ def test_launcher_with_workers_runs_the_script_per_core():
         t = xm.all_reduce(xm.REDUCE_SUM, torch.ones(1, device=xm.xla_device()))
         # one write per line: the workers share the pipe (atomic below PIPE_BUF),
         # print() would write its pieces separately under PYTHONUNBUFFERED
-        sys.stdout.write("rank %d %d %s\n" % (xr.global_ordinal(), xr.world_size(),
+        sys.stdout.write("rank %d %d %s\\n" % (xr.global_ordinal(), xr.world_size(),
                                                 t.cpu().item()))
     """)]))
     lines = sorted(l for l in p.stdout.splitlines() if l.startswith("rank"))
