@@ -120,8 +120,11 @@ std::string registration_errors() { return registration_log(); }
 std::string lazytpu_registration_errors(void) { return lazytpu::registration_errors(); }
 
 void lazytpu_register_late(void) {
+  /* first: a functional kernel it forwards to must be a device kernel, not
+   * one of the composite or fallback kernels registered below (a composite
+   * kernel may call the out= form again: endless recursion) */
+  lazytpu::register_out_variants();
   lazytpu::register_late_fallbacks();
   lazytpu::register_functional_inplace();
   lazytpu::register_composite_functionalized();
-  lazytpu::register_out_variants();   /* last: sees every functional kernel */
 }

@@ -104,6 +104,8 @@ bool plan_index(const at::Tensor &self, const c10::List<c10::optional<at::Tensor
   for (size_t i = 0; i < indices.size(); i++) {
     c10::optional<at::Tensor> t = indices.get(i);
     if (!t || !t->defined()) { d++; continue; }
+    if (t->dim() > 0 && !is_lt_device_type(t->device().type()))
+      t = t->to(self.device());   /* CPU indices: eager accepts them too */
     at::ScalarType st = t->scalar_type();
     if (st == at::kBool || st == at::kByte) {
       TORCH_CHECK_INDEX(d + t->dim() <= self.dim(), "too many indices for tensor of dimension ",

@@ -49,7 +49,19 @@ bool raw_device(const at::Tensor &t) {
          !at::functionalization::impl::isFunctionalTensor(t) && impl_of(t) != nullptr;
 }
 
+/* > 0 while out_kernel runs on this thread: a sibling that calls an out=
+ * form again goes to the CPU fallback instead of recursing */
+thread_local int t_depth = 0;
+
 void out_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
+  if (t_depth > 0) {
+    cpu_fallback_boxed(op, stack);
+    return;
+  }
+  struct Depth {
+    Depth() { t_depth++; }
+    ~Depth() { t_depth--; }
+  } depth;
   c10::OperatorHandle fn = [&] {
     std::lock_guard<std::mutex> g(g_mu);
     return g_sibling.at(key_of(op.operator_name()));
@@ -89,7 +101,9 @@ void out_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
 }  // namespace
 
 /* Registers out_kernel for every eligible op (see the top); run once, after
- * every static registration (fallback.cpp: lazytpu_register_late). */
+ * every static registration and before the late composite / fallback
+ * registrations (fallback.cpp: lazytpu_register_late), so that siblings are
+ * the shim's own kernels. */
 void register_out_variants() {
   static bool done = false;
   if (done) return;
