@@ -66,8 +66,7 @@ bench: build
 	$(BUILD)/bench_core
 	$(BUILD)/bench_allreduce
 	$(PY) bench/bench_elementwise.py --lib $(BUILD)/liblazytpu.so
-	$(PY) bench/train_step.py
-	LAZYTPU_BIN_DIR=$(BUILD) $(PY) bench/bench_multicore.py
+	LAZYTPU_BIN_DIR=$(BUILD) $(PY) bench/models.py
 
 # Working corpus in $(FUZZ)/corpus (kept between runs), seeded with the
 # committed regression inputs tests/fuzz/corpus/ (read only). One job on

@@ -31,7 +31,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import lazytpu  # noqa: E402
-import lazytpu.spawn as lsp  # noqa: E402
+import lazytpu as lsp  # noqa: E402  (spawn, rendezvous, mesh_reduce)
 from lazytpu.loader import MpDeviceLoader  # noqa: E402
 
 # the models of the example, not a copy of them

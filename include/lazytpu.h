@@ -359,6 +359,53 @@ void lt_set_caller(const char *frame);
  * unregisters. */
 void lt_set_caller_hook(void (*fn)(void));
 
+/* -------------------------------------------------------- recorded graphs */
+
+/* A recorded program: a whole graph handed over at once (the
+ * torch.compile(backend="lazytpu") path, lazy/replay.c) compiled once and
+ * then run on new inputs without tracing any op. Refcounted. */
+typedef struct lt_replay lt_replay;
+
+/* Syncs the pending tensors among inputs[0..n_in) (one graph, cause
+ * explicit, no wait; counted in CompiledGraphInputSync), so that a graph
+ * traced on them next sees them as parameters. All on one core (else
+ * LT_ERR_ARG). LT_OK when none is pending. */
+lt_status lt_replay_sync_inputs(lt_tensor *const *inputs, int n_in);
+/* Records the computation that made outputs[0..n_out) from inputs[0..n_in):
+ * the caller traced it once on the inputs while their values were data
+ * (lt_replay_sync_inputs). Captures the graph reaching the outputs, compiles
+ * it through the compile cache (CachedCompile / UncachedCompile,
+ * CompileTime) and keeps, per program parameter, the input feeding it or a
+ * constant the graph made (a scalar, a device buffer kept alive by the
+ * recording). Nothing runs and the tensors are not changed. *out gets one
+ * reference (lt_replay_release). Fails with LT_ERR_ARG and a message
+ * starting "not replayable:" when the graph cannot be replayed (a random
+ * op, whose per-call seed would be frozen; an input still pending; tensors
+ * on several cores): the caller then keeps tracing lazily. */
+lt_status lt_replay_record(lt_tensor *const *inputs, int n_in,
+                           lt_tensor *const *outputs, int n_out, lt_replay **out);
+/* Runs r on new inputs (same count, shapes, dtypes and core as recorded,
+ * else LT_ERR_ARG / LT_ERR_SHAPE naming the input) and writes
+ * lt_replay_n_outputs(r) new tensors (one reference each) into outputs.
+ * When every input's value is data: input buffers are bound, never donated;
+ * one program is queued on the core (bounded like a step by
+ * LAZYTPU_MAX_INFLIGHT, without reporting other programs' errors); the
+ * outputs are data, ready when it finishes (reads wait; a failed program
+ * poisons them, Conventions rule 1). When an input is still pending: the
+ * recorded graph is rebuilt as IR on the inputs' values ("splice",
+ * CompiledGraphSplice), nothing runs, the outputs are pending and run with
+ * the rest of the step at its boundary (one program, a cache hit). Either
+ * way no op goes through lt_trace (no lazytpu::<op> counts). Counted in
+ * CompiledGraphRun and CompiledGraphHostTime. On failure no output is
+ * created. */
+lt_status lt_replay_run(lt_replay *r, lt_tensor *const *inputs, int n_in,
+                        lt_tensor **outputs);
+int lt_replay_n_outputs(const lt_replay *r);   /* 0 for NULL */
+int lt_replay_n_nodes(const lt_replay *r);     /* nodes of the recorded graph */
+uint64_t lt_replay_key(const lt_replay *r);    /* graph key (compile cache) */
+lt_replay *lt_replay_retain(lt_replay *r);     /* NULL-safe, returns r */
+void lt_replay_release(lt_replay *r);          /* NULL-safe */
+
 /* ---------------------------------------------------------------- metrics */
 
 /* Counters (monotonic int64) and timed/valued metrics (sample rings).

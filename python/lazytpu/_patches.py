@@ -87,15 +87,39 @@ def _copy_(self, src, non_blocking=False):
 torch.Tensor.copy_ = _copy_
 
 # - torch.compile on lazytpu tensors. Dynamo turns every input into a fake
-#   tensor by describing its storage; a lazytpu tensor has none, and the raw
-#   error ("Cannot access storage of lazytpu device tensor") says nothing
-#   useful. Say what works instead. (A dynamo backend for lazytpu is the
-#   speed work of docs/benchmarks.md.)
+#   tensor by describing its storage. A lazytpu tensor is a functional
+#   wrapper around a storage-less tensor, like an XLA tensor, which dynamo
+#   describes as a plain tensor ("xla" and "lazy" are special-cased by
+#   name); lazytpu tensors get the same treatment, for the lazytpu backend
+#   (lazytpu.compile). Other backends (inductor, eager, aot_eager, ...)
+#   cannot run on the device: say what works instead, before any tracing.
 _COMPILE_MSG = (
-    "lazytpu: torch.compile cannot trace tensors on the lazytpu device with "
-    "this backend (dynamo needs host storage to make fake tensors, and lazytpu "
-    "tensors have none). lazytpu already traces and compiles every step "
-    "lazily: call the model without torch.compile, or compile a CPU model.")
+    "lazytpu: torch.compile cannot compile tensors on the lazytpu device with "
+    "the %r backend. Use torch.compile(model, backend=\"lazytpu\"), or call "
+    "the model without torch.compile (lazytpu already traces and compiles "
+    "every step lazily), or compile a CPU model.")
+
+
+def _dynamo_backend_name():
+    """The backend of the torch.compile being traced on this thread: None
+    outside dynamo, "lazytpu" for ours, else the other backend's name."""
+    import sys
+    sc = sys.modules.get("torch._dynamo.symbolic_convert")
+    if sc is None:
+        return None
+    tx = getattr(sc.tls, "current_tx", None)
+    if tx is None:
+        return None
+    fn = tx.output.compiler_fn
+    for _ in range(8):
+        if getattr(fn, "_lazytpu_backend", False):
+            return "lazytpu"
+        inner = getattr(fn, "_torchdynamo_orig_backend", None)
+        if inner is None:
+            break
+        fn = inner
+    return (getattr(fn, "compiler_name", None) or getattr(fn, "__name__", None)
+            or type(fn).__name__)
 
 
 def _patch_meta_describer():
@@ -105,12 +129,24 @@ def _patch_meta_describer():
         return
     desc = meta_utils.MetaTensorDescriber
     orig = desc.describe_tensor
+    orig_is_functional = torch._is_functional_tensor
+
+    def is_functional_not_lazytpu(t):
+        if isinstance(t, torch.Tensor) and t.device.type in _TYPES:
+            return False
+        return orig_is_functional(t)
 
     def describe_tensor(self, t, *args, **kwargs):
-        if (isinstance(t, torch.Tensor) and t.device.type in _TYPES
-                and not torch._is_functional_tensor(t)):
-            raise RuntimeError(_COMPILE_MSG)
-        return orig(self, t, *args, **kwargs)
+        if not (isinstance(t, torch.Tensor) and t.device.type in _TYPES):
+            return orig(self, t, *args, **kwargs)
+        name = _dynamo_backend_name()
+        if name is not None and name != "lazytpu":
+            raise RuntimeError(_COMPILE_MSG % name)
+        torch._is_functional_tensor = is_functional_not_lazytpu
+        try:
+            return orig(self, t, *args, **kwargs)
+        finally:
+            torch._is_functional_tensor = orig_is_functional
 
     desc.describe_tensor = describe_tensor
 

@@ -102,6 +102,12 @@ def test_step_context_and_compile():
     with pytest.raises(RuntimeError, match="value reads"):
         g(w)
 
+    # full_graph=True is torch.compile(backend="lazytpu"): replayed after the first call
+    h = torch_xla.compile(lambda a: a * 3 + 1, full_graph=True)
+    for _ in range(3):
+        assert h(w).cpu().tolist() == [7.0, 7.0, 7.0]
+    assert (met.counter_value("CompiledGraphRun") or 0) >= 2
+
 
 def test_optimizer_step_barrier_and_closures():
     torch.manual_seed(0)

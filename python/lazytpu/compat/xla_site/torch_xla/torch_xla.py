@@ -31,26 +31,39 @@ def step():
 
 
 def compile(f=None, full_graph=False, name=None, num_different_graphs_allowed=None):
-    """torch_xla.compile: f run as one lazily traced step (mark_step before and
-    after). full_graph=True raises if f forced a sync of its own in between
-    (a value read or a graph cut): the step would not be one graph."""
+    """torch_xla.compile: f run as one step (mark_step before and after).
+    full_graph=False: f is traced lazily, op by op. full_graph=True: f goes
+    through torch.compile(f, backend="lazytpu", fullgraph=True) (compiled
+    once, then replayed without tracing); anything that would split it (a
+    value read, a graph break) raises."""
     if f is None:
         return lambda fn: compile(fn, full_graph, name, num_different_graphs_allowed)
+    fname = name or getattr(f, "__name__", "fn")
+    if full_graph:
+        import torch
+        from lazytpu import compile as _backend  # noqa: F401  (registers it)
+        cf = torch.compile(f, backend="lazytpu", fullgraph=True)
+
+        msg = ("torch_xla.compile(%s, full_graph=True): the function did not trace as "
+               "one graph (%s inside it); move host reads (.item(), .cpu(), print) out of it")
+
+        def run(*args, **kwargs):
+            reads = _met.counter_value("SyncCause::value_read") or 0
+            try:
+                out = cf(*args, **kwargs)
+            except torch._dynamo.exc.Unsupported as e:
+                raise RuntimeError(msg % (fname, "value reads or graph breaks: %s"
+                                          % str(e).split("\n")[0])) from e
+            reads = (_met.counter_value("SyncCause::value_read") or 0) - reads
+            if reads:
+                raise RuntimeError(msg % (fname, "%d value reads" % reads))
+            return out
+    else:
+        run = f
 
     def wrapped(*args, **kwargs):
         lazytpu.mark_step()
-        before = _met.counter_value("SyncCause::value_read") or 0
-        cut = _met.counter_value("GraphSizeLimitSync") or 0
-        out = f(*args, **kwargs)
-        if full_graph:
-            reads = (_met.counter_value("SyncCause::value_read") or 0) - before
-            cuts = (_met.counter_value("GraphSizeLimitSync") or 0) - cut
-            if reads or cuts:
-                raise RuntimeError(
-                    "torch_xla.compile(%s, full_graph=True): the function did not trace as "
-                    "one graph (%d value reads, %d graph-size cuts inside it); move host "
-                    "reads (.item(), .cpu(), print) out of it" % (name or getattr(f, "__name__", "fn"),
-                                                                   reads, cuts))
+        out = run(*args, **kwargs)
         lazytpu.mark_step()
         return out
 

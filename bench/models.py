@@ -1,0 +1,303 @@
+"""Train-step time of four models on four ways of running them, in one run:
+
+    .venv/bin/python bench/models.py [--runs 5] [--steps N] [--only mlp,cnn]
+        [--no-multicore] [--plot docs/benchmarks.png] [--json out.json]
+
+Models (SGD with momentum, cross entropy, synthetic data):
+  mlp          784-256-10, batch 64
+  cnn          2 conv + batch norm + max pool + linear, batch 32, 28x28
+  transformer  4 pre-norm encoder layers, width 256, 4 heads, ff 1024,
+               batch 32, sequence 128, mean-pooled 10-class head
+  resnet18     ResNet-18 (own definition: torchvision cannot be installed),
+               batch 16, 64x64, 10 classes
+Ways:
+  eager        PyTorch on the CPU
+  inductor     torch.compile(model) (default backend) on the CPU, optimizer
+               step eager: what a CPU user would pick instead
+  lazy         lazytpu, every op traced lazily, lazytpu.optimizer_step +
+               mark_step per step
+  compile      lazytpu, torch.compile(model, backend="lazytpu"): forward and
+               backward graphs replayed; the optimizer traced lazily
+
+For one model every way is built and warmed up first (compiles), then the
+timed runs go round-robin over the ways (run r of each way back to back), so
+that load on the machine hits all ways alike. Each run is `steps` steps and
+ends waiting for the device. Reported per way: the median ms/step over the
+runs, the worst run / median ("spread"), and the ratios of medians. Then the
+8-core data-parallel throughput against 1 core (bench/bench_multicore.py, MLP)
+and a PNG plot of the ratios. The load average is printed: the targets of
+DESIGN.md section 7 are for a quiet machine.
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import lazytpu  # noqa: E402
+import lazytpu.compile  # noqa: E402,F401  (the "lazytpu" dynamo backend)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WAYS = ["eager", "inductor", "lazy", "compile"]
+
+
+# ------------------------------------------------------------------ models
+
+def mlp():
+    return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(16)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(32)
+        self.fc = nn.Linear(32 * 7 * 7, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        x = F.max_pool2d(F.relu(self.bn2(self.conv2(x))), 2)
+        return self.fc(x.flatten(1))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, d, heads, ff):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.ff1 = nn.Linear(d, ff)
+        self.ff2 = nn.Linear(ff, d)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        h = self.heads
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q = q.reshape(b, s, h, d // h).transpose(1, 2)
+        k = k.reshape(b, s, h, d // h).transpose(1, 2)
+        v = v.reshape(b, s, h, d // h).transpose(1, 2)
+        att = torch.softmax(q @ k.transpose(-2, -1) * (d // h) ** -0.5, dim=-1)
+        o = (att @ v).transpose(1, 2).reshape(b, s, d)
+        x = x + self.proj(o)
+        return x + self.ff2(F.gelu(self.ff1(self.ln2(x))))
+
+
+class Transformer(nn.Module):
+    def __init__(self, d=256, heads=4, ff=1024, layers=4, classes=10):
+        super().__init__()
+        self.layers = nn.Sequential(*[EncoderLayer(d, heads, ff) for _ in range(layers)])
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, x):
+        return self.head(self.ln(self.layers(x)).mean(1))
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                      nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return F.relu(y + (x if self.down is None else self.down(x)))
+
+
+class ResNet18(nn.Module):
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        blocks, cin = [], 64
+        for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+            blocks += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
+            cin = cout
+        self.blocks = nn.Sequential(*blocks)
+        self.fc = nn.Linear(512, classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 3, 2, 1)
+        x = self.blocks(x)
+        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+# name: (model, input shape, default timed steps per run)
+MODELS = {
+    "mlp": (mlp, (64, 784), 40),
+    "cnn": (CNN, (32, 1, 28, 28), 20),
+    "transformer": (Transformer, (32, 128, 256), 2),
+    "resnet18": (ResNet18, (16, 3, 64, 64), 4),
+}
+
+
+# ------------------------------------------------------------------ timing
+
+class Way:
+    """One model trained one way: build() then step()/wait()."""
+
+    def __init__(self, name, way):
+        make, shape, _ = MODELS[name]
+        torch.manual_seed(0)
+        self.way = way
+        dev = lazytpu.device() if way in ("lazy", "compile") else torch.device("cpu")
+        self.model = make().to(dev)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        self.x = torch.randn(*shape).to(dev)
+        self.y = torch.randint(0, 10, (shape[0],)).to(dev)
+        self.fwd = self.model
+        if way == "inductor":
+            self.fwd = torch.compile(self.model)
+        elif way == "compile":
+            self.fwd = torch.compile(self.model, backend="lazytpu")
+
+    def step(self):
+        self.opt.zero_grad()
+        loss = F.cross_entropy(self.fwd(self.x), self.y)
+        loss.backward()
+        if self.way in ("lazy", "compile"):
+            lazytpu.optimizer_step(self.opt)
+            lazytpu.mark_step()
+        else:
+            self.opt.step()
+        return loss
+
+    def wait(self):
+        if self.way in ("lazy", "compile"):
+            lazytpu.wait_device_ops()
+
+    def run(self, steps):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            loss = self.step()
+        self.wait()
+        return (time.perf_counter() - t0) / steps, loss
+
+
+def bench_model(name, ways, runs, steps, warmup):
+    built = {}
+    for w in ways:
+        torch._dynamo.reset() if w == "inductor" else None
+        t0 = time.perf_counter()
+        built[w] = Way(name, w)
+        for _ in range(warmup):
+            built[w].step()
+        built[w].wait()
+        print("  %-12s %-9s warm-up %.1fs" % (name, w, time.perf_counter() - t0), flush=True)
+    times = {w: [] for w in ways}
+    losses = {}
+    for _ in range(runs):
+        for w in ways:
+            dt, loss = built[w].run(steps)
+            times[w].append(dt)
+            losses[w] = loss
+    for w in ways:
+        float(losses[w].detach().cpu())      # the steps really ran
+    return times
+
+
+def multicore_ratio():
+    """8 cores vs 1 core images/s on the MLP (bench_multicore.py)."""
+    cmd = [sys.executable, os.path.join(HERE, "bench_multicore.py"), "--model", "mlp",
+           "--steps", "40", "--warmup", "5"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    line = [l for l in p.stdout.splitlines() if "ratio" in l]
+    if p.returncode != 0 or not line:
+        return None, (p.stderr or p.stdout)[-500:]
+    m = re.search(r"1 core (\d+) images/s \| (\d+) cores (\d+) images/s.*ratio ([\d.]+)x", line[0])
+    return ({"one": float(m.group(1)), "cores": int(m.group(2)), "many": float(m.group(3)),
+             "ratio": float(m.group(4))} if m else None), line[0]
+
+
+def plot(results, path, load):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = list(results)
+    ways = [w for w in WAYS if all(w in results[n] for n in names)]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / len(ways)
+    for i, w in enumerate(ways):
+        vals = [results[n][w]["median"] / results[n]["eager"]["median"] for n in names]
+        bars = ax.bar([k + i * width for k in range(len(names))], vals, width, label=w)
+        for b, v in zip(bars, vals):
+            ax.text(b.get_x() + b.get_width() / 2, v, "%.2f" % v, ha="center",
+                    va="bottom", fontsize=7)
+    ax.set_xticks([k + width * (len(ways) - 1) / 2 for k in range(len(names))])
+    ax.set_xticklabels(["%s\n%.1f ms eager" % (n, results[n]["eager"]["median"] * 1e3)
+                        for n in names])
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_ylabel("step time / eager (lower is better)")
+    ax.set_title("train step, median of runs (load average %s)" % load)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--steps", type=int, default=0, help="steps per run (0: per model)")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--only", default=",".join(MODELS))
+    p.add_argument("--ways", default=",".join(WAYS))
+    p.add_argument("--no-multicore", action="store_true")
+    p.add_argument("--plot", default=os.path.join(HERE, "..", "docs", "benchmarks.png"))
+    p.add_argument("--json")
+    args = p.parse_args()
+    ways = args.ways.split(",")
+    load0 = os.getloadavg()[0]
+    print("torch %s, %d threads, load average %.2f" % (torch.__version__,
+                                                       torch.get_num_threads(), load0))
+    results = {}
+    for name in args.only.split(","):
+        steps = args.steps or MODELS[name][2]
+        times = bench_model(name, ways, args.runs, steps, args.warmup)
+        r = results[name] = {}
+        for w in ways:
+            med = statistics.median(times[w])
+            r[w] = {"median": med, "spread": max(times[w]) / med, "runs": times[w]}
+        for w in ways:
+            line = "%-12s %-9s %9.2f ms/step  worst/median %.2f  vs eager %.2fx" % (
+                name, w, r[w]["median"] * 1e3, r[w]["spread"],
+                r[w]["median"] / r["eager"]["median"] if "eager" in r else float("nan"))
+            if "inductor" in r:
+                line += "  vs inductor %.2fx" % (r[w]["median"] / r["inductor"]["median"])
+            print(line, flush=True)
+    load1 = os.getloadavg()[0]
+    mc = None
+    if not args.no_multicore:
+        mc, line = multicore_ratio()
+        print("multicore (MLP, global batch 256): %s" % line)
+    load = "%.1f-%.1f" % (min(load0, load1), max(load0, load1))
+    print("load average during the run: %s" % load)
+    if args.plot and "eager" in ways:
+        plot(results, args.plot, load)
+        print("plot: %s" % os.path.normpath(args.plot))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"results": results, "multicore": mc, "load": load}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
