@@ -3,6 +3,9 @@
 #               the example on 8 simulated cores, print the metrics report
 #   make test   bootstrap, build, run every test (C, ASan, Python vs eager PyTorch)
 #   make bench  build and run the benchmarks
+#   make opinfo the whole OpInfo sweep (PyTorch's op_db vs eager, one worker
+#               process per op at a time); prints ops passed / via fallback /
+#               failed (OPINFO_ARGS="--ops sort,topk" to narrow it)
 #   make examples  build and run the Lightning (Trainer, Fabric) and Keras examples
 #               (Fashion-MNIST; 1 and 8 cores, accelerator="lazytpu" and Lightning's
 #               own accelerator="tpu" in torch_xla compatibility mode, and the same
@@ -22,7 +25,7 @@ FUZZ_SECONDS ?= 600
 FUZZ_CC ?= clang
 FUZZ_EXAMPLES ?= 2000
 
-.PHONY: all bootstrap build build-asan install test test-c test-asan run bench examples fuzz-c fuzz clean
+.PHONY: all bootstrap build build-asan install test test-c test-asan run bench opinfo examples fuzz-c fuzz clean
 
 all: build
 
@@ -68,6 +71,9 @@ examples: build
 	$(PY) examples/keras_fashion_mnist.py --device cpu
 	$(PY) examples/keras_fashion_mnist.py --cores 1
 	$(PY) examples/keras_fashion_mnist.py --cores 8
+
+opinfo: build
+	$(PY) tests/opinfo/sweep.py --jobs $(JOBS) --strict $(OPINFO_ARGS)
 
 bench: build
 	$(BUILD)/bench_core

@@ -6,17 +6,21 @@
  *   _to_copy, _copy_from, _copy_from_and_resize, copy, _local_scalar_dense
  *     (host <-> device, device <-> device, dtype casts; value reads sync)
  *   fill/zero (functional and in-place), clone, detach_copy, alias_copy
- *   as_strided, view, _reshape_alias, alias: fail loudly (never reached when
- *     functionalization is on; reaching them means a wrong path).
+ *   as_strided, view, _reshape_alias, alias on raw tensors: marked copies
+ *     (lt_guard.h; composite.cpp).
  */
 #include "lt_aten.h"
 
 #include <ATen/FunctionalStorageImpl.h>
 #include <ATen/FunctionalTensorWrapper.h>
+#include <ATen/ops/_reshape_alias_copy_ops.h>
 #include <ATen/ops/alias_ops.h>
+#include <ATen/ops/as_strided_copy_ops.h>
+#include <ATen/ops/view_copy_ops.h>
 #include <ATen/ops/detach_ops.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
+#include "lt_guard.h"
 #include "lt_register.h"
 
 #include <cmath>
@@ -46,16 +50,7 @@ struct CallerScope {
   ~CallerScope() { lt_set_caller(nullptr); }
 };
 
-bool lt_has_dtype(c10::ScalarType st) {
-  switch (st) {
-    case c10::ScalarType::Float: case c10::ScalarType::BFloat16:
-    case c10::ScalarType::Double: case c10::ScalarType::Long:
-    case c10::ScalarType::Int: case c10::ScalarType::Bool:
-      return true;
-    default:
-      return false;
-  }
-}
+bool lt_has_dtype(c10::ScalarType st) { return has_lt_dtype(st); }
 
 /* Device value -> new contiguous CPU tensor of dtype `want` (syncs). */
 at::Tensor to_cpu(lt_tensor *h, c10::ScalarType want) {
@@ -209,7 +204,7 @@ at::Tensor lt_copy_from(const at::Tensor &self, const at::Tensor &dst, bool non_
   lt_tensor *dh = di->handle();
   Ref v = value_for(self, lt_tensor_core(dh), lt_tensor_dtype(dh),
                     dims_of(*lt_tensor_shape(dh)));
-  check(lt_tensor_assign(dh, v.get()));
+  assign_value(dst, v.get());
   return dst;
 }
 
@@ -223,7 +218,7 @@ at::Tensor lt_copy_from_and_resize(const at::Tensor &self, const at::Tensor &dst
   }
   lt_tensor *dh = di->handle();
   Ref v = value_for(self, lt_tensor_core(dh), lt_tensor_dtype(dh), self.sizes().vec());
-  check(lt_tensor_assign(dh, v.get()));
+  assign_value(dst, v.get());
   di->refresh_metadata();
   return dst;
 }
@@ -252,7 +247,18 @@ c10::Scalar lt_local_scalar_dense(const at::Tensor &self) {
     check_read(lt_tensor_to_host(h, &b, LT_BOOL));
     return c10::Scalar(b != 0);
   }
-  if (dt == LT_I64 || dt == LT_I32) {
+  if (lt_dtype_is_complex(dt)) {
+    double v[2] = {0, 0};
+    check(lt_tensor_to_host(h, v, LT_C128));
+    if (dt == LT_C128) return c10::Scalar(c10::complex<double>(v[0], v[1]));
+    return c10::Scalar(c10::complex<double>((float)v[0], (float)v[1]));
+  }
+  if (dt == LT_U64) {
+    uint64_t v = 0;
+    check(lt_tensor_to_host(h, &v, LT_U64));
+    return c10::Scalar(v);
+  }
+  if (lt_dtype_is_int(dt)) {
     int64_t v = 0;
     check_read(lt_tensor_to_host(h, &v, LT_I64));
     return c10::Scalar(v);
@@ -261,14 +267,17 @@ c10::Scalar lt_local_scalar_dense(const at::Tensor &self) {
   check_read(lt_tensor_to_host(h, &v, LT_F64));
   if (dt == LT_F32) return c10::Scalar((double)(float)v);
   if (dt == LT_BF16) return c10::Scalar((double)c10::BFloat16((float)v));
+  if (dt == LT_F16) return c10::Scalar((double)c10::Half((float)v));
   return c10::Scalar(v);
 }
 
 /* ------------------------------------------------------------ fill/zero */
 
 double fill_value(const c10::Scalar &v, lt_dtype dt) {
+  if (v.isComplex() || lt_dtype_is_complex(dt) || lt_dtype_is_storage_only(dt))
+    throw_unsupported("lazytpu: fill of a complex or stored-only tensor");
   if (dt == LT_BOOL) return v.toDouble() != 0 ? 1.0 : 0.0;
-  if (dt == LT_I64 || dt == LT_I32) return v.isIntegral(true) ? (double)v.toLong() : std::trunc(v.toDouble());
+  if (lt_dtype_is_int(dt)) return v.isIntegral(true) ? (double)v.toLong() : std::trunc(v.toDouble());
   return v.toDouble();
 }
 
@@ -291,7 +300,7 @@ at::Tensor lt_fill_tensor(const at::Tensor &self, const at::Tensor &value) {
 at::Tensor lt_zero(const at::Tensor &self) { return lt_fill_scalar(self, 0); }
 
 at::Tensor &assign_into(const at::Tensor &self, const at::Tensor &v) {
-  check(lt_tensor_assign(handle_of(self), handle_of(v)));
+  assign_value(self, handle_of(v));
   return const_cast<at::Tensor &>(self);
 }
 
@@ -319,19 +328,33 @@ at::Tensor lt_detach_copy(const at::Tensor &self) {
 
 /* ------------------------------------------------------- must not reach */
 
-[[noreturn]] void never(const char *op) {
-  TORCH_CHECK(false, "lazytpu: aten::", op, " reached the device. Device tensors are "
-              "functionalized, so views arrive as *_copy ops; reaching ", op,
-              " means functionalization was bypassed (a lazytpu bug, or a tensor "
-              "created without lazytpu's factories).");
+/* Views of raw device tensors (lt_guard.h): marked copies. */
+at::Tensor view_copy_of(const at::Tensor &base, at::Tensor t) {
+  static_cast<LtTensorImpl *>(t.unsafeGetTensorImpl())->set_view_copy();
+  note_view_base(handle_of(base));
+  return t;
 }
-at::Tensor lt_as_strided(const at::Tensor &, c10::SymIntArrayRef, c10::SymIntArrayRef,
-                         c10::optional<c10::SymInt>) { never("as_strided"); }
-at::Tensor lt_view(const at::Tensor &, c10::SymIntArrayRef) { never("view"); }
-at::Tensor lt_reshape_alias(const at::Tensor &, c10::SymIntArrayRef, c10::SymIntArrayRef) {
-  never("_reshape_alias");
+at::Tensor lt_as_strided(const at::Tensor &self, c10::SymIntArrayRef size,
+                         c10::SymIntArrayRef stride, c10::optional<c10::SymInt> offset) {
+  /* strides over a copy's storage are not its base's: only functionalization
+   * can place such a view */
+  LtTensorImpl *si = impl_of(self);
+  if ((si && si->is_view_copy()) || !self.is_non_overlapping_and_dense())
+    throw ViewWrite({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                    "lazytpu: as_strided of a view of a raw device tensor inside a "
+                    "composite or custom kernel");
+  return view_copy_of(self, at::_ops::as_strided_copy::call(self, size, stride, offset));
 }
-at::Tensor lt_alias(const at::Tensor &) { never("alias"); }
+at::Tensor lt_view(const at::Tensor &self, c10::SymIntArrayRef size) {
+  return view_copy_of(self, at::_ops::view_copy::call(self, size));
+}
+at::Tensor lt_reshape_alias(const at::Tensor &self, c10::SymIntArrayRef size,
+                            c10::SymIntArrayRef stride) {
+  return view_copy_of(self, at::_ops::_reshape_alias_copy::call(self, size, stride));
+}
+at::Tensor lt_alias(const at::Tensor &self) {
+  return view_copy_of(self, lt_detach_copy(self));
+}
 
 /* PyTorch 1.13 bug: FunctionalTensorWrapper::shallow_copy_and_detach (used by
  * detach() and .data) drops the view chain of a wrapper. When the wrapper is a

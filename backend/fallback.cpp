@@ -103,6 +103,8 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 
 namespace lazytpu {
 void register_functional_inplace();  /* functionalize.cpp */
+void register_composite_functionalized();  /* composite.cpp */
+void register_out_variants();  /* out_ops.cpp */
 
 static std::string &registration_log() {
   static std::string log;
@@ -118,6 +120,11 @@ std::string registration_errors() { return registration_log(); }
 std::string lazytpu_registration_errors(void) { return lazytpu::registration_errors(); }
 
 void lazytpu_register_late(void) {
+  /* first: a functional kernel it forwards to must be a device kernel, not
+   * one of the composite or fallback kernels registered below (a composite
+   * kernel may call the out= form again: endless recursion) */
+  lazytpu::register_out_variants();
   lazytpu::register_late_fallbacks();
   lazytpu::register_functional_inplace();
+  lazytpu::register_composite_functionalized();
 }

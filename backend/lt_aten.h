@@ -70,6 +70,10 @@ class LtTensorImpl final : public c10::TensorImpl {
    * as_strided with them). The data itself stays contiguous; the layout is
    * dropped when the value's shape changes. */
   void set_view_layout(c10::IntArrayRef strides, int64_t offset);
+  /* A copy standing in for a view of a raw device tensor (composite.cpp):
+   * writing into it would not reach the base, so assign_value refuses. */
+  void set_view_copy() { view_copy_ = true; }
+  bool is_view_copy() const { return view_copy_; }
 
   c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(
       const c10::VariableVersion &version_counter,
@@ -85,7 +89,9 @@ class LtTensorImpl final : public c10::TensorImpl {
   int dtype_override_ = -1;
   std::vector<int64_t> vstrides_;   /* empty: contiguous */
   int64_t voffset_ = 0;
+  bool view_copy_ = false;
   void copy_extra(LtTensorImpl *dst) const {
+    dst->view_copy_ = view_copy_;
     dst->dtype_override_ = dtype_override_;
     dst->vstrides_ = vstrides_;
     dst->voffset_ = voffset_;
@@ -107,9 +113,10 @@ inline void check_read(lt_status st) {
   if (C10_UNLIKELY(st != LT_OK)) throw_exec_status(st);
 }
 
-/* dtype and shape conversions; to_lt_dtype throws for dtypes the device does
- * not have (uint8, half, complex, ...). */
+/* dtype and shape conversions; to_lt_dtype throws Unsupported for dtypes the
+ * device does not hold (quantized, float8, ...). */
 lt_dtype to_lt_dtype(c10::ScalarType st);
+bool has_lt_dtype(c10::ScalarType st);   /* to_lt_dtype would not throw */
 c10::ScalarType to_scalar_type(lt_dtype dt);
 lt_shape to_shape(c10::IntArrayRef sizes);
 std::vector<int64_t> dims_of(const lt_shape &s);
@@ -120,6 +127,10 @@ std::vector<int64_t> sym_to_ints(c10::SymIntArrayRef s);
 LtTensorImpl *impl_of(const at::Tensor &t);
 /* Borrowed handle of a device tensor; throws if t is not one. */
 lt_tensor *handle_of(const at::Tensor &t);
+
+/* Makes dst (a device tensor, raw or functional) hold value v: how in-place
+ * kernels write. Throws ViewWrite (lt_guard.h) when dst is a view copy. */
+void assign_value(const at::Tensor &dst, lt_tensor *v);
 
 /* Wraps r in a new device tensor (takes the reference). */
 at::Tensor wrap(Ref r);

@@ -7,6 +7,8 @@
  * from decomposing them, and their outputs would silently lose grad_fn. Such
  * ops reach us through their decomposition instead. `force` registers anyway,
  * for ops only functionalization calls below autograd (copy, bernoulli.p).
+ * Kernels given as TORCH_FN run on the CPU fallback when they throw
+ * Unsupported (lt_guard.h).
  */
 #ifndef LT_REGISTER_H
 #define LT_REGISTER_H
@@ -16,6 +18,8 @@
 
 #include <string>
 #include <utility>
+
+#include "lt_guard.h"
 
 namespace lazytpu {
 
@@ -56,8 +60,9 @@ template <class F>
 void reg(torch::Library &m, const std::string &name, F &&f, bool force = false) {
   if (!force && is_composite_implicit(name)) return;
   try {
-    if (xla_compat()) mirror_library("aten", c10::DispatchKey::XLA).impl(name.c_str(), f);
-    m.impl(name.c_str(), std::forward<F>(f));
+    auto g = guarded(name, std::forward<F>(f));
+    if (xla_compat()) mirror_library("aten", c10::DispatchKey::XLA).impl(name.c_str(), g);
+    m.impl(name.c_str(), std::move(g));
   } catch (const c10::Error &e) {
     note_registration_error("aten::" + name + ": " + e.what_without_backtrace());
   }

@@ -532,7 +532,11 @@ Ref norm_ref(lt_tensor *x, double p, const std::vector<int64_t> &dims, bool keep
     Ref s = reduce(LT_OP_sum, trace(LT_OP_mul, {x, x}).get(), dims, keepdim);
     return trace(LT_OP_sqrt, {s.get()});
   }
-  TORCH_CHECK(p > 0, "lazytpu: norm with p=", p, " is not supported on the device");
+  if (p == 0) {   /* the count of non-zero elements */
+    Ref z = scalar(core, 0);
+    Ref nz = cast(trace(LT_OP_ne, {x, z.get()}).get(), lt_tensor_dtype(a.get()));
+    return reduce(LT_OP_sum, nz.get(), dims, keepdim);
+  }
   Ref pp = scalar(core, p), ip = scalar(core, 1.0 / p);
   Ref s = reduce(LT_OP_sum, trace(LT_OP_pow, {a.get(), pp.get()}).get(), dims, keepdim);
   return trace(LT_OP_pow, {s.get(), ip.get()});

@@ -23,10 +23,21 @@ void cpu_fallback_boxed(const c10::OperatorHandle &op, torch::jit::Stack *stack)
 
 namespace {
 
-/* Convolutions the device kernels do not cover (transposed, 3d) run on the
- * CPU fallback (counted as aten::convolution*). */
-bool conv_native(const at::Tensor &input, bool transposed) {
-  return !transposed && (input.dim() == 3 || input.dim() == 4);
+/* Convolutions the device kernels do not cover (3d, transposed with an
+ * output padding past the stride) run on the CPU fallback (counted as
+ * aten::convolution*). A transposed convolution is the input gradient of
+ * the forward one with the same weight, so it runs on the same kernels. */
+bool conv_native(const at::Tensor &input, bool transposed, at::IntArrayRef stride,
+                 at::IntArrayRef dilation, at::IntArrayRef output_padding) {
+  if (input.dim() != 3 && input.dim() != 4) return false;
+  if (!transposed) return true;
+  for (size_t i = 0; i < output_padding.size(); i++) {
+    int64_t s = stride.empty() ? 1 : stride[std::min(i, stride.size() - 1)];
+    int64_t d = dilation.empty() ? 1 : dilation[std::min(i, dilation.size() - 1)];
+    if (output_padding[i] < 0 || output_padding[i] >= std::max(s, d)) return false;
+    if (output_padding[i] >= s) return false;
+  }
+  return true;
 }
 
 int64_t wrapd(int64_t d, int64_t nd) { return c10::maybe_wrap_dim(d, nd); }
@@ -81,7 +92,6 @@ struct ConvGeom {
 
 ConvGeom conv_geom(const at::Tensor &input, at::IntArrayRef stride, at::IntArrayRef padding,
                    at::IntArrayRef dilation, bool transposed, int64_t groups) {
-  TORCH_CHECK(!transposed, "lazytpu: transposed convolution is not supported on the device");
   TORCH_CHECK(input.dim() == 4 || input.dim() == 3, "lazytpu: convolution supports 1d/2d "
               "inputs ([N, C, L] or [N, C, H, W]), got input of sizes ", input.sizes());
   ConvGeom g;
@@ -103,11 +113,16 @@ Ref from2d(lt_tensor *x) {  /* [N, C, 1, L] -> [N, C, L] */
   return reshape(x, {s->dims[0], s->dims[1], s->dims[3]});
 }
 
+/* spatial output size of a transposed convolution */
+int64_t tconv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, int64_t op) {
+  return (in - 1) * s - 2 * p + d * (k - 1) + op + 1;
+}
+
 at::Tensor lt_convolution(const at::Tensor &input, const at::Tensor &weight,
                           const c10::optional<at::Tensor> &bias, at::IntArrayRef stride,
                           at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
                           at::IntArrayRef output_padding, int64_t groups) {
-  if (!conv_native(input, transposed))
+  if (!conv_native(input, transposed, stride, dilation, output_padding))
     return at::native::call_fallback_fn<&cpu_fallback_boxed, at::_ops::convolution>::call(
         input, weight, bias, stride, padding, dilation, transposed, output_padding, groups);
   bool hb = bias && bias->defined();
@@ -118,11 +133,28 @@ at::Tensor lt_convolution(const at::Tensor &input, const at::Tensor &weight,
               "-dimensional weight of size ", weight.sizes());
   Ref x = operand(input, core), w = operand(weight, core);
   if (g.is1d) { x = to2d(x.get()); w = to2d(w.get()); }
-  lt_attrs a = attrs_vec(g.attrs);
-  Ref y = trace(LT_OP_conv2d, {x.get(), w.get()}, &a);
+  Ref y;
+  int64_t oc;
+  if (transposed) {
+    /* the input gradient of conv2d(y, w) for the output size asked for */
+    TORCH_CHECK(x.shape().dims[1] == w.shape().dims[0], "conv_transpose: input has ",
+                x.shape().dims[1], " channels but weight ", weight.sizes(), " expects ",
+                w.shape().dims[0]);
+    std::vector<int64_t> at = g.attrs;
+    int64_t oph = g.is1d ? 0 : at2(output_padding, 0, 0), opw = at2(output_padding, g.is1d ? 0 : 1, 0);
+    at.push_back(tconv_out(x.shape().dims[2], w.shape().dims[2], at[0], at[2], at[4], oph));
+    at.push_back(tconv_out(x.shape().dims[3], w.shape().dims[3], at[1], at[3], at[5], opw));
+    lt_attrs a = attrs_vec(at);
+    y = trace(LT_OP_conv2d_backward_input, {x.get(), w.get()}, &a);
+    oc = w.shape().dims[1] * groups;
+  } else {
+    lt_attrs a = attrs_vec(g.attrs);
+    y = trace(LT_OP_conv2d, {x.get(), w.get()}, &a);
+    oc = weight.size(0);
+  }
   if (hb) {
     Ref b = operand(*bias, core);
-    Ref b4 = reshape(b.get(), {1, weight.size(0), 1, 1});
+    Ref b4 = reshape(b.get(), {1, oc, 1, 1});
     y = trace(LT_OP_add, {y.get(), b4.get()});
   }
   if (g.is1d) y = from2d(y.get());
@@ -134,7 +166,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_convolution_backward(
     at::OptionalIntArrayRef bias_sizes, at::IntArrayRef stride, at::IntArrayRef padding,
     at::IntArrayRef dilation, bool transposed, at::IntArrayRef output_padding, int64_t groups,
     std::array<bool, 3> mask) {
-  if (!conv_native(input, transposed))
+  if (!conv_native(input, transposed, stride, dilation, output_padding))
     return at::native::call_fallback_fn_symint<&cpu_fallback_boxed, at::_ops::convolution_backward>::call(
         grad_output, input, weight,
         bias_sizes ? at::OptionalSymIntArrayRef(c10::fromIntArrayRefSlow(*bias_sizes))
@@ -148,11 +180,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_convolution_backward(
   if (g.is1d) { go = to2d(go.get()); x = to2d(x.get()); w = to2d(w.get()); }
   at::Tensor gi, gw, gb;
   if (mask[0]) {
-    std::vector<int64_t> at = g.attrs;
-    at.push_back(x.shape().dims[2]);
-    at.push_back(x.shape().dims[3]);
-    lt_attrs a = attrs_vec(at);
-    Ref r = trace(LT_OP_conv2d_backward_input, {go.get(), w.get()}, &a);
+    Ref r;
+    if (transposed) {   /* the forward convolution of the gradient */
+      lt_attrs a = attrs_vec(g.attrs);
+      r = trace(LT_OP_conv2d, {go.get(), w.get()}, &a);
+    } else {
+      std::vector<int64_t> at = g.attrs;
+      at.push_back(x.shape().dims[2]);
+      at.push_back(x.shape().dims[3]);
+      lt_attrs a = attrs_vec(at);
+      r = trace(LT_OP_conv2d_backward_input, {go.get(), w.get()}, &a);
+    }
     gi = wrap(g.is1d ? from2d(r.get()) : std::move(r));
   }
   if (mask[1]) {
@@ -160,7 +198,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_convolution_backward(
     at.push_back(w.shape().dims[2]);
     at.push_back(w.shape().dims[3]);
     lt_attrs a = attrs_vec(at);
-    Ref r = trace(LT_OP_conv2d_backward_weight, {go.get(), x.get()}, &a);
+    /* transposed: the roles of input and output gradient swap */
+    Ref r = transposed ? trace(LT_OP_conv2d_backward_weight, {x.get(), go.get()}, &a)
+                       : trace(LT_OP_conv2d_backward_weight, {go.get(), x.get()}, &a);
     gw = wrap(g.is1d ? from2d(r.get()) : std::move(r));
   }
   if (mask[2]) gb = wrap(reduce(LT_OP_sum, go.get(), {0, 2, 3}, false));
@@ -282,29 +322,36 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_native_batch_norm(
   std::vector<int64_t> dims = bn_reduce_dims(nd), bs = bn_bshape(nd, c);
   Ref w = opt_operand(weight, core), b = opt_operand(bias, core);
   Ref rm = opt_operand(running_mean, core), rv = opt_operand(running_var, core);
-  Ref mean, invstd, xc;
+  Ref mean, invstd, xc, new_rm, new_rv;
   if (training) {
     mean = reduce(LT_OP_mean, x.get(), dims, false);
     xc = trace(LT_OP_sub, {x.get(), reshape(mean.get(), bs).get()});
     Ref var = reduce(LT_OP_mean, trace(LT_OP_mul, {xc.get(), xc.get()}).get(), dims, false);
     invstd = add_eps_rsqrt(var.get(), eps);
     int64_t n = lt_shape_numel(&x.shape()) / (c ? c : 1);
-    if (rm) check(lt_tensor_assign(rm.get(), cast(ema(rm.get(), mean.get(), momentum).get(),
-                                                  rm.dtype()).get()));
+    if (rm) new_rm = cast(ema(rm.get(), mean.get(), momentum).get(), rm.dtype());
     if (rv) {
       Ref unbiased = mul_scalar(var.get(), n > 1 ? (double)n / (double)(n - 1) : 1.0);
-      check(lt_tensor_assign(rv.get(), cast(ema(rv.get(), unbiased.get(), momentum).get(),
-                                            rv.dtype()).get()));
+      new_rv = cast(ema(rv.get(), unbiased.get(), momentum).get(), rv.dtype());
     }
   } else {
     TORCH_CHECK(rm && rv, "running_mean and running_var must be defined in evaluation mode");
-    mean = fresh(Ref::borrow(rm.get()), {rm.get()});
-    invstd = add_eps_rsqrt(rv.get(), eps);
-    xc = trace(LT_OP_sub, {x.get(), reshape(mean.get(), bs).get()});
+    Ref m = Ref::borrow(rm.get());
+    Ref is = add_eps_rsqrt(rv.get(), eps);
+    xc = trace(LT_OP_sub, {x.get(), reshape(m.get(), bs).get()});
+    Ref y = trace(LT_OP_mul, {xc.get(), reshape(is.get(), bs).get()});
+    if (w) y = trace(LT_OP_mul, {y.get(), reshape(w.get(), bs).get()});
+    if (b) y = trace(LT_OP_add, {y.get(), reshape(b.get(), bs).get()});
+    /* eval mode saves no statistics (the backward reads the running ones) */
+    return std::make_tuple(wrap(std::move(y)), wrap(zeros(core, {0}, x.dtype())),
+                           wrap(zeros(core, {0}, x.dtype())));
   }
   Ref y = trace(LT_OP_mul, {xc.get(), reshape(invstd.get(), bs).get()});
   if (w) y = trace(LT_OP_mul, {y.get(), reshape(w.get(), bs).get()});
   if (b) y = trace(LT_OP_add, {y.get(), reshape(b.get(), bs).get()});
+  /* running stats last: nothing above may fail after they changed */
+  if (new_rm) check(lt_tensor_assign(rm.get(), new_rm.get()));
+  if (new_rv) check(lt_tensor_assign(rv.get(), new_rv.get()));
   return std::make_tuple(wrap(std::move(y)), wrap(std::move(mean)), wrap(std::move(invstd)));
 }
 
@@ -492,6 +539,50 @@ Ref rand_uniform(int core, const std::vector<int64_t> &dims, lt_dtype dt) {
 }
 lt_dtype float_dt(lt_dtype dt) { return lt_dtype_is_float(dt) ? dt : LT_F32; }
 
+/* multinomial from the device RNG, rows of p ([C] or [R, C], weights >= 0):
+ *   with replacement: inverse CDF, sample = #{c : cdf_c <= u} for
+ *     u ~ U[0, 1) (zero-weight classes are never picked);
+ *   without: Gumbel top-k, the n largest log(p_c) - log(-log(u_c)), which
+ *     has the law of drawing one after another without replacement.
+ * Eager's checks on the values (negative weights, all-zero rows, more
+ * samples than non-zero weights) would need a host read: not done. */
+at::Tensor lt_multinomial(const at::Tensor &self, int64_t n, bool replacement,
+                          c10::optional<at::Generator> gen) {
+  TORCH_CHECK(self.dim() == 1 || self.dim() == 2, "prob_dist must be 1 or 2 dim");
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()), "multinomial only supports floating-point "
+              "dtypes for input, got: ", self.scalar_type());
+  TORCH_CHECK(n > 0, "cannot sample n_sample <= 0 samples");
+  int64_t C = self.size(-1);
+  TORCH_CHECK(replacement || n <= C, "cannot sample n_sample > prob_dist.size(-1) samples "
+              "without replacement");
+  lt_tensor *x = handle_of(self);
+  int core = lt_tensor_core(x);
+  int64_t R = self.dim() == 2 ? self.size(0) : 1;
+  Ref p = reshape(cast(x, LT_F64).get(), {R, C});
+  Ref out;
+  if (replacement) {
+    lt_attrs a1 = attrs_of({1});
+    Ref cdf = trace(LT_OP_cumsum, {p.get()}, &a1);
+    Ref tot = reduce(LT_OP_sum, p.get(), {1}, true);
+    cdf = reshape(trace(LT_OP_div, {cdf.get(), tot.get()}).get(), {R, 1, C});
+    Ref u = reshape(rand_uniform(core, {R, n}, LT_F64).get(), {R, n, 1});
+    Ref below = cast(trace(LT_OP_le, {cdf.get(), u.get()}).get(), LT_I64);
+    Ref k = reduce(LT_OP_sum, below.get(), {2}, false);
+    Ref last = scalar_typed(core, (double)(C - 1), LT_I64);
+    out = trace(LT_OP_minimum, {k.get(), last.get()});
+  } else {
+    Ref u = rand_uniform(core, {R, C}, LT_F64);
+    Ref g = trace(LT_OP_neg, {trace(LT_OP_log, {trace(LT_OP_neg, {trace(LT_OP_log, {u.get()}).get()}).get()}).get()});
+    Ref keys = trace(LT_OP_add, {trace(LT_OP_log, {p.get()}).get(), g.get()});
+    lt_attrs sa = attrs_of({1, 1});
+    Ref order = trace(LT_OP_argsort, {keys.get()}, &sa);
+    lt_attrs sl = attrs_of({1, 0, n, 1});
+    out = trace(LT_OP_slice, {order.get()}, &sl);
+  }
+  if (self.dim() == 1) out = reshape(out.get(), {n});
+  return wrap(std::move(out));
+}
+
 at::Tensor lt_bernoulli_p(const at::Tensor &self, double p, c10::optional<at::Generator> gen) {
   TORCH_CHECK(0 <= p && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
   lt_tensor *x = handle_of(self);
@@ -508,7 +599,7 @@ at::Tensor lt_bernoulli(const at::Tensor &self, c10::optional<at::Generator> gen
 }
 at::Tensor &lt_bernoulli__float(at::Tensor &self, double p, c10::optional<at::Generator> gen) {
   at::Tensor v = lt_bernoulli_p(self, p, gen);
-  check(lt_tensor_assign(handle_of(self), handle_of(v)));
+  assign_value(self, handle_of(v));
   return self;
 }
 at::Tensor lt_uniform(const at::Tensor &self, double from, double to,
@@ -525,7 +616,7 @@ at::Tensor lt_uniform(const at::Tensor &self, double from, double to,
 at::Tensor &lt_uniform_(at::Tensor &self, double from, double to,
                         c10::optional<at::Generator> gen) {
   at::Tensor v = lt_uniform(self, from, to, gen);
-  check(lt_tensor_assign(handle_of(self), handle_of(v)));
+  assign_value(self, handle_of(v));
   return self;
 }
 /* normal_(mean, std): the core's N(0,1) stream scaled; like uniform_, the
@@ -606,6 +697,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   reg(m, "mse_loss_backward", TORCH_FN(lt_mse_loss_backward));
   reg(m, "bernoulli.p", TORCH_FN(lt_bernoulli_p), true);
   reg(m, "bernoulli", TORCH_FN(lt_bernoulli));
+  reg(m, "multinomial", TORCH_FN(lt_multinomial));
   reg(m, "bernoulli_.float", TORCH_FN(lt_bernoulli__float));
   reg(m, "uniform", TORCH_FN(lt_uniform));
   reg(m, "uniform_", TORCH_FN(lt_uniform_));

@@ -22,6 +22,13 @@ namespace lazytpu {
 
 void cpu_fallback_boxed(const c10::OperatorHandle &op, torch::jit::Stack *stack);
 
+/* ops_dynamic.cpp: masks and several index tensors (undefined: not taken) */
+at::Tensor advanced_index(const at::Tensor &self,
+                          const c10::List<c10::optional<at::Tensor>> &indices);
+at::Tensor advanced_index_put(const at::Tensor &self,
+                              const c10::List<c10::optional<at::Tensor>> &indices,
+                              const at::Tensor &values, bool accumulate);
+
 namespace {
 
 int64_t wrapd(int64_t d, int64_t nd) { return c10::maybe_wrap_dim(d, nd); }
@@ -483,7 +490,9 @@ at::Tensor lt_flip(const at::Tensor &self, at::IntArrayRef dims) {
 
 at::Tensor lt_gather(const at::Tensor &self, int64_t dim, const at::Tensor &index,
                      bool sparse_grad) {
-  TORCH_CHECK(index.scalar_type() == at::kLong, "gather(): Expected dtype int64 for index");
+  /* other index dtypes: eager's own checks (and its empty-index cases) */
+  if (index.scalar_type() != at::kLong && index.scalar_type() != at::kInt)
+    throw_unsupported("gather: index dtype");
   int core = common_core({&self, &index});
   Ref x = operand(self, core), i = operand(index, core);
   lt_attrs a = attrs_of({wrapd(dim, std::max<int64_t>(self.dim(), 1))});
@@ -491,30 +500,26 @@ at::Tensor lt_gather(const at::Tensor &self, int64_t dim, const at::Tensor &inde
 }
 at::Tensor lt_scatter_add(const at::Tensor &self, int64_t dim, const at::Tensor &index,
                           const at::Tensor &src) {
-  TORCH_CHECK(index.scalar_type() == at::kLong, "scatter(): Expected dtype int64 for index");
+  if (index.scalar_type() != at::kLong && index.scalar_type() != at::kInt)
+    throw_unsupported("scatter: index dtype");
   int core = common_core({&self, &index, &src});
   Ref x = operand(self, core), i = operand(index, core), s = operand(src, core);
   lt_attrs a = attrs_of({wrapd(dim, std::max<int64_t>(self.dim(), 1))});
   return wrap(trace(LT_OP_scatter_add, {x.get(), i.get(), s.get()}, &a));
 }
 
-/* scatter (overwrite): where(scattered-to mask, scatter_add(zeros, src), self).
- * With duplicate indices eager keeps one unspecified source value; here the
- * duplicates are summed (a documented nondeterministic case in PyTorch). */
+/* scatter (overwrite): each index position takes its source value, in
+ * index order (with duplicate indices the last one wins, like eager's CPU
+ * loop). */
 at::Tensor scatter_overwrite(const at::Tensor &self, int64_t dim, const at::Tensor &index,
                              Ref src) {
-  TORCH_CHECK(index.scalar_type() == at::kLong, "scatter(): Expected dtype int64 for index");
+  if (index.scalar_type() != at::kLong && index.scalar_type() != at::kInt)
+    throw_unsupported("scatter: index dtype");
   int core = common_core({&self, &index});
   Ref x = operand(self, core), i = operand(index, core);
   int64_t d = wrapd(dim, std::max<int64_t>(self.dim(), 1));
   lt_attrs a = attrs_of({d});
-  Ref zx = zeros(core, dims_of(x.shape()), x.dtype());
-  Ref ones = full(core, dims_of(i.shape()), 1, x.dtype());
-  Ref hit = trace(LT_OP_scatter_add, {zx.get(), i.get(), ones.get()}, &a);
-  Ref zero = scalar(core, 0);
-  Ref mask = trace(LT_OP_ne, {hit.get(), zero.get()});
-  Ref vals = trace(LT_OP_scatter_add, {zx.get(), i.get(), cast(src.get(), x.dtype()).get()}, &a);
-  return wrap(trace(LT_OP_where, {mask.get(), vals.get(), x.get()}));
+  return wrap(trace(LT_OP_scatter, {x.get(), i.get(), cast(src.get(), x.dtype()).get()}, &a));
 }
 at::Tensor lt_scatter_src(const at::Tensor &self, int64_t dim, const at::Tensor &index,
                           const at::Tensor &src) {
@@ -545,14 +550,23 @@ at::Tensor lt_index_add(const at::Tensor &self, int64_t dim, const at::Tensor &i
   Ref x = operand(self, core), i = operand(index, core), s = operand(source, core);
   int64_t nd = std::max<int64_t>(self.dim(), 1);
   int64_t d = wrapd(dim, nd);
+  TORCH_CHECK_INDEX(i.ndim() <= 1, "index_add_(): Index is supposed to be a vector");
+  /* 0-dim self and source count as [1] */
+  if (x.ndim() == 0) x = reshape(x.get(), {1});
+  if (s.ndim() == 0) s = reshape(s.get(), {1});
+  TORCH_CHECK(s.ndim() == x.ndim(), "index_add_(): Source and destination tensors must "
+              "have the same number of dimensions, got ", source.dim(), " and ", self.dim());
   std::vector<int64_t> sd = dims_of(s.shape());
-  if (sd.empty()) sd.push_back(1), s = reshape(s.get(), sd);
+  int64_t ni = lt_shape_numel(&i.shape());
+  TORCH_CHECK_INDEX(sd[d] == ni, "index_add_(): Number of indices (", ni, ") should be equal "
+                    "to source.size(dim) (", sd[d], ")");
   std::vector<int64_t> ishape(sd.size(), 1);
-  ishape[d] = lt_shape_numel(&i.shape());
+  ishape[d] = ni;
   Ref ie = expand(reshape(cast(i.get(), LT_I64).get(), ishape).get(), sd);
   if (!(alpha.toDouble() == 1.0)) s = mul_scalar(s.get(), alpha);
   lt_attrs a = attrs_of({d});
-  return wrap(trace(LT_OP_scatter_add, {x.get(), ie.get(), s.get()}, &a));
+  Ref r = trace(LT_OP_scatter_add, {x.get(), ie.get(), cast(s.get(), x.dtype()).get()}, &a);
+  return wrap(reshape(r.get(), self.sizes().vec()));
 }
 
 /* ---------------------------------------------- advanced indexing (x[idx]) */
@@ -585,9 +599,12 @@ Ref wrap_negative(Ref i, int64_t size, int core) {
 
 at::Tensor lt_index(const at::Tensor &self, const c10::List<c10::optional<at::Tensor>> &indices) {
   int64_t k = single_int_index(indices);
-  if (k < 0 || k >= self.dim())
+  if (k < 0 || k >= self.dim()) {
+    at::Tensor r = advanced_index(self, indices);   /* masks, several indices */
+    if (r.defined()) return r;
     return at::native::call_fallback_fn<&cpu_fallback_boxed, at::_ops::index_Tensor>::call(
         self, indices);
+  }
   at::Tensor idx = *indices.get(k);
   int core = common_core({&self, &idx});
   Ref x = operand(self, core), i = operand(idx, core);
@@ -601,6 +618,8 @@ at::Tensor lt_index(const at::Tensor &self, const c10::List<c10::optional<at::Te
   out.insert(out.end(), self.sizes().begin() + k + 1, self.sizes().end());
   return wrap(reshape(rows.get(), out));
 }
+
+}  // namespace
 
 /* self with rows idx (along dim k) replaced by / accumulated with values */
 at::Tensor index_put_dim(const at::Tensor &self, int64_t k, const at::Tensor &idx,
@@ -628,39 +647,82 @@ at::Tensor index_put_dim(const at::Tensor &self, int64_t k, const at::Tensor &id
   ishape[k] = n;
   Ref ie = expand(reshape(cast(i.get(), LT_I64).get(), ishape).get(), flat);
   lt_attrs a = attrs_of({k});
-  if (accumulate) return wrap_as(trace(LT_OP_scatter_add, {x.get(), ie.get(), v.get()}, &a), self);
-  Ref zx = zeros(core, dims_of(x.shape()), x.dtype());
-  Ref ones = full(core, flat, 1, x.dtype());
-  Ref hit = trace(LT_OP_scatter_add, {zx.get(), ie.get(), ones.get()}, &a);
-  Ref zero = scalar(core, 0);
-  Ref mask = trace(LT_OP_ne, {hit.get(), zero.get()});
-  Ref vals = trace(LT_OP_scatter_add, {zx.get(), ie.get(), v.get()}, &a);
-  return wrap_as(trace(LT_OP_where, {mask.get(), vals.get(), x.get()}), self);
+  /* duplicate indices: accumulated, or the last one wins (eager's CPU order) */
+  return wrap_as(trace(accumulate ? LT_OP_scatter_add : LT_OP_scatter, {x.get(), ie.get(), v.get()},
+                       &a), self);
 }
+
+namespace {
 
 at::Tensor lt_index_put(const at::Tensor &self, const c10::List<c10::optional<at::Tensor>> &indices,
                         const at::Tensor &values, bool accumulate) {
   int64_t k = single_int_index(indices);
-  if (k < 0 || k >= self.dim())
+  if (k < 0 || k >= self.dim()) {
+    at::Tensor r = advanced_index_put(self, indices, values, accumulate);
+    if (r.defined()) return r;
     return at::native::call_fallback_fn<&cpu_fallback_boxed, at::_ops::index_put>::call(
         self, indices, values, accumulate);
+  }
   return index_put_dim(self, k, *indices.get(k), values, accumulate);
 }
 at::Tensor lt_index_put_impl(const at::Tensor &self,
                              const c10::List<c10::optional<at::Tensor>> &indices,
                              const at::Tensor &values, bool accumulate, bool unsafe) {
   int64_t k = single_int_index(indices);
-  if (k < 0 || k >= self.dim())
+  if (k < 0 || k >= self.dim()) {
+    at::Tensor r = advanced_index_put(self, indices, values, accumulate);
+    if (r.defined()) return r;
     return at::native::call_fallback_fn<&cpu_fallback_boxed, at::_ops::_index_put_impl>::call(
         self, indices, values, accumulate, unsafe);
+  }
   return index_put_dim(self, k, *indices.get(k), values, accumulate);
 }
 at::Tensor &lt_index_put_impl_(at::Tensor &self,
                                const c10::List<c10::optional<at::Tensor>> &indices,
                                const at::Tensor &values, bool accumulate, bool unsafe) {
   at::Tensor r = lt_index_put_impl(self, indices, values, accumulate, unsafe);
-  check(lt_tensor_assign(handle_of(self), handle_of(r)));
+  assign_value(self, handle_of(r));
   return self;
+}
+
+/* index_copy / index_fill: rows `index` (a vector, or a scalar) along dim
+ * replaced by source's rows / by a value (index_put along one dim) */
+at::Tensor lt_index_copy(const at::Tensor &self, int64_t dim, const at::Tensor &index,
+                         const at::Tensor &source) {
+  check_index_dtype(index, "index_copy");
+  TORCH_CHECK_INDEX(index.dim() <= 1, "index_copy_(): Index should have dimension 1 or 0 (got ",
+                    index.dim(), ")");
+  TORCH_CHECK(self.scalar_type() == source.scalar_type(), "index_copy_(): self and source "
+              "expected to have the same dtype, but got (self) ", self.scalar_type(),
+              " and (source) ", source.scalar_type());
+  if (self.dim() == 0) throw_unsupported("index_copy of a 0-dim tensor");
+  int64_t d = wrapd(dim, self.dim());
+  at::Tensor idx = index.dim() == 0 ? index.reshape({1}) : index;
+  at::Tensor src = source.dim() == self.dim() ? source : source.unsqueeze(d);
+  TORCH_CHECK_INDEX(src.dim() == self.dim() && src.size(d) == idx.numel(), "index_copy_(): "
+                    "Source/destination tensor must have same slice shapes and the number of "
+                    "indices must match the source size along dim");
+  return index_put_dim(self, d, idx, src, false);
+}
+at::Tensor lt_index_fill(const at::Tensor &self, int64_t dim, const at::Tensor &index,
+                         const c10::Scalar &value) {
+  check_index_dtype(index, "index_fill");
+  if (self.dim() == 0) throw_unsupported("index_fill of a 0-dim tensor");
+  int64_t d = wrapd(dim, self.dim());
+  at::Tensor idx = index.dim() == 0 ? index.reshape({1}) : index;
+  lt_tensor *x = handle_of(self);
+  at::Tensor v = wrap(full(lt_tensor_core(x), {}, value.toDouble(), lt_tensor_dtype(x)));
+  return index_put_dim(self, d, idx, v, false);
+}
+at::Tensor lt_index_fill_t(const at::Tensor &self, int64_t dim, const at::Tensor &index,
+                           const at::Tensor &value) {
+  TORCH_CHECK(value.dim() == 0, "index_fill_ only supports a 0-dimensional value tensor, but "
+              "got tensor with ", value.dim(), " dimension(s).");
+  if (self.dim() == 0) throw_unsupported("index_fill of a 0-dim tensor");
+  check_index_dtype(index, "index_fill");
+  int64_t d = wrapd(dim, self.dim());
+  at::Tensor idx = index.dim() == 0 ? index.reshape({1}) : index;
+  return index_put_dim(self, d, idx, value, false);
 }
 
 /* repeat: [s0, s1] x [r0, r1] -> view [1, s0, 1, s1] expanded to [r0, s0, r1, s1] */
@@ -707,9 +769,27 @@ at::Tensor lt_embedding_dense_backward(const at::Tensor &grad, const at::Tensor 
   return wrap(trace(LT_OP_embedding_backward, {g.get(), i.get()}, &a));
 }
 
+/* complex <-> (re, im) pairs: the table's bitcasts (a layout like eager's:
+ * the pairs' strides are the complex strides doubled, plus 1) */
+at::Tensor lt_view_as_real_copy(const at::Tensor &self) {
+  TORCH_CHECK(self.is_complex(), "view_as_real is only supported for complex tensors");
+  return wrap(trace(LT_OP_view_as_real, {handle_of(self)}));
+}
+at::Tensor lt_view_as_complex_copy(const at::Tensor &self) {
+  TORCH_CHECK(self.scalar_type() == at::kFloat || self.scalar_type() == at::kDouble ||
+              self.scalar_type() == at::kHalf,
+              "view_as_complex is only supported for half, float and double tensors, but got "
+              "a tensor of scalar type: ", self.scalar_type());
+  TORCH_CHECK(self.dim() > 0 && self.size(-1) == 2, "Tensor must have a last dimension of "
+              "size 2");
+  return wrap(trace(LT_OP_view_as_complex, {handle_of(self)}));
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  reg(m, "view_as_real_copy", TORCH_FN(lt_view_as_real_copy));
+  reg(m, "view_as_complex_copy", TORCH_FN(lt_view_as_complex_copy));
   reg(m, "view_copy", TORCH_FN(lt_view_copy));
   reg(m, "_reshape_alias_copy", TORCH_FN(lt_reshape_alias_copy));
   reg(m, "_unsafe_view", TORCH_FN(lt_view_copy));
@@ -745,6 +825,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   reg(m, "scatter.src", TORCH_FN(lt_scatter_src));
   reg(m, "scatter.value", TORCH_FN(lt_scatter_value));
   reg(m, "index_add", TORCH_FN(lt_index_add));
+  reg(m, "index_copy", TORCH_FN(lt_index_copy));
+  reg(m, "index_fill.int_Scalar", TORCH_FN(lt_index_fill));
+  reg(m, "index_fill.int_Tensor", TORCH_FN(lt_index_fill_t));
   reg(m, "embedding", TORCH_FN(lt_embedding));
   reg(m, "index.Tensor", TORCH_FN(lt_index));
   reg(m, "index_put", TORCH_FN(lt_index_put));

@@ -3,6 +3,7 @@
  * of lt_aten.h.
  */
 #include "lt_aten.h"
+#include "lt_guard.h"
 
 #include <ATen/FunctionalTensorWrapper.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -10,6 +11,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <cmath>
 #include <mutex>
@@ -121,6 +124,8 @@ const char *LtTensorImpl::tensorimpl_type_name() const {
 void throw_status(lt_status st) {
   const char *msg = lt_last_error();
   if (!msg || !*msg) msg = "lazytpu: unknown error";
+  /* a dtype the core does not compute: the op runs on the CPU fallback */
+  if (st == LT_ERR_DTYPE) throw_unsupported(msg);
   TORCH_CHECK(false, msg);
 }
 
@@ -131,7 +136,37 @@ void throw_exec_status(lt_status st) {
   TORCH_CHECK(false, msg);
 }
 
+thread_local int t_guard_fallback = 0;
+
+/* LAZYTPU_FALLBACK_WHY=1: each case a kernel hands to the CPU fallback is
+ * printed to stderr with its reason (the fallback report names op and
+ * frame, not why). */
+void throw_unsupported(const std::string &what) {
+  static const bool why = [] {
+    const char *e = std::getenv("LAZYTPU_FALLBACK_WHY");
+    return e && *e && *e != '0';
+  }();
+  if (why) std::fprintf(stderr, "lazytpu: CPU fallback: %s\n", what.c_str());
+  throw Unsupported({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, what);
+}
+
 /* ------------------------------------------------------------ conversions */
+
+bool has_lt_dtype(c10::ScalarType st) {
+  switch (st) {
+    case c10::ScalarType::Float: case c10::ScalarType::BFloat16:
+    case c10::ScalarType::Double: case c10::ScalarType::Long:
+    case c10::ScalarType::Int: case c10::ScalarType::Bool:
+    case c10::ScalarType::Byte: case c10::ScalarType::Char:
+    case c10::ScalarType::Short: case c10::ScalarType::Half:
+    case c10::ScalarType::ComplexFloat: case c10::ScalarType::ComplexDouble:
+    case c10::ScalarType::ComplexHalf: case c10::ScalarType::UInt16:
+    case c10::ScalarType::UInt32: case c10::ScalarType::UInt64:
+      return true;
+    default:
+      return false;
+  }
+}
 
 lt_dtype to_lt_dtype(c10::ScalarType st) {
   switch (st) {
@@ -141,11 +176,22 @@ lt_dtype to_lt_dtype(c10::ScalarType st) {
     case c10::ScalarType::Long: return LT_I64;
     case c10::ScalarType::Int: return LT_I32;
     case c10::ScalarType::Bool: return LT_BOOL;
+    case c10::ScalarType::Byte: return LT_U8;
+    case c10::ScalarType::Char: return LT_I8;
+    case c10::ScalarType::Short: return LT_I16;
+    case c10::ScalarType::Half: return LT_F16;
+    case c10::ScalarType::ComplexFloat: return LT_C64;
+    case c10::ScalarType::ComplexDouble: return LT_C128;
+    case c10::ScalarType::ComplexHalf: return LT_C32;
+    case c10::ScalarType::UInt16: return LT_U16;
+    case c10::ScalarType::UInt32: return LT_U32;
+    case c10::ScalarType::UInt64: return LT_U64;
     default: break;
   }
-  TORCH_CHECK(false, "lazytpu: dtype ", c10::toString(st),
-              " is not supported on the device (supported: float32, bfloat16, "
-              "float64, int64, int32, bool)");
+  throw_unsupported(std::string("lazytpu: dtype ") + c10::toString(st) +
+                    " is not supported on the device (supported: float32, bfloat16, "
+                    "float16, float64, int64, int32, int16, int8, uint8, bool, complex64; "
+                    "stored only: complex128, complex32, uint16, uint32, uint64)");
 }
 
 c10::ScalarType to_scalar_type(lt_dtype dt) {
@@ -156,6 +202,16 @@ c10::ScalarType to_scalar_type(lt_dtype dt) {
     case LT_I64: return c10::ScalarType::Long;
     case LT_I32: return c10::ScalarType::Int;
     case LT_BOOL: return c10::ScalarType::Bool;
+    case LT_U8: return c10::ScalarType::Byte;
+    case LT_I8: return c10::ScalarType::Char;
+    case LT_I16: return c10::ScalarType::Short;
+    case LT_F16: return c10::ScalarType::Half;
+    case LT_C64: return c10::ScalarType::ComplexFloat;
+    case LT_C128: return c10::ScalarType::ComplexDouble;
+    case LT_C32: return c10::ScalarType::ComplexHalf;
+    case LT_U16: return c10::ScalarType::UInt16;
+    case LT_U32: return c10::ScalarType::UInt32;
+    case LT_U64: return c10::ScalarType::UInt64;
     default: break;
   }
   TORCH_CHECK(false, "lazytpu: internal: bad lt_dtype ", (int)dt);
@@ -204,6 +260,16 @@ lt_tensor *handle_of(const at::Tensor &t) {
   TORCH_CHECK(impl != nullptr, "lazytpu: expected a lazytpu device tensor, got a ",
               t.defined() ? t.device().str() : std::string("undefined"), " tensor");
   return impl->handle();
+}
+
+void assign_value(const at::Tensor &dst, lt_tensor *v) {
+  LtTensorImpl *impl = impl_of(dst);
+  TORCH_CHECK(impl != nullptr, "lazytpu: internal: in-place write into a non-device tensor");
+  if (impl->is_view_copy() || is_view_base(impl->handle()))
+    throw ViewWrite({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                    "lazytpu: in-place write into a view of a raw device tensor (or into "
+                    "its base) inside a composite or custom kernel");
+  check(lt_tensor_assign(impl->handle(), v));
 }
 
 static std::atomic<uint32_t> g_used_cores{0};
@@ -292,7 +358,8 @@ Ref scalar(int core, const c10::Scalar &s) {
   if (s.isBoolean()) { dt = LT_BOOL; v = s.toBool() ? 1.0 : 0.0; }
   else if (s.isIntegral(false)) { dt = LT_I64; v = (double)s.toLong(); }
   else {
-    TORCH_CHECK(!s.isComplex(), "lazytpu: complex scalars are not supported");
+    if (s.isComplex()) throw_unsupported("lazytpu: complex Python scalars are not computed "
+                                         "on the device");
     dt = LT_F64; v = s.toDouble();
   }
   lt_tensor *out = nullptr;
@@ -360,13 +427,59 @@ Ref permute(lt_tensor *x, const std::vector<int64_t> &perm) {
   return trace(LT_OP_permute, {x}, &a);
 }
 
+static lt_dtype complex_part(lt_dtype dt) {
+  return dt == LT_C64 ? LT_F32 : dt == LT_C128 ? LT_F64 : LT_F16;
+}
+
+/* x ([..., 2] pairs of a float) as a complex tensor */
+static Ref to_complex_pairs(lt_tensor *pairs) {
+  return trace(LT_OP_view_as_complex, {pairs});
+}
+
 Ref cast(lt_tensor *x, lt_dtype dt) {
-  if (lt_tensor_dtype(x) == dt) return Ref::borrow(x);
+  lt_dtype from = lt_tensor_dtype(x);
+  if (from == dt) return Ref::borrow(x);
+  bool cf = lt_dtype_is_complex(from), ct = lt_dtype_is_complex(dt);
+  if (cf || ct) {
+    /* complex values move as (re, im) pairs of their float */
+    if (cf && ct) {
+      Ref pr = trace(LT_OP_view_as_real, {x});
+      return to_complex_pairs(cast(pr.get(), complex_part(dt)).get());
+    }
+    if (cf) {   /* the real part, like a CPU copy (which also warns) */
+      Ref pr = trace(LT_OP_view_as_real, {x});
+      lt_attrs a = attrs_of({(int64_t)pr.ndim() - 1, 0});
+      Ref re = trace(LT_OP_select, {pr.get()}, &a);
+      return cast(re.get(), dt);
+    }
+    Ref re = cast(x, complex_part(dt));
+    std::vector<int64_t> d = dims_of(re.shape());
+    d.push_back(1);
+    Ref col = reshape(re.get(), d);
+    Ref zero = zeros(lt_tensor_core(x), d, complex_part(dt));
+    lt_attrs a = attrs_of({(int64_t)d.size() - 1});
+    Ref pairs = trace(LT_OP_cat, {col.get(), zero.get()}, &a);
+    return to_complex_pairs(pairs.get());
+  }
   lt_attrs a = attrs_of({(int64_t)dt});
   return trace(LT_OP_cast, {x}, &a);
 }
 
 Ref full(int core, const std::vector<int64_t> &dims, double v, lt_dtype dt) {
+  if (lt_dtype_is_complex(dt)) {   /* (v, 0) pairs */
+    Ref re = full(core, dims, v, complex_part(dt));
+    return cast(re.get(), dt);
+  }
+  if (lt_dtype_is_storage_only(dt)) {
+    TORCH_CHECK(v == 0, "lazytpu: internal: fill of a stored-only dtype");
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    std::vector<uint8_t> buf((size_t)std::max<int64_t>(n, 1) * lt_dtype_size(dt), 0);
+    lt_shape s = to_shape(dims);
+    lt_tensor *out = nullptr;
+    check(lt_tensor_from_host(core, buf.data(), dt, &s, &out));
+    return Ref(out);
+  }
   Ref s = scalar_typed(core, v, dt);
   if (dims.empty()) return s;
   std::vector<int64_t> ones(dims.size(), 1);

@@ -107,23 +107,49 @@ typedef enum lt_dtype {
     LT_I64,
     LT_I32,
     LT_BOOL,
+    LT_U8,
+    LT_I8,
+    LT_I16,
+    LT_F16,
+    LT_C64,     /* complex64: (re, im) f32 pairs; movement, casts, bitcasts */
+    /* storage-only dtypes: held, transferred, moved and concatenated, never
+     * computed (the op rules refuse them; the shim runs such ops on the CPU
+     * fallback) */
+    LT_C128,
+    LT_C32,
+    LT_U16,
+    LT_U32,
+    LT_U64,
     LT_NUM_DTYPES
 } lt_dtype;
 
 /* Bytes per element; 0 for an invalid dtype. */
 size_t lt_dtype_size(lt_dtype dt);
-/* "f32", "bf16", "f64", "i64", "i32", "bool"; "?" for an invalid dtype. */
+/* "f32", "bf16", "f64", "i64", "i32", "bool", "u8", "i8", "i16", "f16",
+ * "c64", "c128", "c32", "u16", "u32", "u64"; "?" for an invalid dtype. */
 const char *lt_dtype_name(lt_dtype dt);
+/* f32, bf16, f64, f16 (not complex: like torch's is_floating_point). */
 int lt_dtype_is_float(lt_dtype dt);
-/* PyTorch's promotion of two tensor dtypes (bool < ints < floats; bf16+f32 ->
- * f32). */
+int lt_dtype_is_complex(lt_dtype dt);
+/* u8, i8, i16, i32, i64 (and the storage-only u16, u32, u64); not bool. */
+int lt_dtype_is_int(lt_dtype dt);
+/* 1 for dtypes that are only stored (c128, c32, u16, u32, u64). */
+int lt_dtype_is_storage_only(lt_dtype dt);
+/* PyTorch's promote_types of two tensor dtypes (bool < ints < floats <
+ * complex; u8 + i8 -> i16; bf16 + f16 -> f32; f64 + c64 -> c128);
+ * LT_NUM_DTYPES when PyTorch has no promotion (u16/u32/u64 with others). */
 lt_dtype lt_dtype_promote(lt_dtype a, lt_dtype b);
 
 /* bf16 conversion, round to nearest even; NaN stays NaN. */
 uint16_t lt_f32_to_bf16(float f);
 float lt_bf16_to_f32(uint16_t h);
+/* IEEE half conversion, round to nearest even; NaN stays NaN. */
+uint16_t lt_f32_to_f16(float f);
+float lt_f16_to_f32(uint16_t h);
 /* Converts n elements between dtypes (any pair). Float->int truncates toward
- * zero, anything->bool is (x != 0). */
+ * zero (saturating to int64, then wrapping to narrower ints like a C cast of
+ * the int64), anything->bool is (x != 0); complex->real keeps the real part,
+ * real->complex has imaginary part 0. */
 void lt_convert(const void *src, lt_dtype src_dt, void *dst, lt_dtype dst_dt,
                 size_t n);
 
@@ -160,7 +186,8 @@ typedef enum lt_op_kind {
     LT_KIND_INDEX,
     LT_KIND_LOSS,
     LT_KIND_RANDOM,
-    LT_KIND_COLLECTIVE
+    LT_KIND_COLLECTIVE,
+    LT_KIND_BITCAST     /* same bytes, another dtype (complex <-> real pairs) */
 } lt_op_kind;
 
 typedef enum lt_op {
@@ -295,6 +322,8 @@ typedef enum lt_sync_cause {
     LT_SYNC_VALUE_READ,
     LT_SYNC_SIZE_LIMIT,
     LT_SYNC_EXPLICIT,
+    LT_SYNC_DYNAMIC_SHAPE,     /* an op whose output shape depends on values
+                                  (nonzero, boolean masks) read them */
     LT_NUM_SYNC_CAUSES
 } lt_sync_cause;
 

@@ -10,42 +10,15 @@
 
 size_t lt_cc_esize(lt_dtype dt)
 {
-    switch (dt) {
-    case LT_F32: case LT_I32: return 4;
-    case LT_BF16: return 2;
-    case LT_F64: case LT_I64: return 8;
-    default: return 1;
-    }
+    size_t n = lt_dtype_size(dt);
+    return n ? n : 1;
 }
 
 void lt_slot_store(uint64_t *slot, double value, lt_dtype dt)
 {
     *slot = 0;
-    switch (dt) {
-    case LT_F32: { float f = (float)value; memcpy(slot, &f, 4); break; }
-    case LT_BF16: {
-        float f = (float)value;
-        uint16_t h = lt_f32_to_bf16(f);
-        memcpy(slot, &h, 2);
-        break;
-    }
-    case LT_F64: memcpy(slot, &value, 8); break;
-    case LT_I64: {      /* saturating: (int64_t) of 2^63 or NaN is UB */
-        int64_t v;
-        lt_convert(&value, LT_F64, &v, LT_I64, 1);
-        memcpy(slot, &v, 8);
-        break;
-    }
-    case LT_I32: {
-        int64_t w;
-        lt_convert(&value, LT_F64, &w, LT_I64, 1);
-        int32_t v = (int32_t)w;
-        memcpy(slot, &v, 4);
-        break;
-    }
-    case LT_BOOL: { uint8_t v = value != 0; memcpy(slot, &v, 1); break; }
-    default: break;
-    }
+    if (lt_dtype_size(dt) <= sizeof *slot)   /* saturating, rounding like a cast */
+        lt_convert(&value, LT_F64, slot, dt, 1);
 }
 
 int lt_cc_group(lt_cctx *c, int p)

@@ -433,16 +433,7 @@ int lt_core_omp_threads(int core)
 
 /* ------------------------------------------------------------- buffers */
 
-static size_t dtype_bytes(lt_dtype dt)
-{
-    switch (dt) {
-    case LT_F32: case LT_I32: return 4;
-    case LT_BF16: return 2;
-    case LT_F64: case LT_I64: return 8;
-    case LT_BOOL: return 1;
-    default: return 0;
-    }
-}
+static size_t dtype_bytes(lt_dtype dt) { return lt_dtype_size(dt); }
 
 lt_status lt_buffer_alloc(int core, lt_dtype dt, int64_t numel,
                           lt_buffer **out)

@@ -53,13 +53,14 @@ static lt_status need_attrs(lt_op op, const lt_operand *in, int n,
 
 #define TRY(x) do { lt_status st_ = (x); if (st_ != LT_OK) return st_; } while (0)
 
-static int is_int(lt_dtype d) { return d == LT_I32 || d == LT_I64; }
+static int is_int(lt_dtype d) { return lt_dtype_is_int(d); }
 
 /* -------------------------------------------------------------- dtypes */
 
 static int category(lt_dtype d)
 {
     if (d == LT_BOOL) return 0;
+    if (lt_dtype_is_complex(d)) return 3;
     if (lt_dtype_is_float(d)) return 2;
     return 1;
 }
@@ -69,9 +70,16 @@ static int combine(int higher, int lower)
 {
     if (higher < 0) return lower;
     if (lower < 0) return higher;
-    if (lt_dtype_is_float((lt_dtype)higher)) return higher;
-    if (higher == LT_BOOL || lt_dtype_is_float((lt_dtype)lower))
-        return lt_dtype_promote((lt_dtype)higher, (lt_dtype)lower);
+    lt_dtype h = (lt_dtype)higher, l = (lt_dtype)lower;
+    if (lt_dtype_is_complex(h)) return higher;
+    if (lt_dtype_is_complex(l)) {
+        /* a float keeps its precision: f64 + c64 wrapped -> c128 */
+        if (lt_dtype_is_float(h)) return (int)lt_dtype_promote(h, l);
+        return lower;
+    }
+    if (lt_dtype_is_float(h)) return higher;
+    if (h == LT_BOOL || lt_dtype_is_float(l))
+        return lt_dtype_promote(h, l);
     return higher;
 }
 
@@ -83,15 +91,19 @@ lt_dtype lt_result_type(const lt_operand *in, int n)
         int *slot;
         if (in[i].wrapped) {
             /* wrapped numbers count with the default dtypes */
-            d = category(d) == 2 ? LT_F32 : category(d) == 1 ? LT_I64 : LT_BOOL;
+            int c = category(d);
+            d = c == 3 ? LT_C64 : c == 2 ? LT_F32 : c == 1 ? LT_I64 : LT_BOOL;
             slot = &wrapped;
         } else if (in[i].shape->ndim == 0) {
             slot = &zero;
         } else {
             slot = &dim;
         }
+        if (*slot >= (int)LT_NUM_DTYPES) continue;
         *slot = *slot < 0 ? (int)d : (int)lt_dtype_promote((lt_dtype)*slot, d);
     }
+    if (dim >= (int)LT_NUM_DTYPES || zero >= (int)LT_NUM_DTYPES || wrapped >= (int)LT_NUM_DTYPES)
+        return LT_NUM_DTYPES;
     int r = combine(dim, combine(zero, wrapped));
     return r < 0 ? LT_F32 : (lt_dtype)r;
 }
@@ -159,11 +171,43 @@ lt_status lt_infer_dtype(lt_op op, const lt_operand *in, int n,
             return fail(LT_ERR_DTYPE, op, in, n,
                         "needs a floating dtype, got %s", lt_dtype_name(r));
         break;
+    case LT_DT_REAL:
+        r = in[0].dtype == LT_C64 ? LT_F32 : in[0].dtype == LT_C128 ? LT_F64 :
+            in[0].dtype == LT_C32 ? LT_F16 : LT_NUM_DTYPES;
+        if (r == LT_NUM_DTYPES)
+            return fail(LT_ERR_DTYPE, op, in, n, "needs a complex input");
+        break;
+    case LT_DT_COMPLEX:
+        r = in[0].dtype == LT_F32 ? LT_C64 : in[0].dtype == LT_F64 ? LT_C128 :
+            in[0].dtype == LT_F16 ? LT_C32 : LT_NUM_DTYPES;
+        if (r == LT_NUM_DTYPES)
+            return fail(LT_ERR_DTYPE, op, in, n, "needs an f32, f64 or f16 input");
+        break;
     default:
         return lt_set_error(LT_ERR_INTERNAL, "%s: unknown dtype rule", lt_op_name(op));
     }
+    if ((unsigned)r >= LT_NUM_DTYPES)
+        return fail(LT_ERR_DTYPE, op, in, n, "these dtypes have no common dtype");
     *out = r;
     return LT_OK;
+}
+
+/* Ops that move or select elements without computing on them: the only
+ * ones that take complex and storage-only dtypes (lt_dtype_is_storage_only). */
+static int moves_only(lt_op op)
+{
+    switch (lt_op_kind_of(op)) {
+    case LT_KIND_MOVEMENT: case LT_KIND_CONCAT: case LT_KIND_SCATTER:
+        return 1;
+    default:
+        return op == LT_OP_index_select || op == LT_OP_view_as_real ||
+               op == LT_OP_view_as_complex;
+    }
+}
+
+static int computed_dtype(lt_dtype d)
+{
+    return !lt_dtype_is_complex(d) && !lt_dtype_is_storage_only(d);
 }
 
 lt_status lt_infer(lt_op op, const lt_operand *in, int n, lt_attrs *attrs,
@@ -177,13 +221,36 @@ lt_status lt_infer(lt_op op, const lt_operand *in, int n, lt_attrs *attrs,
     int ar = lt_op_arity(op);
     if (ar >= 0 && n != ar)
         return fail(LT_ERR_ARG, op, in, n, "takes %d inputs, got %d", ar, n);
+    if (!moves_only(op)) {
+        for (int i = 0; i < n; i++)
+            if (!computed_dtype(in[i].dtype))
+                return fail(LT_ERR_DTYPE, op, in, n, "dtype %s is stored on the device but "
+                            "not computed", lt_dtype_name(in[i].dtype));
+        if (lt_op_kind_of(op) == LT_KIND_COLLECTIVE &&
+            (in[0].dtype == LT_U8 || in[0].dtype == LT_I8 || in[0].dtype == LT_I16 ||
+             in[0].dtype == LT_F16))
+            return fail(LT_ERR_DTYPE, op, in, n, "collectives take f32, bf16, f64, i64, i32 "
+                        "or bool tensors");
+    } else {
+        /* moved bytes are never converted to or from these dtypes */
+        int k = op == LT_OP_index_select ? 1 : n;   /* its index is an integer */
+        for (int i = 1; i < k; i++)
+            if (in[i].dtype != in[0].dtype &&
+                (!computed_dtype(in[0].dtype) || !computed_dtype(in[i].dtype)))
+                return fail(LT_ERR_DTYPE, op, in, n, "mixes %s and %s",
+                            lt_dtype_name(in[0].dtype), lt_dtype_name(in[i].dtype));
+    }
     TRY(lt_op_shape_rule(op)(op, in, n, attrs, out_shape));
     if (!lt_shape_fits(out_shape, NULL)) {
         char b[160];
         return fail(LT_ERR_SHAPE, op, in, n, "output shape %s is invalid or too large "
                     "(more than 2^56 elements)", lt_shape_str(out_shape, b, sizeof b));
     }
-    return lt_infer_dtype(op, in, n, attrs, out_dtype);
+    TRY(lt_infer_dtype(op, in, n, attrs, out_dtype));
+    if (!moves_only(op) && !computed_dtype(*out_dtype))
+        return fail(LT_ERR_DTYPE, op, in, n, "dtype %s is stored on the device but not "
+                    "computed", lt_dtype_name(*out_dtype));
+    return LT_OK;
 }
 
 int lt_shape_fits(const lt_shape *s, int64_t *numel)
@@ -1127,5 +1194,29 @@ lt_status lt_shape_rule_reduce_scatter(lt_op op, const lt_operand *in, int n,
                     (long long)s->dims[a->i[1]], (long long)a->i[1], w);
     *out = *s;
     out->dims[a->i[1]] /= w;
+    return LT_OK;
+}
+
+/* ---------------------------------------------------- complex <-> real */
+
+lt_status lt_shape_rule_view_as_real(lt_op op, const lt_operand *in, int n,
+                                     lt_attrs *a, lt_shape *out)
+{
+    if (in[0].shape->ndim >= LT_MAX_DIMS)
+        return fail(LT_ERR_SHAPE, op, in, n, "too many dims (at most %d after adding one)",
+                    LT_MAX_DIMS);
+    *out = *in[0].shape;
+    out->dims[out->ndim++] = 2;
+    return LT_OK;
+}
+
+lt_status lt_shape_rule_view_as_complex(lt_op op, const lt_operand *in, int n,
+                                        lt_attrs *a, lt_shape *out)
+{
+    const lt_shape *s = in[0].shape;
+    if (s->ndim < 1 || s->dims[s->ndim - 1] != 2)
+        return fail(LT_ERR_SHAPE, op, in, n, "the last dim must be of size 2");
+    *out = *s;
+    out->ndim--;
     return LT_OK;
 }

@@ -60,11 +60,13 @@ LT_DECLARE_SHAPE_RULE(nll_bwd)
 LT_DECLARE_SHAPE_RULE(rand)
 LT_DECLARE_SHAPE_RULE(all_gather)
 LT_DECLARE_SHAPE_RULE(reduce_scatter)
+LT_DECLARE_SHAPE_RULE(view_as_real)
+LT_DECLARE_SHAPE_RULE(view_as_complex)
 
 /* Dtype rules of ops.def's dtype column. */
 typedef enum lt_dtype_rule {
     LT_DT_LEAF, LT_DT_PROMOTE, LT_DT_FLOAT, LT_DT_BOOL, LT_DT_I64, LT_DT_SUM,
-    LT_DT_FIRST, LT_DT_WHERE, LT_DT_ATTR, LT_DT_RAND
+    LT_DT_FIRST, LT_DT_WHERE, LT_DT_ATTR, LT_DT_RAND, LT_DT_REAL, LT_DT_COMPLEX
 } lt_dtype_rule;
 
 lt_dtype_rule lt_op_dtype_rule(lt_op op);

@@ -35,6 +35,7 @@ const char *lt_sync_cause_name(lt_sync_cause c)
     case LT_SYNC_VALUE_READ: return "value_read";
     case LT_SYNC_SIZE_LIMIT: return "size_limit";
     case LT_SYNC_EXPLICIT: return "explicit";
+    case LT_SYNC_DYNAMIC_SHAPE: return "dynamic_shape";
     default: return "unknown";
     }
 }

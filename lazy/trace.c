@@ -55,7 +55,7 @@ static lt_status arity_check(lt_op op, int n)
 static int checks_data(lt_op op)
 {
     switch (op) {
-    case LT_OP_index_select: case LT_OP_gather: case LT_OP_scatter_add:
+    case LT_OP_index_select: case LT_OP_gather: case LT_OP_scatter_add: case LT_OP_scatter:
     case LT_OP_embedding_backward: case LT_OP_nll_loss:
     case LT_OP_nll_loss_backward:
         return 1;
@@ -205,21 +205,21 @@ lt_status lt_scalar(int core, double value, lt_dtype dtype, int wrapped,
                             core, r->n_cores);
     if ((unsigned)dtype >= LT_NUM_DTYPES)
         return lt_set_error(LT_ERR_DTYPE, "scalar: invalid dtype %d", (int)dtype);
+    if (lt_dtype_is_complex(dtype) || lt_dtype_is_storage_only(dtype))
+        return lt_set_error(LT_ERR_DTYPE, "scalar: %s scalars are not computed on the device",
+                            lt_dtype_name(dtype));
     if (wrapped && dtype != LT_F64 && dtype != LT_I64 && dtype != LT_BOOL)
         return lt_set_error(LT_ERR_DTYPE,
                             "scalar: a wrapped number must be f64, i64 or bool, got %s",
                             lt_dtype_name(dtype));
-    /* The value as the dtype holds it (2.7 as i64 is 2). */
+    /* The value as the dtype holds it (2.7 as i64 is 2, 300 as u8 is 44):
+     * converted to the dtype and back */
     double v = value;
-    if (dtype == LT_BOOL) v = value != 0;
-    else if (!lt_dtype_is_float(dtype)) {
-        int64_t iv;
-        lt_convert(&value, LT_F64, &iv, LT_I64, 1);   /* trunc, NaN -> 0, saturating */
-        if (dtype == LT_I32) iv = (int32_t)iv;
-        v = (double)iv;
+    if (dtype != LT_F64) {
+        uint64_t slot = 0;
+        lt_convert(&value, LT_F64, &slot, dtype, 1);
+        lt_convert(&slot, dtype, &v, LT_F64, 1);
     }
-    else if (dtype == LT_F32) v = (float)value;
-    else if (dtype == LT_BF16) v = lt_bf16_to_f32(lt_f32_to_bf16((float)value));
     lt_node *n = lt_node_new_scalar(v, lt_storage_dtype(dtype, lt_rt_bf16(r)), core,
                                     wrapped ? LT_NODE_WRAPPED : 0);
     if (!n) return LT_ERR_INTERNAL;

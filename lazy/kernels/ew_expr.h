@@ -25,6 +25,12 @@ static inline int64_t lt_ew_id_i(int64_t a) { return a; }
 #define LT_MINIMUM(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : ((a) < (b) ? (a) : (b)))
 #define LT_CLAMP(x, lo, hi) LT_MINIMUM(LT_MAXIMUM(x, lo), hi)
 
+/* ---- bitwise, on the values as int64 (T is the compute type) ---- */
+#define LT_BITAND(a, b) ((T)((int64_t)(a) & (int64_t)(b)))
+#define LT_BITOR(a, b)  ((T)((int64_t)(a) | (int64_t)(b)))
+#define LT_BITXOR(a, b) ((T)((int64_t)(a) ^ (int64_t)(b)))
+#define LT_BITNOT(a)    ((T)(~(int64_t)(a)))
+
 /* ---- pow ---- */
 static inline int64_t lt_ew_pow_i(int64_t a, int64_t b)
 {

@@ -14,6 +14,7 @@
 #include "ew_expr.h"
 #include "vmath.h"
 #include "par.h"
+#include "../f16.h"
 
 /* The expressions of ops.def name <tgmath.h> functions. For the f32
  * compute type, exp/log/log1p/tanh/erf resolve to vmath.h's vectorisable
@@ -105,12 +106,8 @@ typedef struct lt_fload {
 
 static size_t esize_of(lt_dtype dt)
 {
-    switch (dt) {
-    case LT_F32: case LT_I32: return 4;
-    case LT_BF16: return 2;
-    case LT_F64: case LT_I64: return 8;
-    default: return 1;
-    }
+    size_t n = lt_dtype_size(dt);
+    return n ? n : 1;
 }
 
 static size_t ctype_size(lt_dtype ct) { return ct == LT_F32 ? 4 : 8; }
@@ -121,7 +118,7 @@ lt_dtype lt_fused_ctype(const lt_dtype *dts, int n)
     for (int i = 0; i < n; i++) {
         if (dts[i] == LT_F64)
             f64 = 1;
-        else if (dts[i] == LT_F32 || dts[i] == LT_BF16)
+        else if (dts[i] == LT_F32 || dts[i] == LT_BF16 || dts[i] == LT_F16)
             fl = 1;
     }
     return f64 ? LT_F64 : fl ? LT_F32 : LT_I64;
@@ -194,13 +191,16 @@ int lt_fused_op(lt_fused *f, lt_op op, lt_dtype node_dtype, int a, int b,
                 int c)
 {
     lt_dtype nar = 0xff;
+    int narrow_int = node_dtype == LT_I32 || node_dtype == LT_I16 ||
+                     node_dtype == LT_I8 || node_dtype == LT_U8;
     if (node_dtype == LT_BOOL)
         nar = LT_BOOL;
-    else if ((node_dtype == LT_I64 || node_dtype == LT_I32) &&
-             f->ctype != LT_I64)
+    else if ((node_dtype == LT_I64 || narrow_int) && f->ctype != LT_I64)
         nar = node_dtype;
-    else if (node_dtype == LT_I32)
-        nar = LT_I32;
+    else if (narrow_int)
+        nar = node_dtype;
+    else if (node_dtype == LT_F16 && f->ctype != LT_I64)
+        nar = LT_F16;       /* half values are rounded after every op, like eager */
     else if (node_dtype == LT_F32 && f->ctype == LT_F64)
         nar = LT_F32;
     else if (node_dtype == LT_BF16 && op == LT_OP_cast && f->ctype != LT_I64)

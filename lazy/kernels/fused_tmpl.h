@@ -34,9 +34,11 @@ static void FN(load_run)(T *restrict dst, const char *src, lt_dtype dt,
 #if T_IS_INT                 /* float storage -> integer compute: saturate */
 #define LT_FI(x) lt_fz_f2i(x)
 #define LT_BFI(x) lt_fz_f2i(lt_fz_bf16(x))
+#define LT_HFI(x) lt_fz_f2i(lt_f16_to_f32_inline(x))
 #else
 #define LT_FI(x) (x)
 #define LT_BFI(x) lt_fz_bf16(x)
+#define LT_HFI(x) lt_f16_to_f32_inline(x)
 #endif
         LT_LOAD_CASE(LT_F32, float, LT_FI)
         LT_LOAD_CASE(LT_F64, double, LT_FI)
@@ -44,9 +46,14 @@ static void FN(load_run)(T *restrict dst, const char *src, lt_dtype dt,
         LT_LOAD_CASE(LT_I32, int32_t, LT_ID)
         LT_LOAD_CASE(LT_BOOL, uint8_t, LT_ID)
         LT_LOAD_CASE(LT_BF16, uint16_t, LT_BFI)
+        LT_LOAD_CASE(LT_F16, uint16_t, LT_HFI)
+        LT_LOAD_CASE(LT_U8, uint8_t, LT_ID)
+        LT_LOAD_CASE(LT_I8, int8_t, LT_ID)
+        LT_LOAD_CASE(LT_I16, int16_t, LT_ID)
 #undef LT_ID
 #undef LT_FI
 #undef LT_BFI
+#undef LT_HFI
 #undef LT_LOAD_CASE
     default:
         for (int i = 0; i < n; i++) dst[i] = 0;
@@ -177,8 +184,23 @@ static int FN(exec)(const lt_fused *f, const lt_fload *ld,
             break;
 #if !T_IS_INT
         case LT_I64:
-        case LT_I32:
             for (int i = 0; i < n; i++) d[i] = LT_TRUNC(d[i]);
+            break;
+        case LT_I32:
+            for (int i = 0; i < n; i++) d[i] = (T)(int32_t)lt_fz_f2i(d[i]);
+            break;
+        case LT_I16:
+            for (int i = 0; i < n; i++) d[i] = (T)(int16_t)lt_fz_f2i(d[i]);
+            break;
+        case LT_I8:
+            for (int i = 0; i < n; i++) d[i] = (T)(int8_t)lt_fz_f2i(d[i]);
+            break;
+        case LT_U8:
+            for (int i = 0; i < n; i++) d[i] = (T)(uint8_t)lt_fz_f2i(d[i]);
+            break;
+        case LT_F16:
+            for (int i = 0; i < n; i++)
+                d[i] = (T)lt_f16_to_f32_inline(lt_f16_from_f32((float)d[i]));
             break;
         case LT_F32:
             if (sizeof(T) == 8)
@@ -191,6 +213,15 @@ static int FN(exec)(const lt_fused *f, const lt_fload *ld,
 #else
         case LT_I32:
             for (int i = 0; i < n; i++) d[i] = (T)(int32_t)d[i];
+            break;
+        case LT_I16:
+            for (int i = 0; i < n; i++) d[i] = (T)(int16_t)d[i];
+            break;
+        case LT_I8:
+            for (int i = 0; i < n; i++) d[i] = (T)(int8_t)d[i];
+            break;
+        case LT_U8:
+            for (int i = 0; i < n; i++) d[i] = (T)(uint8_t)d[i];
             break;
 #endif
         default:
@@ -209,12 +240,19 @@ static void FN(store)(const T *restrict src, void *dst, lt_dtype dt, int n)
 #if T_IS_INT
     case LT_I64: { int64_t *p = dst; for (int i = 0; i < n; i++) p[i] = (int64_t)src[i]; break; }
     case LT_I32: { int32_t *p = dst; for (int i = 0; i < n; i++) p[i] = (int32_t)(int64_t)src[i]; break; }
+    case LT_I16: { int16_t *p = dst; for (int i = 0; i < n; i++) p[i] = (int16_t)(int64_t)src[i]; break; }
+    case LT_I8: { int8_t *p = dst; for (int i = 0; i < n; i++) p[i] = (int8_t)(int64_t)src[i]; break; }
+    case LT_U8: { uint8_t *p = dst; for (int i = 0; i < n; i++) p[i] = (uint8_t)(int64_t)src[i]; break; }
 #else
     case LT_I64: { int64_t *p = dst; for (int i = 0; i < n; i++) p[i] = lt_fz_f2i(src[i]); break; }
     case LT_I32: { int32_t *p = dst; for (int i = 0; i < n; i++) p[i] = (int32_t)lt_fz_f2i(src[i]); break; }
+    case LT_I16: { int16_t *p = dst; for (int i = 0; i < n; i++) p[i] = (int16_t)lt_fz_f2i(src[i]); break; }
+    case LT_I8: { int8_t *p = dst; for (int i = 0; i < n; i++) p[i] = (int8_t)lt_fz_f2i(src[i]); break; }
+    case LT_U8: { uint8_t *p = dst; for (int i = 0; i < n; i++) p[i] = (uint8_t)lt_fz_f2i(src[i]); break; }
 #endif
     case LT_BOOL: { uint8_t *p = dst; for (int i = 0; i < n; i++) p[i] = src[i] != 0; break; }
     case LT_BF16: { uint16_t *p = dst; for (int i = 0; i < n; i++) p[i] = lt_fz_to_bf16((float)src[i]); break; }
+    case LT_F16: { uint16_t *p = dst; for (int i = 0; i < n; i++) p[i] = lt_f16_from_f32((float)src[i]); break; }
     default: break;
     }
 }

@@ -1,5 +1,5 @@
 /*
- * lazy/kernels/index.c — index_select, gather, scatter_add,
+ * lazy/kernels/index.c — index_select, gather, scatter_add, scatter,
  * embedding_backward, arange.
  *
  * Every index is validated before anything is read or written: an index
@@ -123,7 +123,7 @@ static lt_status gather(int64_t d, const lt_view *src0, const lt_view *idx0, con
 }
 
 static lt_status scatter_add(int64_t d, const lt_view *base, const lt_view *idx0,
-                             const lt_view *src0, const lt_view *out, int nt)
+                             const lt_view *src0, const lt_view *out, int nt, int replace)
 {
     lt_view idx = as_1d(idx0), src = as_1d(src0);
     lt_view o = kt_contig_view(kt_ptr(out), out->dtype, &out->shape);
@@ -156,7 +156,9 @@ static lt_status scatter_add(int64_t d, const lt_view *base, const lt_view *idx0
         for (int64_t t = 0; t < len; t++) {
             int64_t k = kt_load_i(idx.data, idx.dtype, oi + t * idx.strides[d]);
             int64_t dst = oo + k * o1.strides[d], s = os_ + t * src.strides[d];
-            if (isf)
+            if (replace)
+                kt_cvt(src.data, src.dtype, s, o1.data, out->dtype, dst);
+            else if (isf)
                 kt_store(o1.data, out->dtype, dst,
                          kt_load(o1.data, out->dtype, dst) + kt_load(src.data, src.dtype, s));
             else
@@ -244,7 +246,7 @@ lt_status lt_kernel_index(lt_op op, const lt_attrs *attrs, const lt_view *in, in
 {
     int nt = kt_nthreads(ctx);
     int64_t d = attrs && attrs->n > 0 ? attrs->i[0] : 0;
-    int need = op == LT_OP_scatter_add ? 3 : 2;
+    int need = op == LT_OP_scatter_add || op == LT_OP_scatter ? 3 : 2;
     if (n_in != need)
         return lt_set_error(LT_ERR_INTERNAL, "index kernel: op %d with %d inputs", (int)op, n_in);
     if (op != LT_OP_arange && !kt_is_index(in[1].dtype))
@@ -252,7 +254,8 @@ lt_status lt_kernel_index(lt_op op, const lt_attrs *attrs, const lt_view *in, in
     switch (op) {
     case LT_OP_index_select: return index_select(d, &in[0], &in[1], out, nt);
     case LT_OP_gather: return gather(d, &in[0], &in[1], out, nt);
-    case LT_OP_scatter_add: return scatter_add(d, &in[0], &in[1], &in[2], out, nt);
+    case LT_OP_scatter_add: return scatter_add(d, &in[0], &in[1], &in[2], out, nt, 0);
+    case LT_OP_scatter: return scatter_add(d, &in[0], &in[1], &in[2], out, nt, 1);
     case LT_OP_embedding_backward: return embedding_backward(attrs, &in[0], &in[1], out, nt);
     case LT_OP_arange: return arange(&in[0], &in[1], out, nt);
     default: return lt_set_error(LT_ERR_INTERNAL, "index kernel: unexpected op %d", (int)op);

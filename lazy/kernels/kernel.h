@@ -47,6 +47,7 @@ LT_DECLARE_KERNEL(conv)
 LT_DECLARE_KERNEL(pool)
 LT_DECLARE_KERNEL(norm)
 LT_DECLARE_KERNEL(scan)        /* cumsum, cumprod */
+LT_DECLARE_KERNEL(sort)        /* argsort */
 LT_DECLARE_KERNEL(view)        /* materialise a view: strided copy */
 LT_DECLARE_KERNEL(scatter)
 LT_DECLARE_KERNEL(cat)

@@ -77,6 +77,10 @@ static void copy_run(const void *sb, lt_dtype sdt, int64_t so, int64_t sst,
             return;
         }
         switch (es) {
+        case 16: { const int64_t *s = (const int64_t *)sb + 2 * so; int64_t *d = (int64_t *)db + 2 * dof;
+                   for (int64_t i = 0; i < len; i++) {
+                       d[2 * i * dst] = s[2 * i * sst]; d[2 * i * dst + 1] = s[2 * i * sst + 1];
+                   } return; }
         case 8: { const int64_t *s = (const int64_t *)sb + so; int64_t *d = (int64_t *)db + dof;
                   for (int64_t i = 0; i < len; i++) { d[i * dst] = s[i * sst]; } return; }
         case 4: { const int32_t *s = (const int32_t *)sb + so; int32_t *d = (int32_t *)db + dof;

@@ -16,6 +16,7 @@
 #include <string.h>
 #include "kernel.h"
 #include "vmath.h"   /* lt_vexpf & co: vectorisable f32 math */
+#include "../f16.h"
 
 /* bf16 <-> f32, round to nearest even; NaN stays (quiet) NaN. */
 static inline uint16_t kt_f32_to_bf16(float f)
@@ -41,7 +42,7 @@ static inline size_t kt_dtsize(lt_dtype dt) { return lt_dtype_size(dt); }
 
 static inline int kt_is_float(lt_dtype dt)
 {
-    return dt == LT_F32 || dt == LT_BF16 || dt == LT_F64;
+    return dt == LT_F32 || dt == LT_BF16 || dt == LT_F64 || dt == LT_F16;
 }
 
 static inline int kt_is_index(lt_dtype dt) { return dt == LT_I64 || dt == LT_I32; }
@@ -59,6 +60,10 @@ static inline double kt_load(const void *base, lt_dtype dt, int64_t i)
     case LT_I64: return (double)((const int64_t *)base)[i];
     case LT_I32: return ((const int32_t *)base)[i];
     case LT_BOOL: return ((const uint8_t *)base)[i] != 0;
+    case LT_F16: return lt_f16_to_f32_inline(((const uint16_t *)base)[i]);
+    case LT_U8: return ((const uint8_t *)base)[i];
+    case LT_I8: return ((const int8_t *)base)[i];
+    case LT_I16: return ((const int16_t *)base)[i];
     default: return 0;
     }
 }
@@ -69,6 +74,9 @@ static inline int64_t kt_load_i(const void *base, lt_dtype dt, int64_t i)
     case LT_I64: return ((const int64_t *)base)[i];
     case LT_I32: return ((const int32_t *)base)[i];
     case LT_BOOL: return ((const uint8_t *)base)[i] != 0;
+    case LT_U8: return ((const uint8_t *)base)[i];
+    case LT_I8: return ((const int8_t *)base)[i];
+    case LT_I16: return ((const int16_t *)base)[i];
     default: return (int64_t)kt_load(base, dt, i);
     }
 }
@@ -82,6 +90,10 @@ static inline void kt_store(void *base, lt_dtype dt, int64_t i, double v)
     case LT_I64: ((int64_t *)base)[i] = (int64_t)v; break;
     case LT_I32: ((int32_t *)base)[i] = (int32_t)v; break;
     case LT_BOOL: ((uint8_t *)base)[i] = v != 0; break;
+    case LT_F16: ((uint16_t *)base)[i] = lt_f16_from_f32((float)v); break;
+    case LT_U8: ((uint8_t *)base)[i] = (uint8_t)(int64_t)v; break;
+    case LT_I8: ((int8_t *)base)[i] = (int8_t)(int64_t)v; break;
+    case LT_I16: ((int16_t *)base)[i] = (int16_t)(int64_t)v; break;
     default: break;
     }
 }
@@ -92,6 +104,9 @@ static inline void kt_store_i(void *base, lt_dtype dt, int64_t i, int64_t v)
     case LT_I64: ((int64_t *)base)[i] = v; break;
     case LT_I32: ((int32_t *)base)[i] = (int32_t)v; break;
     case LT_BOOL: ((uint8_t *)base)[i] = v != 0; break;
+    case LT_U8: ((uint8_t *)base)[i] = (uint8_t)v; break;
+    case LT_I8: ((int8_t *)base)[i] = (int8_t)v; break;
+    case LT_I16: ((int16_t *)base)[i] = (int16_t)v; break;
     default: kt_store(base, dt, i, (double)v); break;
     }
 }

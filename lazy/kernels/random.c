@@ -42,7 +42,7 @@ lt_status lt_kernel_random(lt_op op, const lt_attrs *attrs, const lt_view *in, i
         return lt_kutil_dtype_error(op, in, n_in, out);
     uint64_t key = mix64((uint64_t)kt_load_i(in[0].data, in[0].dtype, in[0].offset) ^
                          0x243f6a8885a308d3ull);
-    int bits = out->dtype == LT_F64 ? 53 : out->dtype == LT_F32 ? 24 : 8;
+    int bits = out->dtype == LT_F64 ? 53 : out->dtype == LT_F32 ? 24 : out->dtype == LT_F16 ? 11 : 8;
     int64_t n = kt_numel(&out->shape);
     void *o = kt_ptr(out);
     if (op == LT_OP_rand_uniform) {

@@ -179,8 +179,7 @@ static void finish_store(lt_op op, int is_int, acc_u *acc, int64_t n,
         }
         is_int = 0;
     }
-    size_t es = out->dtype == LT_BF16 ? 2 : out->dtype == LT_BOOL ? 1 :
-                (out->dtype == LT_F32 || out->dtype == LT_I32) ? 4 : 8;
+    size_t es = lt_dtype_size(out->dtype);
     lt_fused_store_block(acc, is_int ? LT_I64 : LT_F64,
                          (char *)out->data + (size_t)(out->offset + o0) * es,
                          out->dtype, (int)n);
@@ -490,7 +489,7 @@ static lt_status run_arg(lt_op op, const lt_reduce_plan *pl,
             if (res[o] < 0)
                 res[o] = 0;
         lt_fused_store_block(res, LT_I64, (char *)out->data +
-                             (size_t)out->offset * (out->dtype == LT_I32 ? 4 : 8),
+                             (size_t)out->offset * lt_dtype_size(out->dtype),
                              out->dtype, (int)n_out);
     }
     free(j.idx);

@@ -5,16 +5,13 @@
  */
 #include <string.h>
 #include "kernel.h"
+#include "kutil.h"
 #include "fused.h"
 
 static size_t esz(lt_dtype dt)
 {
-    switch (dt) {
-    case LT_F32: case LT_I32: return 4;
-    case LT_BF16: return 2;
-    case LT_F64: case LT_I64: return 8;
-    default: return 1;
-    }
+    size_t n = lt_dtype_size(dt);
+    return n ? n : 1;
 }
 
 void lt_contiguous_strides(const lt_shape *s, int64_t *strides)
@@ -71,6 +68,18 @@ lt_status lt_kernel_view(lt_op op, const lt_attrs *attrs, const lt_view *in,
 {
     if (n_in < 1)
         return lt_set_error(LT_ERR_INTERNAL, "view: no input");
+    if (op == LT_OP_view_as_real || op == LT_OP_view_as_complex) {
+        /* out's bytes seen with the input's dtype and shape */
+        lt_view o;
+        memset(&o, 0, sizeof o);
+        o.data = out->data;
+        o.dtype = in[0].dtype;
+        o.shape = in[0].shape;
+        o.offset = op == LT_OP_view_as_complex ? out->offset * 2 : out->offset / 2;
+        lt_contiguous_strides(&o.shape, o.strides);
+        lt_kutil_copy(&in[0], &o, ctx ? ctx->nthreads : 1);
+        return LT_OK;
+    }
     int64_t n = lt_shape_numel(&out->shape);
     if (in[0].dtype == out->dtype && lt_shape_equal(&in[0].shape, &out->shape)
         && lt_view_is_contiguous(&in[0])) {
@@ -78,6 +87,11 @@ lt_status lt_kernel_view(lt_op op, const lt_attrs *attrs, const lt_view *in,
         memcpy((char *)out->data + (size_t)out->offset * es,
                (const char *)in[0].data + (size_t)in[0].offset * es,
                (size_t)n * es);
+        return LT_OK;
+    }
+    if (in[0].dtype == out->dtype && (lt_dtype_is_complex(out->dtype) ||
+                                      lt_dtype_is_storage_only(out->dtype))) {
+        lt_kutil_copy(&in[0], out, ctx ? ctx->nthreads : 1);   /* bytes, strided */
         return LT_OK;
     }
     lt_dtype dts[2] = {in[0].dtype, out->dtype};
@@ -105,6 +119,7 @@ lt_status lt_kernel_view(lt_op op, const lt_attrs *attrs, const lt_view *in,
 #pragma weak lt_kernel_pool
 #pragma weak lt_kernel_norm
 #pragma weak lt_kernel_scan
+#pragma weak lt_kernel_sort
 #pragma weak lt_kernel_scatter
 #pragma weak lt_kernel_cat
 #pragma weak lt_kernel_index
@@ -122,6 +137,7 @@ lt_status lt_kernel_view(lt_op op, const lt_attrs *attrs, const lt_view *in,
 #define LT_KFN_pool lt_kernel_pool
 #define LT_KFN_norm lt_kernel_norm
 #define LT_KFN_scan lt_kernel_scan
+#define LT_KFN_sort lt_kernel_sort
 #define LT_KFN_scatter lt_kernel_scatter
 #define LT_KFN_cat lt_kernel_cat
 #define LT_KFN_index lt_kernel_index

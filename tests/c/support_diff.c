@@ -27,7 +27,7 @@ int64_t dt_rng_int(int64_t lo, int64_t hi) { return lo + (int64_t)(dt_rng_u64() 
 const char *const dt_kind_names[] = {
     "leaf", "unary", "binary", "ternary", "reduce", "matmul", "conv", "pool",
     "norm", "movement", "scatter", "concat", "index", "loss", "random",
-    "collective"};
+    "collective", "bitcast"};
 
 dt_family dt_fam[NKINDS];
 int dt_op_cases[LT_NUM_OPS];
@@ -51,7 +51,7 @@ const lt_op_kind dt_op_kind[] = {
 
 
 
-int dt_is_fl(lt_dtype d) { return d == LT_F32 || d == LT_F64 || d == LT_BF16; }
+int dt_is_fl(lt_dtype d) { return d == LT_F32 || d == LT_F64 || d == LT_BF16 || d == LT_F16; }
 
 double dt_gen_value(int gen, lt_dtype dt, int64_t hi)
 {
@@ -94,8 +94,12 @@ void dt_host_write(void *buf, lt_dtype dt, int64_t i, double v)
         ((uint16_t *)buf)[i] = (uint16_t)(u >> 16);
         break;
     }
+    case LT_F16: ((uint16_t *)buf)[i] = ref_f16_bits(ref_f16_round((float)v)); break;
     case LT_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
     case LT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case LT_I16: ((int16_t *)buf)[i] = (int16_t)v; break;
+    case LT_I8: ((int8_t *)buf)[i] = (int8_t)v; break;
+    case LT_U8: ((uint8_t *)buf)[i] = (uint8_t)(int64_t)v; break;
     case LT_BOOL: ((uint8_t *)buf)[i] = v != 0; break;
     default: break;
     }
@@ -106,7 +110,7 @@ size_t dt_dsize(lt_dtype dt)
     switch (dt) {
     case LT_F32: case LT_I32: return 4;
     case LT_F64: case LT_I64: return 8;
-    case LT_BF16: return 2;
+    case LT_BF16: case LT_F16: case LT_I16: return 2;
     default: return 1;
     }
 }
@@ -128,8 +132,8 @@ void dt_shape_str(const lt_shape *s, char *buf, size_t cap)
 
 const char *dt_dtn(lt_dtype d)
 {
-    static const char *n[] = {"f32", "bf16", "f64", "i64", "i32", "bool"};
-    return (unsigned)d < 6 ? n[d] : "?";
+    static const char *n[] = {"f32", "bf16", "f64", "i64", "i32", "bool", "u8", "i8", "i16", "f16"};
+    return (unsigned)d < 10 ? n[d] : "?";
 }
 
 /* Input modes: how a tensor input reaches the op. */

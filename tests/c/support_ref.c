@@ -68,14 +68,63 @@ float ref_bf16_round(float f)
     return r;
 }
 
+/* IEEE half rounding through frexp/ldexp (independent of the bit tricks in
+ * lazy/f16.h): 11 significant bits, subnormals below 2^-14, inf past 65504. */
+float ref_f16_round(float f)
+{
+    if (isnan(f) || isinf(f) || f == 0) return f;
+    double a = fabs((double)f);
+    int e;
+    frexp(a, &e);                     /* a = m * 2^e, m in [0.5, 1) */
+    int q = e - 11;                   /* quantum exponent for 11 bits */
+    if (q < -24) q = -24;             /* subnormal quantum 2^-24 */
+    double r = nearbyint(ldexp(a, -q));
+    r = ldexp(r, q);
+    if (r > 65504.0) r = INFINITY;
+    return (float)(f < 0 ? -r : r);
+}
+
+/* The half bits of f (f already a half value: ref_f16_round). */
+uint16_t ref_f16_bits(float f)
+{
+    uint16_t sign = signbit(f) ? 0x8000 : 0;
+    double a = fabs((double)f);
+    if (isnan(f)) return 0x7e00;
+    if (isinf(f)) return sign | 0x7c00;
+    if (a == 0) return sign;
+    if (a < ldexp(1.0, -14))                         /* subnormal */
+        return sign | (uint16_t)nearbyint(ldexp(a, 24));
+    int e;
+    double m = frexp(a, &e);                         /* a = m 2^e, m in [0.5, 1) */
+    uint16_t exp = (uint16_t)(e - 1 + 15);
+    uint16_t man = (uint16_t)nearbyint((m * 2 - 1) * 1024);
+    return sign | (uint16_t)(exp << 10) | man;
+}
+
+/* wraps an integer-valued double into [lo, lo + span) */
+static double wrap_int(double v, double span, double lo)
+{
+    if (isnan(v)) return 0;
+    v = trunc(v);
+    if (v >= 9.2233720368547758e18) v = 9.2233720368547758e18 - 1024;
+    if (v <= -9.2233720368547758e18) v = -9.2233720368547758e18;
+    double m = fmod(v - lo, span);
+    if (m < 0) m += span;
+    return m + lo;
+}
+
 double ref_round(double v, lt_dtype dt)
 {
     switch (dt) {
     case LT_F32: return (double)(float)v;
     case LT_BF16: return (double)ref_bf16_round((float)v);
+    case LT_F16: return (double)ref_f16_round((float)v);
     case LT_F64: return v;
-    case LT_I64:
-    case LT_I32: return isnan(v) ? 0 : trunc(v);
+    case LT_I64: return isnan(v) ? 0 : trunc(v);
+    case LT_I32: return wrap_int(v, 4294967296.0, -2147483648.0);
+    case LT_I16: return wrap_int(v, 65536.0, -32768.0);
+    case LT_I8: return wrap_int(v, 256.0, -128.0);
+    case LT_U8: return wrap_int(v, 256.0, 0.0);
     case LT_BOOL: return v != 0;
     default: return v;
     }
@@ -97,29 +146,46 @@ static int64_t ravel(const int64_t *idx, const lt_shape *s)
     return lin;
 }
 
-static int is_float(lt_dtype d) { return d == LT_F32 || d == LT_BF16 || d == LT_F64; }
-
-/* order: bool < i32 < i64 < bf16 < f32 < f64 */
-static int rank(lt_dtype d)
+static int is_float(lt_dtype d)
 {
-    switch (d) {
-    case LT_BOOL: return 0;
-    case LT_I32: return 1;
-    case LT_I64: return 2;
-    case LT_BF16: return 3;
-    case LT_F32: return 4;
-    default: return 5;
-    }
+    return d == LT_F32 || d == LT_BF16 || d == LT_F64 || d == LT_F16;
 }
 
 #define UNDEF ((lt_dtype)-1)
+
+/* PyTorch's type promotion table (torch.promote_types) over the computed
+ * dtypes, written out row by row. */
+enum { P_B, P_U8, P_I8, P_I16, P_I32, P_I64, P_F16, P_BF16, P_F32, P_F64, P_N };
+static int pidx(lt_dtype d)
+{
+    switch (d) {
+    case LT_BOOL: return P_B; case LT_U8: return P_U8; case LT_I8: return P_I8;
+    case LT_I16: return P_I16; case LT_I32: return P_I32; case LT_I64: return P_I64;
+    case LT_F16: return P_F16; case LT_BF16: return P_BF16; case LT_F32: return P_F32;
+    default: return P_F64;
+    }
+}
+static const lt_dtype ptable[P_N][P_N] = {
+    /*          b        u8      i8      i16     i32     i64     f16     bf16    f32     f64 */
+    /* b   */ {LT_BOOL, LT_U8,  LT_I8,  LT_I16, LT_I32, LT_I64, LT_F16, LT_BF16, LT_F32, LT_F64},
+    /* u8  */ {LT_U8,   LT_U8,  LT_I16, LT_I16, LT_I32, LT_I64, LT_F16, LT_BF16, LT_F32, LT_F64},
+    /* i8  */ {LT_I8,   LT_I16, LT_I8,  LT_I16, LT_I32, LT_I64, LT_F16, LT_BF16, LT_F32, LT_F64},
+    /* i16 */ {LT_I16,  LT_I16, LT_I16, LT_I16, LT_I32, LT_I64, LT_F16, LT_BF16, LT_F32, LT_F64},
+    /* i32 */ {LT_I32,  LT_I32, LT_I32, LT_I32, LT_I32, LT_I64, LT_F16, LT_BF16, LT_F32, LT_F64},
+    /* i64 */ {LT_I64,  LT_I64, LT_I64, LT_I64, LT_I64, LT_I64, LT_F16, LT_BF16, LT_F32, LT_F64},
+    /* f16 */ {LT_F16,  LT_F16, LT_F16, LT_F16, LT_F16, LT_F16, LT_F16, LT_F32,  LT_F32, LT_F64},
+    /* bf16*/ {LT_BF16, LT_BF16, LT_BF16, LT_BF16, LT_BF16, LT_BF16, LT_F32, LT_BF16, LT_F32, LT_F64},
+    /* f32 */ {LT_F32,  LT_F32, LT_F32, LT_F32, LT_F32, LT_F32, LT_F32, LT_F32,  LT_F32, LT_F64},
+    /* f64 */ {LT_F64,  LT_F64, LT_F64, LT_F64, LT_F64, LT_F64, LT_F64, LT_F64,  LT_F64, LT_F64},
+};
 
 static lt_dtype promote2(lt_dtype a, lt_dtype b)
 {
     if (a == UNDEF) return b;
     if (b == UNDEF) return a;
-    return rank(a) >= rank(b) ? a : b;
+    return ptable[pidx(a)][pidx(b)];
 }
+
 
 static lt_dtype combine(lt_dtype higher, lt_dtype lower)
 {
@@ -151,7 +217,7 @@ lt_dtype ref_result_type(const ref_array *in, int n)
 /* ---------------------------------------------------- op table readings */
 
 enum { RDT_LEAF, RDT_PROMOTE, RDT_FLOAT, RDT_BOOL, RDT_I64, RDT_SUM,
-       RDT_FIRST, RDT_WHERE, RDT_ATTR, RDT_RAND };
+       RDT_FIRST, RDT_WHERE, RDT_ATTR, RDT_RAND, RDT_REAL, RDT_COMPLEX };
 
 static const int dt_rule[] = {
 #define LT_OP(name, arity, kind, shape, dtype, kernel, expr) RDT_##dtype,
@@ -204,6 +270,11 @@ static lt_dtype out_dtype(lt_op op, const lt_attrs *at, const ref_array *in,
 
 /* The helpers the expr column uses, written here from PyTorch semantics. */
 #define T double
+/* bitwise: two's complement of the truncated values */
+#define LT_BITAND(a, b) ((double)(llround(trunc(a)) & llround(trunc(b))))
+#define LT_BITOR(a, b) ((double)(llround(trunc(a)) | llround(trunc(b))))
+#define LT_BITXOR(a, b) ((double)(llround(trunc(a)) ^ llround(trunc(b))))
+#define LT_BITNOT(a) ((double)(-1 - llround(trunc(a))))
 #define LT_FLOOR(a) floor(a)
 #define LT_CEIL(a) ceil(a)
 #define LT_ROUND(a) nearbyint(a)                 /* half to even */
@@ -710,6 +781,27 @@ static int eval_norm(lt_op op, const lt_attrs *at, const ref_array *in,
                     double z = in[0].v[AT(k)] - mx;
                     out->v[AT(k)] = op == LT_OP_softmax ? exp(z) / sum : z - log(sum);
                 }
+            } else if (op == LT_OP_argsort) {
+                /* insertion sort: stable; NaN above every number */
+                int desc = at->n > 1 && at->i[1];
+                int64_t *ix = malloc((size_t)(L ? L : 1) * sizeof *ix);
+                if (!ix) return fail("ref argsort: out of memory");
+                for (int64_t k = 0; k < L; k++) {
+                    double v = in[0].v[AT(k)];
+                    int64_t j = k;
+                    while (j > 0) {
+                        double u = in[0].v[AT(ix[j - 1])];
+                        int before = isnan(v) || isnan(u)
+                                         ? (desc ? isnan(v) && !isnan(u) : !isnan(v) && isnan(u))
+                                         : (desc ? v > u : v < u);
+                        if (!before) break;
+                        ix[j] = ix[j - 1];
+                        j--;
+                    }
+                    ix[j] = k;
+                }
+                for (int64_t k = 0; k < L; k++) out->v[AT(k)] = (double)ix[k];
+                free(ix);
             } else if (op == LT_OP_cumsum || op == LT_OP_cumprod) {
                 double acc = op == LT_OP_cumsum ? 0 : 1;
                 for (int64_t k = 0; k < L; k++) {
@@ -1022,7 +1114,7 @@ static int eval_index(lt_op op, const lt_attrs *at, const ref_array *in,
         }
         return 0;
     }
-    /* scatter_add (base, idx, src) */
+    /* scatter_add / scatter (base, idx, src) */
     if (ref_array_init(out, in[0].dtype, s)) return -1;
     memcpy(out->v, in[0].v, sizeof(double) * (size_t)numel(s));
     for (int64_t i = 0; i < numel(is); i++) {
@@ -1031,7 +1123,8 @@ static int eval_index(lt_op op, const lt_attrs *at, const ref_array *in,
         if (r < 0 || r >= L) return fail("ref scatter_add: index %lld", (long long)r);
         double sv = in[2].v[ravel(idx, &in[2].shape)];
         if (s->ndim) idx[dim] = r;
-        out->v[ravel(idx, s)] += sv;
+        if (op == LT_OP_scatter) out->v[ravel(idx, s)] = sv;   /* last write wins */
+        else out->v[ravel(idx, s)] += sv;
     }
     for (int64_t i = 0; i < numel(s); i++) out->v[i] = ref_round(out->v[i], out->dtype);
     return 0;

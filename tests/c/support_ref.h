@@ -41,5 +41,8 @@ lt_dtype ref_result_type(const ref_array *in, int n);
 double ref_round(double v, lt_dtype dt);
 /* Independent f32 -> bf16 -> f32 rounding (nearest even, NaN kept). */
 float ref_bf16_round(float f);
+/* IEEE half: the nearest half value (ties to even), and its bits. */
+float ref_f16_round(float f);
+uint16_t ref_f16_bits(float f);
 
 #endif

@@ -151,7 +151,7 @@ static int rank_all_reduce_matrix(lt_world *w, int rank, void *vctx,
 {
     ar_ctx *c = vctx;
     int N = lt_world_size(w);
-    for (int dt = 0; dt < LT_NUM_DTYPES; dt++) {
+    for (int dt = 0; dt <= LT_BOOL; dt++)  /* the collective dtypes */ {
         if (c->only_dtype >= 0 && dt != c->only_dtype) continue;
         for (int red = LT_REDUCE_SUM; red <= LT_REDUCE_OR; red++) {
             if (c->only_reduce >= 0 && red != c->only_reduce) continue;

@@ -91,7 +91,7 @@ static void cases_unary(lt_op op)
     for (int c = 0; c < 4; c++)
         for (int d = 0; d < 3; d++) {
             if (op == LT_OP_cast) {
-                for (int to = 0; to < LT_NUM_DTYPES; to++) {
+                for (int to = 0; to <= LT_F16; to++) {  /* the computed dtypes */
                     at = A(1, to);
                     RUN(op, at, tol, T(shapes[c], dts[d], G_NORM));
                 }
@@ -103,7 +103,7 @@ static void cases_unary(lt_op op)
         int g = ew_gen(op, 0);
         if (g == G_UNIT) g = G_POSINT;
         if (op == LT_OP_cast) {
-            for (int to = 0; to < LT_NUM_DTYPES; to++) {
+            for (int to = 0; to <= LT_F16; to++) {  /* the computed dtypes */
                 at = A(1, to);
                 RUN(op, at, tol, T(D(2, 3, 4), LT_I64, G_NORM));
                 RUN(op, at, tol, T(D(5), LT_BOOL, G_BOOL));
@@ -117,6 +117,23 @@ static void cases_unary(lt_op op)
     if (op == LT_OP_logical_not || op == LT_OP_copy) {
         at = A(0);
         RUN(op, at, tol, T(D(3, 3), LT_BOOL, G_BOOL));
+    }
+    if (op != LT_OP_cast) {
+        tol_t th = {2e-3, 1e-3};
+        at = A(0);
+        RUN(op, at, th, T(D(3, 4), LT_F16, ew_gen(op, 0)));
+        if (ew_int_ok(op)) {
+            int g = ew_gen(op, 0) == G_UNIT ? G_POSINT : ew_gen(op, 0);
+            RUN(op, at, tol, T(D(3, 4), LT_U8, g));
+            RUN(op, at, tol, T(D(3, 4), LT_I16, g));
+        }
+    } else {
+        for (int to = 0; to <= LT_F16; to++) {
+            at = A(1, to);
+            RUN(op, at, tol, T(D(3, 4), LT_U8, G_POSINT));
+            RUN(op, at, tol, T(D(3, 4), LT_I8, G_NORM));
+            RUN(op, at, tol, T(D(3, 4), LT_F16, G_NORM));
+        }
     }
 }
 
@@ -159,6 +176,18 @@ static void cases_binary(lt_op op)
             RUN(op, at, tol, T(D(4), LT_I64, i0), W(3, LT_I64));
             RUN(op, at, tol, T(D(4), LT_I64, i0), W(2.5, LT_F64));  /* int tensor, float scalar */
         }
+        /* the narrow integers wrap like PyTorch's; u8 + i8 -> i16 */
+        RUN(op, at, tol, T(D(3, 4), LT_U8, i0), T(D(3, 4), LT_U8, i1));
+        RUN(op, at, tol, T(D(3, 4), LT_I8, i0), T(D(4), LT_I16, i1));
+        RUN(op, at, tol, T(D(3, 4), LT_U8, i0), T(D(3, 4), LT_I8, i1));
+        if (op != LT_OP_pow) RUN(op, at, tol, T(D(4), LT_U8, i0), W(200, LT_I64));
+    }
+    if (ew_int_ok(op) || !is_transc(op)) {
+        /* half: rounded after the op (eager rounds each op's result) */
+        tol_t th = {2e-3, 1e-3};
+        RUN(op, at, th, T(D(3, 4), LT_F16, g0), T(D(3, 4), LT_F16, g1));
+        RUN(op, at, th, T(D(3, 4), LT_F16, g0), T(D(4), LT_BF16, g1));   /* -> f32 */
+        RUN(op, at, th, T(D(2, 3), LT_F16, g0), W(wv, LT_F64));
     }
     if (op >= LT_OP_logical_and && op <= LT_OP_logical_xor) {
         RUN(op, at, tol, T(D(3, 4), LT_BOOL, G_BOOL), T(D(4), LT_BOOL, G_BOOL));
@@ -347,6 +376,18 @@ static void cases_norm(lt_op op)
     tol_t tol = TOL_TR;
     lt_shape shapes[] = {D(3, 4, 5), D(7), D(1, 9)};
     lt_dtype dts[] = {LT_F32, LT_F64, LT_BF16};
+    if (op == LT_OP_argsort) {   /* ties (ints, bools) check stability */
+        lt_dtype sdts[] = {LT_F32, LT_F64, LT_BF16, LT_I64, LT_I32, LT_BOOL};
+        for (int d = 0; d < 6; d++)
+            for (int s = 0; s < 3; s++)
+                for (int dim = 0; dim < shapes[s].ndim; dim++)
+                    for (int desc = 0; desc < 2; desc++)
+                        RUN(op, A(2, dim, desc), tol,
+                            T(shapes[s], sdts[d], sdts[d] == LT_BOOL ? G_BOOL :
+                                                  sdts[d] == LT_F32 ? G_NAN : G_TIES));
+        RUN(op, A(2, 0, 0), tol, T(D0, LT_F32, G_NORM));
+        return;
+    }
     if (op == LT_OP_cumsum || op == LT_OP_cumprod) {
         lt_dtype sdts[] = {LT_F32, LT_F64, LT_BF16, LT_I64, LT_I32, LT_BOOL};
         for (int d = 0; d < 6; d++)
@@ -499,6 +540,7 @@ static void cases_index(lt_op op)
             RUN(op, A(1, 1), tol, T(D(5, 4), dt, G_NORM), TIDX(D(5, 7), 4));
             break;
         case LT_OP_scatter_add:
+        case LT_OP_scatter:
             RUN(op, A(1, 1), tol, T(D(4, 5, 6), dt, G_NORM), TIDX(D(4, 3, 6), 5),
                 T(D(4, 3, 6), dt, G_NORM));
             RUN(op, A(1, 0), tol, T(D(4, 5, 6), dt, G_NORM), TIDX(D(2, 5, 3), 4),
@@ -754,7 +796,9 @@ static void cases_large(lt_op op)
          * however small the result; hence atol 1e-4 here (not for the forward) */
         tol_t bt = {1e-4, 1e-4};
         for (int dim = 0; dim < 2; dim++) {
-            if (op == LT_OP_cumsum || op == LT_OP_cumprod)
+            if (op == LT_OP_argsort)
+                BIG(op, A(2, dim, dim), TOL_TR, T(D(200, 300), f, G_NORM));
+            else if (op == LT_OP_cumsum || op == LT_OP_cumprod)
                 BIG(op, A(1, dim), TOL_TR, T(D(200, 300), f, op == LT_OP_cumprod ? G_UNIT : G_NORM));
             else if (op == LT_OP_softmax || op == LT_OP_log_softmax)
                 BIG(op, A(1, dim), TOL_TR, T(D(200, 300), f, G_NORM));
@@ -794,7 +838,7 @@ static void cases_large(lt_op op)
     case LT_KIND_INDEX:
         if (op == LT_OP_index_select) BIG(op, A(1, 0), TOL, T(D(200, 300), f, G_NORM), TIDX(D(250), 200));
         else if (op == LT_OP_gather) BIG(op, A(1, 1), TOL, T(D(200, 300), f, G_NORM), TIDX(D(200, 250), 300));
-        else if (op == LT_OP_scatter_add)
+        else if (op == LT_OP_scatter_add || op == LT_OP_scatter)
             BIG(op, A(1, 1), TOL, T(D(200, 300), f, G_NORM), TIDX(D(200, 250), 300), T(D(200, 250), f, G_NORM));
         else if (op == LT_OP_embedding_backward)
             BIG(op, A(2, 500, 0), TOL, T(D(64, 30, 40), f, G_NORM), TIDX(D(64, 30), 500));
@@ -806,6 +850,65 @@ static void cases_large(lt_op op)
         break;
     default: break;
     }
+}
+
+/* view_as_real / view_as_complex: the reference is the element bytes
+ * themselves ([.., 2] floats are (re, im) pairs). Inputs are contiguous,
+ * transposed (a permute folded into the kernel's view) and sliced. */
+static void cases_bitcast(lt_op op)
+{
+    int k = dt_op_kind[op];
+    const int64_t R = 6, C = 5;
+    float *buf = malloc((size_t)(R * C * 2) * sizeof(float));
+    float *got = malloc((size_t)(R * C * 2) * sizeof(float));
+    for (int64_t i = 0; i < R * C * 2; i++) buf[i] = (float)dt_rng_range(-3, 3);
+    for (int mode = 0; mode < 3; mode++) {
+        dt_fam[k].cases++;
+        dt_op_cases[op]++;
+        int bad = 0;
+        /* complex [R, C] (as raw pairs) or float [R, C, 2] */
+        lt_dtype dt = op == LT_OP_view_as_real ? LT_C64 : LT_F32;
+        lt_shape s = op == LT_OP_view_as_real ? lt_shape_make(2, (int64_t[]){R, C})
+                                              : lt_shape_make(3, (int64_t[]){R, C, 2});
+        lt_tensor *x = NULL, *v = NULL, *y = NULL;
+        bad |= lt_tensor_from_host(0, buf, dt, &s, &x) != LT_OK;
+        /* the element (r, c) of the view: contiguous, transposed [C, R], or rows 1.. */
+        int64_t vr = mode == 1 ? C : mode == 2 ? R - 1 : R, vc = mode == 1 ? R : C;
+        lt_attrs a;
+        memset(&a, 0, sizeof a);
+        if (!bad && mode == 1) {
+            a.n = s.ndim;
+            a.i[0] = 1; a.i[1] = 0; a.i[2] = 2;
+            bad |= lt_trace1(LT_OP_permute, x, &a, &v) != LT_OK;
+        } else if (!bad && mode == 2) {
+            a.n = 4; a.i[0] = 0; a.i[1] = 1; a.i[2] = R; a.i[3] = 1;
+            bad |= lt_trace1(LT_OP_slice, x, &a, &v) != LT_OK;
+        } else if (!bad) {
+            v = lt_tensor_retain(x);
+        }
+        if (!bad) bad |= lt_trace1(op, v, NULL, &y) != LT_OK;
+        if (!bad) bad |= lt_tensor_to_host(y, got, op == LT_OP_view_as_real ? LT_F32 : LT_C64) != LT_OK;
+        if (!bad) {
+            const lt_shape *ys = lt_tensor_shape(y);
+            int want_nd = op == LT_OP_view_as_real ? 3 : 2;
+            bad |= ys->ndim != want_nd || ys->dims[0] != vr || ys->dims[1] != vc;
+            for (int64_t i = 0; !bad && i < vr; i++)
+                for (int64_t j = 0; j < vc; j++) {
+                    int64_t r = mode == 1 ? j : mode == 2 ? i + 1 : i, c = mode == 1 ? i : j;
+                    for (int p = 0; p < 2; p++)
+                        if (got[(i * vc + j) * 2 + p] != buf[(r * C + c) * 2 + p]) bad = 1;
+                }
+        }
+        if (bad) {
+            printf("FAIL %s mode %d: %s\n", dt_op_names[op], mode, lt_last_error());
+            dt_fam[k].failed++;
+        }
+        lt_tensor_release(x);
+        lt_tensor_release(v);
+        lt_tensor_release(y);
+    }
+    free(buf);
+    free(got);
 }
 
 /* -------------------------------------------------------- the tests */
@@ -829,6 +932,7 @@ static void cases_for(lt_op op)
     case LT_KIND_LOSS: cases_loss(op); break;
     case LT_KIND_RANDOM: cases_random(op); break;
     case LT_KIND_COLLECTIVE: cases_collective(op); break;
+    case LT_KIND_BITCAST: cases_bitcast(op); break;
     }
     if (!dt_bf16_mode) cases_large(op);
 }

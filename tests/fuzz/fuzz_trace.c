@@ -258,7 +258,7 @@ static void act_trace(fz *f)
 
 static const lt_sync_cause causes[LT_NUM_SYNC_CAUSES] = {
     LT_SYNC_MARK_STEP, LT_SYNC_OPTIMIZER_STEP, LT_SYNC_LOADER_STEP,
-    LT_SYNC_VALUE_READ, LT_SYNC_SIZE_LIMIT, LT_SYNC_EXPLICIT};
+    LT_SYNC_VALUE_READ, LT_SYNC_SIZE_LIMIT, LT_SYNC_EXPLICIT, LT_SYNC_DYNAMIC_SHAPE};
 
 static void act_sync(fz *f)
 {

@@ -124,42 +124,42 @@ def test_item_in_loop_warns(dev, quiet_debug):
 
 # --------------------------------------------------------- CPU fallback op
 
-def count_nonzero_calls(report):
-    m = re.search(r"^aten::nonzero: (\d+) calls?", report, re.M)
+def count_unique_calls(report):
+    m = re.search(r"^aten::_unique2: (\d+) calls?", report, re.M)
     return int(m.group(1)) if m else 0
 
 
-def uses_nonzero(x):
-    return torch.nonzero(x > 0)  # falls back
+def uses_unique(x):
+    return torch.unique(x)  # falls back
 
 
 def test_fallback_section(dev, quiet_debug):
-    before = count_nonzero_calls(dbg.fallback_report())
+    before = count_unique_calls(dbg.fallback_report())
     x = torch.tensor([0.5, -1.0, 2.0, 0.0, 3.0]).to(dev)
     for _ in range(3):
-        idx = uses_nonzero(x)
+        idx = uses_unique(x)
         lazytpu.mark_step()
     assert idx.device.type == "lazytpu"
-    assert idx.cpu().flatten().tolist() == [0, 2, 4]
+    assert idx.cpu().flatten().tolist() == [-1.0, 0.0, 0.5, 2.0, 3.0]
     for _ in range(3):                      # step boundaries evaluate the warnings
         lazytpu.mark_step()
     fb = dbg.fallback_report()
     assert fb.startswith("== fallback ==\n"), fb
-    assert count_nonzero_calls(fb) == before + 3, fb
-    line = [ln for ln in fb.splitlines() if ln.startswith("aten::nonzero:")][0]
-    frame = "%s:%d in uses_nonzero" % (ME, line_of(uses_nonzero, "# falls back"))
+    assert count_unique_calls(fb) == before + 3, fb
+    line = [ln for ln in fb.splitlines() if ln.startswith("aten::_unique2:")][0]
+    frame = "%s:%d in uses_unique" % (ME, line_of(uses_unique, "# falls back"))
     assert frame in line, line
     assert re.search(r"calls, (\d+(m|s|ms))*\d+\.\d{3}us total", line), line   # e.g. 918.607us
     hint = fb.splitlines()[fb.splitlines().index(line) + 1]
-    assert hint.startswith("  hint: output size depends on the data; use torch.where")
+    assert hint.startswith("  hint: output size depends on the data; compute it once")
     # the same section ends the full report, once
     rep = met.metrics_report()
     assert rep.count("== fallback ==") == 1 and line.split(",")[0] in rep
     assert "ran on the CPU (no lazytpu kernel)" not in rep     # old note lines are gone
-    assert (met.counter_value("aten::nonzero") or 0) >= 3
-    if before == 0:   # first nonzero of this process: a warning names it
+    assert (met.counter_value("aten::_unique2") or 0) >= 3
+    if before == 0:   # first unique of this process: a warning names it
         ws = [w for w in dbg.take_warnings() if "new CPU fallback ops" in w]
-        assert ws and "aten::nonzero (at %s" % frame in ws[0], ws
+        assert ws and "aten::_unique2 (at %s" % frame in ws[0], ws
 
 
 # --------------------------------------------------------------- graph dumps
@@ -258,7 +258,7 @@ def train(loader, epochs):
             opt.step()
             lazytpu.mark_step()  # STEP
 train(torch.utils.data.DataLoader(ds, batch_size=16), 2)   # 16, 16, 8
-idx = torch.nonzero(torch.randn(6).to(dev) > 0)             # a CPU fallback
+idx = torch.unique(torch.randn(6).to(dev))                  # a CPU fallback
 print("LOSS", model(torch.randn(2, 20).to(dev)).sum().item())
 for x, y in MpDeviceLoader(torch.utils.data.DataLoader(ds, batch_size=10), dev):
     with lazytpu.debug.trace_span("my_span"):
@@ -279,16 +279,16 @@ def test_trace_graphs_and_plot(tmp_path):
     evs = [e for e in data["traceEvents"] if e.get("ph") == "X"]
     names = {e["name"] for e in evs}
     for want in ("compile", "execute", "sync", "trace", "transfer_to_device",
-                 "transfer_from_device", "aten::nonzero", "loader_wait", "my_span"):
+                 "transfer_from_device", "aten::_unique2", "loader_wait", "my_span"):
         assert want in names, (want, sorted(names))
     assert all(e["tid"] == 0 for e in evs if e["name"] == "execute")
-    assert {e["cat"] for e in evs if e["name"] == "aten::nonzero"} == {"fallback"}
+    assert {e["cat"] for e in evs if e["name"] == "aten::_unique2"} == {"fallback"}
     causes = {(e.get("args") or {}).get("cause") for e in evs if e["name"] == "sync"}
     assert {"mark_step", "value_read", "loader_step"} <= causes, causes
     assert all(e["dur"] >= 0 and e["ts"] > 0 for e in evs)
     # LAZYTPU_DEBUG=1 set before import: the next step boundaries name the fallback
-    nz_line = [i + 1 for i, ln in enumerate(TRACE_SCRIPT.splitlines()) if "torch.nonzero" in ln][0]
-    assert ("lazytpu: warning: new CPU fallback ops: aten::nonzero (at script.py:%d in <module>"
+    nz_line = [i + 1 for i, ln in enumerate(TRACE_SCRIPT.splitlines()) if "torch.unique" in ln][0]
+    assert ("lazytpu: warning: new CPU fallback ops: aten::_unique2 (at script.py:%d in <module>"
             % nz_line) in p.stderr, p.stderr[-2000:]
     # graph dumps name the sync cause and the user's line
     g = graphs.read_text()
@@ -301,7 +301,7 @@ def test_trace_graphs_and_plot(tmp_path):
     assert len(steps) >= 6 + 3, [s["cause"] for s in steps]    # 6 mark_steps, loader steps
     assert sum(s["compiles"] for s in steps) >= 3
     assert steps[0]["compiles"] >= 1 and all(s["wall_ms"] >= 0 for s in steps)
-    assert any("aten::nonzero" in s["fallbacks"] for s in steps)
+    assert any("aten::_unique2" in s["fallbacks"] for s in steps)
     assert any(s["value_reads"] for s in steps)
     png = tmp_path / "steps.png"
     out = dbg.plot_steps(str(trace), str(png))
