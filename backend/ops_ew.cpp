@@ -130,7 +130,7 @@ int64_t arange_len(const c10::Scalar &start, const c10::Scalar &end, const c10::
   TORCH_CHECK(st != 0, "step must be nonzero");
   TORCH_CHECK(std::isfinite(s) && std::isfinite(e), "unsupported range: ", s, " -> ", e);
   TORCH_CHECK((st > 0 && e >= s) || (st < 0 && e <= s),
-              "upper bound and larger bound inconsistent with step sign");
+              "upper bound and lower bound inconsistent with step sign");
   if (!is_float && start.isIntegral(true) && end.isIntegral(true) && step.isIntegral(true)) {
     int64_t a = start.toLong(), b = end.toLong(), c = step.toLong();
     return c > 0 ? (b - a + c - 1) / c : (a - b - c - 1) / -c;

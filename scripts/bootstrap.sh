@@ -20,7 +20,7 @@ PKGS=(
   python3-dev
   dataset-fashion-mnist
 )
-PY_REQS=(torch==2.13.0 numpy pytest hypothesis matplotlib wheel "setuptools>=64")
+PY_REQS=(torch==2.13.0 numpy pytest hypothesis expecttest matplotlib wheel "setuptools>=64")
 # The frameworks lazytpu integrates with (lazytpu.lightning, lazytpu.keras).
 # Their metadata admits torch 2.13 (lightning 2.6.6: torch>=2.1,<4.0; keras
 # has no torch requirement), and they are installed in a second step with

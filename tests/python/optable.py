@@ -1085,6 +1085,65 @@ DEVICE = _Device()
 HAND = {"cast", "leaky_relu", "where", "clamp", "lerp"} | set(VIA)
 
 
+@entry("sort", covers=["argsort"], tol=1.0)
+def _sort(draw):
+    x = draw(tensors(dtype=draw(st.sampled_from([torch.float32, torch.float64, torch.int64,
+                                                 torch.int32])), grad=False))
+    nd = len(x.shape)
+    d = draw(st.integers(-max(nd, 1), max(nd, 1) - 1))
+    desc_ = draw(st.booleans())
+    which = draw(st.sampled_from(["sort", "argsort", "topk"]))
+    if which == "sort":
+        fn = lambda t: torch.sort(t, dim=d, descending=desc_, stable=True)   # noqa: E731
+    elif which == "argsort":
+        fn = lambda t: torch.argsort(t, dim=d, descending=desc_, stable=True)   # noqa: E731
+    else:
+        k = draw(st.integers(0, 3))
+        fn = lambda t: torch.topk(t, k, dim=d, largest=desc_, sorted=True).values   # noqa: E731
+    return Case("sort", fn, [x], grad=False, desc="%s dim=%d descending=%s" % (which, d, desc_),
+                names=(which, "sort", "topk", "Dimension out of range", "selected index k",
+                       "out of range"))
+
+
+@entry("bitwise", covers=["bit_and", "bit_or", "bit_xor", "bit_not"])
+def _bitwise(draw):
+    dt = draw(st.sampled_from([torch.int64, torch.int32, torch.bool]))
+    x = draw(tensors(dtype=dt, grad=False))
+    which = draw(st.sampled_from(["bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"]))
+    if which == "bitwise_not":
+        return Case("bitwise", torch.bitwise_not, [x], grad=False, desc=which,
+                    names=(which,))
+    y = draw(tensors(shape=broadcast_partner(draw, x.shape), dtype=dt, grad=False))
+    fn = getattr(torch, which)
+    return Case("bitwise", fn, [x, y], grad=False, desc=which,
+                names=(which, "size", "shape", "broadcast"))
+
+
+@entry("scatter", covers=["scatter"])
+def _scatter(draw):
+    x = draw(tensors(shapes(min_dims=1, max_dims=3, large=False), dtype=torch.float32))
+    s = list(x.shape)
+    nd = len(s)
+    d = draw(st.integers(-nd, nd - 1))
+    ishape = [draw(st.integers(0, n)) for n in s]
+    hi = max(s[d] - 1, 0)
+    idx = draw(tensors(shape=ishape, dtype=torch.int64, lo=0, hi=hi, view=False, grad=False))
+    src = draw(tensors(shape=ishape, dtype=torch.float32))
+    # duplicates in the index make eager's winner unspecified; use a value, as scatter.value
+    v = draw(st.sampled_from([0.0, 1.5, -2.0]))
+    return Case("scatter", lambda t, i: torch.scatter(t, d, i, v), [x, idx],
+                desc="scatter.value dim=%d" % d, names=("scatter", "index", "size", "out of"))
+
+
+@entry("complex_views", covers=["view_as_complex", "view_as_real"])
+def _complex_views(draw):
+    shp = draw(shapes(max_dims=3, large=False)) + [2]
+    x = draw(tensors(shape=shp, dtype=torch.float32, view=False, grad=False))
+    return Case("complex_views", lambda t: torch.view_as_real(torch.view_as_complex(t) * 1),
+                [x], grad=False, desc="view_as_real(view_as_complex(x))",
+                names=("view_as_complex", "view_as_real", "stride"))
+
+
 def table():
     """{entry name: (covers, strategy, tol)}: the hand-written entries and
     the ones derived from ops.def."""
