@@ -45,8 +45,8 @@ size_t lt_program_scratch_bytes(const lt_program *p);
 /* Kernel count after fusion (for tests/metrics). */
 int lt_program_n_kernels(const lt_program *p);
 
-/* Everything one execution needs. Buffers are owned references that the
- * executor releases in lt_exec_args_free. */
+/* Everything one execution needs. Buffers are owned references, released
+ * (with the arrays) by lt_exec_args_free. */
 typedef struct lt_exec_args {
     int n_params;
     lt_buffer **param_bufs;   /* data params (NULL for scalar params) */
@@ -62,6 +62,11 @@ typedef struct lt_exec_args {
     int *failed_node;         /* out (optional): on failure, the position in
                                  nodes of the failing step's node, or -1 */
 } lt_exec_args;
+
+/* Releases the buffers args holds (params, outputs, scratch), frees its
+ * arrays and zeroes it; the borrowed fields are left alone. Safe on a
+ * zeroed or already-freed args. */
+void lt_exec_args_free(lt_exec_args *args);
 
 /* Runs p with args on the calling thread (the core's worker), using the
  * core's OpenMP budget. Returns LT_OK or an error whose message is the

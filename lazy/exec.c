@@ -134,6 +134,19 @@ static void abstain_from(const lt_program *p, int from, const char *reason)
     lt_set_error(LT_OK, "%s", msg);
 }
 
+void lt_exec_args_free(lt_exec_args *a)
+{
+    if (a->param_bufs)
+        for (int j = 0; j < a->n_params; j++) lt_buffer_release(a->param_bufs[j]);
+    if (a->out_bufs)
+        for (int k = 0; k < a->n_outputs; k++) lt_buffer_release(a->out_bufs[k]);
+    lt_buffer_release(a->scratch);
+    free(a->param_bufs);
+    free(a->param_values);
+    free(a->out_bufs);
+    memset(a, 0, sizeof *a);
+}
+
 void lt_program_abstain(const lt_program *p, const char *reason)
 {
     abstain_from(p, 0, reason);

@@ -403,19 +403,6 @@ typedef struct replay_job {
     lt_exec_args args;
 } replay_job;
 
-static void args_release(lt_exec_args *a)
-{
-    if (a->param_bufs)
-        for (int j = 0; j < a->n_params; j++) lt_buffer_release(a->param_bufs[j]);
-    if (a->out_bufs)
-        for (int k = 0; k < a->n_outputs; k++) lt_buffer_release(a->out_bufs[k]);
-    lt_buffer_release(a->scratch);
-    free(a->param_bufs);
-    free(a->param_values);
-    free(a->out_bufs);
-    memset(a, 0, sizeof *a);
-}
-
 static lt_status job_run(lt_job *job, int core)
 {
     replay_job *j = (replay_job *)job;
@@ -445,7 +432,7 @@ static void job_fail(lt_job *job, lt_fault *f)
 static void job_done(lt_job *job)
 {
     replay_job *j = (replay_job *)job;
-    args_release(&j->args);
+    lt_exec_args_free(&j->args);
     lt_replay_release(j->r);
     free(j);
 }
@@ -665,7 +652,7 @@ fail:
     for (int k = 0; k < no; k++) lt_node_release(outn[k]);
     free(outn);
     free(fresh);
-    args_release(a);
+    lt_exec_args_free(a);
     free(job);
     return st;
 }

@@ -57,19 +57,6 @@ typedef struct sync_job {
     int failed_node;               /* lt_exec_args.failed_node */
 } sync_job;
 
-static void exec_args_release(lt_exec_args *a)
-{
-    if (a->param_bufs)
-        for (int j = 0; j < a->n_params; j++) lt_buffer_release(a->param_bufs[j]);
-    if (a->out_bufs)
-        for (int k = 0; k < a->n_outputs; k++) lt_buffer_release(a->out_bufs[k]);
-    lt_buffer_release(a->scratch);
-    free(a->param_bufs);
-    free(a->param_values);
-    free(a->out_bufs);
-    memset(a, 0, sizeof *a);
-}
-
 static lt_status job_run(lt_job *job, int core)
 {
     sync_job *j = (sync_job *)job;
@@ -114,7 +101,7 @@ static void job_done(lt_job *job)
 {
     sync_job *j = (sync_job *)job;
     free(j->frame);
-    exec_args_release(&j->args);
+    lt_exec_args_free(&j->args);
     for (int i = j->n_nodes - 1; i >= 0; i--) lt_node_release(j->nodes[i]);
     free(j->nodes);
     lt_program_release(j->prog);
@@ -142,7 +129,7 @@ static int graph_is_closed(const lt_graph *g, const int *expect)
 static lt_status fail_cleanup(lt_status st, lt_graph *g, lt_program *p,
                               lt_exec_args *a, lt_node **roots, int n)
 {
-    exec_args_release(a);
+    lt_exec_args_free(a);
     lt_program_release(p);
     lt_graph_free(g);
     for (int i = 0; i < n; i++) lt_node_release(roots[i]);
