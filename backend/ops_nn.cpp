@@ -403,6 +403,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_native_batch_norm_backward(
 
 /* ---------------------------------------------------------- layer norm */
 
+/* Fused kernels (lazy/kernels/layernorm.c): y in one pass over x; mean
+ * and rstd from a separate stats op, which a lazy graph computes only when
+ * the backward (or the caller) reads them; the backward one pass for the
+ * input's grad and one for the affine grads (both from the saved stats:
+ * native_layer_norm_backward gets no eps). */
 std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_native_layer_norm(
     const at::Tensor &input, c10::SymIntArrayRef normalized_shape,
     const c10::optional<at::Tensor> &weight, const c10::optional<at::Tensor> &bias, double eps) {
@@ -412,18 +417,29 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_native_layer_norm(
   TORCH_CHECK(k >= 1 && k <= nd && input.sizes().slice(nd - k).vec() == ns,
               "Given normalized_shape=", c10::IntArrayRef(ns), ", expected input with shape "
               "[*, ", c10::IntArrayRef(ns), "], but got input of size", input.sizes());
-  std::vector<int64_t> dims;
-  for (int64_t i = nd - k; i < nd; i++) dims.push_back(i);
   Ref x = operand(input, core);
-  Ref mean = reduce(LT_OP_mean, x.get(), dims, true);
-  Ref xc = trace(LT_OP_sub, {x.get(), mean.get()});
-  Ref var = reduce(LT_OP_mean, trace(LT_OP_mul, {xc.get(), xc.get()}).get(), dims, true);
-  Ref rstd = add_eps_rsqrt(var.get(), eps);
-  Ref y = trace(LT_OP_mul, {xc.get(), rstd.get()});
   Ref w = opt_operand(weight, core), b = opt_operand(bias, core);
-  if (w) y = trace(LT_OP_mul, {y.get(), w.get()});
-  if (b) y = trace(LT_OP_add, {y.get(), b.get()});
-  return std::make_tuple(wrap(std::move(y)), wrap(std::move(mean)), wrap(std::move(rstd)));
+  std::vector<lt_tensor *> in{x.get()};
+  if (w) in.push_back(w.get());
+  if (b) in.push_back(b.get());
+  lt_attrs a = attrs_of({k, w ? 1 : 0, b ? 1 : 0});
+  a.f[0] = eps;
+  Ref y = trace_n(LT_OP_layer_norm, in, &a);
+  lt_attrs sa = attrs_of({k});
+  sa.f[0] = eps;
+  Ref stats = trace(LT_OP_layer_norm_stats, {x.get()}, &sa);
+  /* mean, rstd: [*leading, 1 (k times)], in the parameters' dtype when
+   * they are wider than a bf16 input (eager's mixed-type rule) */
+  std::vector<int64_t> ss;
+  for (int64_t i = 0; i < nd; i++) ss.push_back(i < nd - k ? input.size(i) : 1);
+  lt_dtype pdt = w ? w.dtype() : b ? b.dtype() : x.dtype();
+  lt_dtype sdt = x.dtype() == LT_BF16 && pdt == LT_F32 ? LT_F32 : x.dtype();
+  auto part = [&](int64_t which) {
+    lt_attrs sel = attrs_of({0, which});
+    Ref r = reshape(trace(LT_OP_select, {stats.get()}, &sel).get(), ss);
+    return wrap(cast(r.get(), sdt));
+  };
+  return std::make_tuple(wrap(std::move(y)), part(0), part(1));
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_native_layer_norm_backward(
@@ -432,28 +448,31 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_native_layer_norm_backward(
     const c10::optional<at::Tensor> &bias, std::array<bool, 3> mask) {
   int core = common_core({&grad_out, &input, &mean_t, &rstd_t});
   int64_t nd = input.dim(), k = (int64_t)normalized_shape.size();
-  std::vector<int64_t> ndims, lead;
-  for (int64_t i = 0; i < nd; i++) (i >= nd - k ? ndims : lead).push_back(i);
+  TORCH_CHECK(k >= 1 && k <= nd, "layer_norm backward: bad normalized_shape");
   Ref g = operand(grad_out, core), x = operand(input, core);
   Ref mean = operand(mean_t, core), rstd = operand(rstd_t, core);
   Ref w = opt_operand(weight, core);
-  Ref xhat = trace(LT_OP_mul, {trace(LT_OP_sub, {x.get(), mean.get()}).get(), rstd.get()});
   at::Tensor gi, gw, gb;
   if (mask[0]) {
-    Ref gw_ = w ? trace(LT_OP_mul, {g.get(), w.get()}) : Ref::borrow(g.get());
-    Ref m1 = reduce(LT_OP_mean, gw_.get(), ndims, true);
-    Ref m2 = reduce(LT_OP_mean, trace(LT_OP_mul, {gw_.get(), xhat.get()}).get(), ndims, true);
-    Ref d = trace(LT_OP_sub, {trace(LT_OP_sub, {gw_.get(), m1.get()}).get(),
-                              trace(LT_OP_mul, {xhat.get(), m2.get()}).get()});
-    gi = wrap(trace(LT_OP_mul, {d.get(), rstd.get()}));
+    std::vector<lt_tensor *> in{g.get(), x.get(), mean.get(), rstd.get()};
+    if (w) in.push_back(w.get());
+    lt_attrs a = attrs_of({k, w ? 1 : 0});
+    gi = wrap(trace_n(LT_OP_layer_norm_backward, in, &a));
   }
-  if (mask[1] && weight && weight->defined()) {
-    Ref p = trace(LT_OP_mul, {g.get(), xhat.get()});
-    gw = wrap(lead.empty() ? fresh(std::move(p), {}) : reduce(LT_OP_sum, p.get(), lead, false));
+  bool want_w = mask[1] && weight && weight->defined();
+  bool want_b = mask[2] && bias && bias->defined();
+  if (want_w || want_b) {
+    lt_attrs a = attrs_of({k});
+    Ref both = trace(LT_OP_layer_norm_backward_affine,
+                     {g.get(), x.get(), mean.get(), rstd.get()}, &a);
+    auto part = [&](int64_t which, const at::Tensor &like) {
+      lt_attrs sel = attrs_of({0, which});
+      return wrap(cast(trace(LT_OP_select, {both.get()}, &sel).get(),
+                       to_lt_dtype(like.scalar_type())));
+    };
+    if (want_w) gw = part(0, *weight);
+    if (want_b) gb = part(1, *bias);
   }
-  if (mask[2] && bias && bias->defined())
-    gb = wrap(lead.empty() ? fresh(Ref::borrow(g.get()), {g.get()})
-                           : reduce(LT_OP_sum, g.get(), lead, false));
   return std::make_tuple(gi, gw, gb);
 }
 

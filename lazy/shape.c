@@ -331,6 +331,60 @@ static lt_status check_dim(lt_op op, const lt_operand *in, int n, int64_t dim,
     return LT_OK;
 }
 
+/* layer_norm (x [, w [, b]]), layer_norm_backward (grad, x, mean, rstd
+ * [, w]): x's shape; layer_norm_stats (x): [2, *leading];
+ * layer_norm_backward_affine (grad, x, mean, rstd): [2, *normalized].
+ * i[0] = k normalized (last) dims; w and b hold the normalized shape's
+ * elements, mean and rstd one per row; grad has x's shape; float dtypes. */
+lt_status lt_shape_rule_lnorm(lt_op op, const lt_operand *in, int n,
+                              lt_attrs *a, lt_shape *out)
+{
+    int fwd = op == LT_OP_layer_norm, stats = op == LT_OP_layer_norm_stats;
+    int aff = op == LT_OP_layer_norm_backward_affine, bwd = !fwd && !stats;
+    TRY(need_attrs(op, in, n, a, fwd ? 3 : op == LT_OP_layer_norm_backward ? 2 : 1,
+                   "normalized dims, affine flags"));
+    int nx = bwd ? 4 : 1;
+    int want = nx + ((fwd || op == LT_OP_layer_norm_backward) && a->i[1] ? 1 : 0)
+             + (fwd && a->i[2] ? 1 : 0);
+    if (n != want)
+        return fail(LT_ERR_ARG, op, in, n, "expected %d operands", want);
+    const lt_shape *x = in[bwd ? 1 : 0].shape;
+    int k = (int)a->i[0];
+    if (a->i[0] < 1 || a->i[0] > x->ndim || a->i[0] + 1 > LT_MAX_DIMS)
+        return fail(LT_ERR_ARG, op, in, n, "%lld normalized dims for a %d-D input",
+                    (long long)a->i[0], x->ndim);
+    int64_t D = 1, R = 1;
+    for (int d = 0; d < x->ndim; d++) {
+        if (d >= x->ndim - k) D *= x->dims[d];
+        else R *= x->dims[d];
+    }
+    for (int q = 0; q < n; q++)
+        if (!lt_dtype_is_float(in[q].dtype))
+            return fail(LT_ERR_DTYPE, op, in, n, "expected floating operands");
+    if (bwd && !lt_shape_equal(in[0].shape, x))
+        return fail(LT_ERR_SHAPE, op, in, n, "grad and input shapes differ");
+    if (bwd && (lt_shape_numel(in[2].shape) != R || lt_shape_numel(in[3].shape) != R))
+        return fail(LT_ERR_SHAPE, op, in, n, "mean/rstd of %lld elements expected",
+                    (long long)R);
+    for (int q = nx; q < n; q++)
+        if (lt_shape_numel(in[q].shape) != D)
+            return fail(LT_ERR_SHAPE, op, in, n, "weight/bias of %lld elements expected",
+                        (long long)D);
+    if (fwd || op == LT_OP_layer_norm_backward) {
+        *out = *x;
+        return LT_OK;
+    }
+    out->dims[0] = 2;
+    if (aff) {
+        out->ndim = 1 + k;
+        for (int d = 0; d < k; d++) out->dims[1 + d] = x->dims[x->ndim - k + d];
+    } else {
+        out->ndim = 1 + x->ndim - k;
+        for (int d = 0; d < x->ndim - k; d++) out->dims[1 + d] = x->dims[d];
+    }
+    return LT_OK;
+}
+
 lt_status lt_shape_rule_same(lt_op op, const lt_operand *in, int n,
                              lt_attrs *a, lt_shape *out)
 {

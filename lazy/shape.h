@@ -31,6 +31,7 @@ typedef lt_status (*lt_shape_rule_fn)(lt_op op, const lt_operand *in, int n,
 LT_DECLARE_SHAPE_RULE(leaf)
 LT_DECLARE_SHAPE_RULE(ew)
 LT_DECLARE_SHAPE_RULE(same)
+LT_DECLARE_SHAPE_RULE(lnorm)
 LT_DECLARE_SHAPE_RULE(reduce)
 LT_DECLARE_SHAPE_RULE(argreduce)
 LT_DECLARE_SHAPE_RULE(mm)

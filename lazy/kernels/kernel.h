@@ -46,6 +46,7 @@ LT_DECLARE_KERNEL(matmul)
 LT_DECLARE_KERNEL(conv)
 LT_DECLARE_KERNEL(pool)
 LT_DECLARE_KERNEL(norm)
+LT_DECLARE_KERNEL(lnorm)       /* layer_norm and its backward (layernorm.c) */
 LT_DECLARE_KERNEL(scan)        /* cumsum, cumprod */
 LT_DECLARE_KERNEL(sort)        /* argsort */
 LT_DECLARE_KERNEL(view)        /* materialise a view: strided copy */

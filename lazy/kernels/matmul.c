@@ -82,6 +82,42 @@ static void gemm_one(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, const mm_op
                       (char *)c + bi * M * N * (int64_t)es, N);
 }
 
+/* A batch of products claimed in chunks of whole matrices on the core's
+ * helpers (lt_par_for), one serial BLAS call per matrix: the attention
+ * shapes ([B*heads, 128, 64] x [.., 64, 128]) are too small to split each
+ * product (a helper job per product costs more than it gains), and
+ * dynamic claiming keeps a preempted helper from stalling the batch. */
+typedef struct mm_batch {
+    lt_dtype cdt;
+    const mm_operand *a, *b;
+    int64_t B, M, N, K, per;
+    void *c;
+} mm_batch;
+
+static void mm_batch_chunk(void *arg, int64_t ci, int w)
+{
+    const mm_batch *j = arg;
+    (void)w;
+    int64_t lo = ci * j->per, hi = lo + j->per < j->B ? lo + j->per : j->B;
+    for (int64_t bi = lo; bi < hi; bi++)
+        gemm_one(NULL, 1, j->cdt, j->a, j->b, bi, j->M, j->N, j->K, j->c);
+}
+
+/* 1 when the batch ran as whole matrices on the helpers, 0 when each
+ * product should be split instead (few large matrices). */
+static int gemm_batched(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, const mm_operand *a,
+                        const mm_operand *b, int64_t B, int64_t M, int64_t N, int64_t K,
+                        void *c)
+{
+    if (nt < 2 || B < 2 * (int64_t)nt || 2.0 * (double)M * N * K > 5e7) return 0;
+    int64_t nch = (int64_t)nt * 4;          /* a late helper costs a quarter */
+    int64_t per = (B + nch - 1) / nch;
+    nch = (B + per - 1) / per;
+    mm_batch j = {cdt, a, b, B, M, N, K, per, c};
+    lt_par_for(ctx, nt, nch, mm_batch_chunk, &j);
+    return 1;
+}
+
 static lt_status matmul_float(const lt_view *a, const lt_view *b, const lt_view *out,
                               int batched, int nt, const lt_kernel_ctx *ctx)
 {
@@ -112,7 +148,7 @@ static lt_status matmul_float(const lt_view *a, const lt_view *b, const lt_view 
         if (B > 1 && nt > 1 && (double)M * N * K < 64.0 * 64 * 64 && B >= nt) {
             #pragma omp parallel for num_threads(nt) schedule(static)
             for (int64_t bi = 0; bi < B; bi++) gemm_one(ctx, 1, cdt, &oa, &ob, bi, M, N, K, cptr);
-        } else {
+        } else if (!(B > 1 && gemm_batched(ctx, nt, cdt, &oa, &ob, B, M, N, K, cptr))) {
             for (int64_t bi = 0; bi < B; bi++) gemm_one(ctx, nt, cdt, &oa, &ob, bi, M, N, K, cptr);
         }
         free(oa.owned);

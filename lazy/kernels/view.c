@@ -136,6 +136,7 @@ lt_status lt_kernel_view(lt_op op, const lt_attrs *attrs, const lt_view *in,
 #define LT_KFN_conv lt_kernel_conv
 #define LT_KFN_pool lt_kernel_pool
 #define LT_KFN_norm lt_kernel_norm
+#define LT_KFN_lnorm lt_kernel_lnorm
 #define LT_KFN_scan lt_kernel_scan
 #define LT_KFN_sort lt_kernel_sort
 #define LT_KFN_scatter lt_kernel_scatter

@@ -1181,6 +1181,89 @@ static int eval_loss(lt_op op, const lt_attrs *at, const ref_array *in, int n,
     return 0;
 }
 
+/* layer_norm family (lazy/kernels/layernorm.c), in double: x [R, D] with D
+ * the last i[0] dims; eps f[0]. */
+static int is_lnorm(lt_op op)
+{
+    return op == LT_OP_layer_norm || op == LT_OP_layer_norm_stats ||
+           op == LT_OP_layer_norm_backward || op == LT_OP_layer_norm_backward_affine;
+}
+
+static int eval_lnorm(lt_op op, const lt_attrs *at, const ref_array *in, int n_in,
+                      ref_array *out)
+{
+    int bwd = op == LT_OP_layer_norm_backward || op == LT_OP_layer_norm_backward_affine;
+    const ref_array *x = &in[bwd ? 1 : 0];
+    const lt_shape *s = &x->shape;
+    int k = (int)at->i[0];
+    if (at->n < 1 || k < 1 || k > s->ndim) return fail("ref %s: bad attrs", op_names[op]);
+    int64_t D = 1, R = 1;
+    for (int d = 0; d < s->ndim; d++) {
+        if (d >= s->ndim - k) D *= s->dims[d];
+        else R *= s->dims[d];
+    }
+    int has_w = (op == LT_OP_layer_norm || op == LT_OP_layer_norm_backward) && at->n > 1 && at->i[1];
+    int has_b = op == LT_OP_layer_norm && at->n > 2 && at->i[2];
+    int nx = bwd ? 4 : 1;
+    if (n_in != nx + has_w + has_b) return fail("ref %s: %d inputs", op_names[op], n_in);
+    const double *w = has_w ? in[nx].v : NULL, *b = has_b ? in[nx + has_w].v : NULL;
+    lt_dtype od = out_dtype(op, at, in, n_in);
+    lt_shape os = *s;
+    if (op == LT_OP_layer_norm_stats) {
+        os.ndim = 1 + s->ndim - k;
+        os.dims[0] = 2;
+        for (int d = 0; d < s->ndim - k; d++) os.dims[1 + d] = s->dims[d];
+    } else if (op == LT_OP_layer_norm_backward_affine) {
+        os.ndim = 1 + k;
+        os.dims[0] = 2;
+        for (int d = 0; d < k; d++) os.dims[1 + d] = s->dims[s->ndim - k + d];
+    }
+    if (ref_array_init(out, od, &os)) return -1;
+    for (int64_t i = 0; i < numel(&os); i++) out->v[i] = 0;
+    for (int64_t r = 0; r < R; r++) {
+        const double *xr = x->v + r * D;
+        double m, rs;
+        if (bwd) {
+            m = in[2].v[r];
+            rs = in[3].v[r];
+        } else {
+            double sum = 0, v = 0;
+            for (int64_t d = 0; d < D; d++) sum += xr[d];
+            m = sum / (double)D;
+            for (int64_t d = 0; d < D; d++) v += (xr[d] - m) * (xr[d] - m);
+            rs = 1 / sqrt(v / (double)D + at->f[0]);
+        }
+        if (op == LT_OP_layer_norm_stats) {
+            out->v[r] = m;
+            out->v[R + r] = rs;
+        } else if (op == LT_OP_layer_norm) {
+            for (int64_t d = 0; d < D; d++)
+                out->v[r * D + d] = (xr[d] - m) * rs * (w ? w[d] : 1) + (b ? b[d] : 0);
+        } else {
+            const double *g = in[0].v + r * D;
+            if (op == LT_OP_layer_norm_backward_affine) {
+                for (int64_t d = 0; d < D; d++) {
+                    out->v[d] += g[d] * (xr[d] - m) * rs;
+                    out->v[D + d] += g[d];
+                }
+                continue;
+            }
+            double m1 = 0, m2 = 0;
+            for (int64_t d = 0; d < D; d++) {
+                double gw = g[d] * (w ? w[d] : 1);
+                m1 += gw;
+                m2 += gw * (xr[d] - m) * rs;
+            }
+            m1 /= (double)D;
+            m2 /= (double)D;
+            for (int64_t d = 0; d < D; d++)
+                out->v[r * D + d] = rs * (g[d] * (w ? w[d] : 1) - m1 - (xr[d] - m) * rs * m2);
+        }
+    }
+    for (int64_t i = 0; i < numel(&os); i++) out->v[i] = ref_round(out->v[i], od);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- main */
 
 int ref_eval(lt_op op, const lt_attrs *attrs, const ref_array *in, int n_in,
@@ -1192,6 +1275,7 @@ int ref_eval(lt_op op, const lt_attrs *attrs, const ref_array *in, int n_in,
     if ((int)op < 0 || op >= LT_NUM_OPS) return fail("ref: bad op %d", (int)op);
     if (op_arity[op] >= 0 && n_in != op_arity[op])
         return fail("ref %s: %d inputs, arity %d", op_names[op], n_in, op_arity[op]);
+    if (is_lnorm(op)) return eval_lnorm(op, at, in, n_in, out);
     switch (op_kind[op]) {
     case LT_KIND_UNARY: case LT_KIND_BINARY: case LT_KIND_TERNARY:
         return eval_ew(op, at, in, n_in, out);

@@ -371,11 +371,79 @@ static void cases_pool(lt_op op)
             }
 }
 
+/* layer_norm family: 1 and 2 normalized dims, with and without affine
+ * parameters; the backward's mean/rstd are the stats of x (as the forward
+ * hands them over). */
+static int is_lnorm_op(lt_op op)
+{
+    return op == LT_OP_layer_norm || op == LT_OP_layer_norm_stats ||
+           op == LT_OP_layer_norm_backward || op == LT_OP_layer_norm_backward_affine;
+}
+
+static void cases_lnorm(lt_op op, lt_shape xs, int k, lt_dtype dt, tol_t tol)
+{
+    lt_shape ns = xs, ls = xs;
+    ns.ndim = k;
+    for (int d = 0; d < k; d++) ns.dims[d] = xs.dims[xs.ndim - k + d];
+    ls.ndim = xs.ndim - k;
+    int64_t R = 1;
+    for (int d = 0; d < ls.ndim; d++) R *= ls.dims[d];
+    if (ls.ndim == 0) { ls.ndim = 1; ls.dims[0] = 1; }
+    for (int aff = 0; aff < 4; aff++) {
+        int hw = aff & 1, hb = (aff >> 1) & 1;
+        lt_attrs at = A(3, k, hw, hb);
+        at.f[0] = 1e-5;
+        if (op == LT_OP_layer_norm) {
+            if (hw && hb) RUN(op, at, tol, T(xs, dt, G_NORM), T(ns, dt, G_NORM), T(ns, dt, G_NORM));
+            else if (hw) RUN(op, at, tol, T(xs, dt, G_NORM), T(ns, dt, G_NORM));
+            else if (hb) RUN(op, at, tol, T(xs, dt, G_NORM), T(ns, dt, G_NORM));
+            else RUN(op, at, tol, T(xs, dt, G_NORM));
+            continue;
+        }
+        if (aff > 1) continue;
+        if (op == LT_OP_layer_norm_stats) {
+            lt_attrs sa = A(1, k);
+            sa.f[0] = aff ? 0.5 : 1e-5;
+            RUN(op, sa, tol, T(xs, dt, G_NORM));
+            continue;
+        }
+        /* x, then its stats in the backward's dtype */
+        ref_array x, st;
+        ref_array_init(&x, dt, &xs);
+        for (int64_t i = 0; i < dt_numel(&xs); i++)
+            x.v[i] = dt_store_round(dt_rng_range(-2, 2), dt);
+        lt_attrs sa = A(1, k);
+        sa.f[0] = 1e-5;
+        ref_eval(LT_OP_layer_norm_stats, &sa, &x, 1, &st);
+        lt_attrs ba = A(2, k, hw);
+        if (op == LT_OP_layer_norm_backward_affine) ba = A(1, k);
+        else if (!hw && aff) continue;
+        if (hw && op == LT_OP_layer_norm_backward)
+            RUN(op, ba, tol, T(xs, dt, G_NORM), TV(xs, dt, x.v), TV(ls, dt, st.v),
+                TV(ls, dt, st.v + R), T(ns, dt, G_NORM));
+        else
+            RUN(op, ba, tol, T(xs, dt, G_NORM), TV(xs, dt, x.v), TV(ls, dt, st.v),
+                TV(ls, dt, st.v + R));
+        ref_array_free(&x);
+        ref_array_free(&st);
+    }
+}
+
 static void cases_norm(lt_op op)
 {
     tol_t tol = TOL_TR;
     lt_shape shapes[] = {D(3, 4, 5), D(7), D(1, 9)};
     lt_dtype dts[] = {LT_F32, LT_F64, LT_BF16};
+    if (is_lnorm_op(op)) {
+        tol_t lt = {1e-4, 1e-4};
+        for (int d = 0; d < 3; d++) {
+            cases_lnorm(op, D(3, 4, 5), 1, dts[d], lt);
+            cases_lnorm(op, D(3, 4, 5), 2, dts[d], lt);
+            cases_lnorm(op, D(7), 1, dts[d], lt);
+            cases_lnorm(op, D(70, 33), 1, dts[d], lt);   /* several row chunks */
+        }
+        return;
+    }
     if (op == LT_OP_argsort) {   /* ties (ints, bools) check stability */
         lt_dtype sdts[] = {LT_F32, LT_F64, LT_BF16, LT_I64, LT_I32, LT_BOOL};
         for (int d = 0; d < 6; d++)
@@ -763,7 +831,10 @@ static void cases_large(lt_op op)
     case LT_KIND_MATMUL: {
         tol_t mt = {1e-5, 1e-4};
         if (op == LT_OP_mm) BIG(op, A(0), mt, T(D(130, 257), f, G_UNIT), T(D(257, 120), f, G_UNIT));
-        else BIG(op, A(0), mt, T(D(4, 64, 70), f, G_UNIT), T(D(4, 70, 50), f, G_UNIT));
+        else {
+            BIG(op, A(0), mt, T(D(4, 64, 70), f, G_UNIT), T(D(4, 70, 50), f, G_UNIT));
+            BIG(op, A(0), mt, T(D(9, 33, 20), f, G_UNIT), T(D(9, 20, 17), f, G_UNIT));
+        }
         break;
     }
     case LT_KIND_CONV: {
@@ -795,6 +866,13 @@ static void cases_large(lt_op op)
          * 200-300 terms the f32 error bound is ~eps * e^0.9 * sum|grad| ~ 3e-5 absolute,
          * however small the result; hence atol 1e-4 here (not for the forward) */
         tol_t bt = {1e-4, 1e-4};
+        if (is_lnorm_op(op)) {
+            lt_attrs at = A(3, 1, 0, 0);
+            at.f[0] = 1e-5;
+            if (op == LT_OP_layer_norm || op == LT_OP_layer_norm_stats)
+                BIG(op, at, bt, T(D(200, 300), f, G_NORM));
+            break;
+        }
         for (int dim = 0; dim < 2; dim++) {
             if (op == LT_OP_argsort)
                 BIG(op, A(2, dim, dim), TOL_TR, T(D(200, 300), f, G_NORM));
@@ -993,7 +1071,8 @@ static void test_bf16_mode(void **st)
 {
     assert_int_equal(lt_bf16_mode(), 1);
     lt_op ops[] = {LT_OP_add, LT_OP_mul, LT_OP_exp, LT_OP_tanh, LT_OP_relu, LT_OP_where,
-                   LT_OP_sum, LT_OP_mean, LT_OP_amax, LT_OP_mm, LT_OP_softmax,
+                   LT_OP_sum, LT_OP_mean, LT_OP_amax, LT_OP_mm, LT_OP_softmax, LT_OP_layer_norm,
+                   LT_OP_layer_norm_backward,
                    LT_OP_conv2d, LT_OP_max_pool2d, LT_OP_slice, LT_OP_cat, LT_OP_gather,
                    LT_OP_nll_loss};
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) cases_for(ops[i]);

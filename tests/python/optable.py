@@ -951,7 +951,8 @@ def _loss(draw):
                        "weight", "Expected", "size"))
 
 
-@entry("norm_layers", covers=["mean", "rsqrt"], tol=16)
+@entry("norm_layers", covers=["mean", "rsqrt", "layer_norm", "layer_norm_stats",
+                               "layer_norm_backward", "layer_norm_backward_affine"], tol=16)
 def _norm_layers(draw):
     dt = draw(st.sampled_from([torch.float32, torch.float32, torch.float64]))
     n, c = draw(st.integers(1, 4)), draw(st.integers(1, 5))
@@ -963,8 +964,9 @@ def _norm_layers(draw):
         k = draw(st.integers(1, len(rest) + 1))
         shp = ([c] + rest)[-k:]
         w = draw(tensors(shape=shp, dtype=dt)) if draw(st.booleans()) else None
-        return Case("norm_layers", lambda t, ww: F.layer_norm(t, shp, ww), [x, w], tol=16,
-                    desc="layer_norm %s" % shp, names=("layer_norm",))
+        b = draw(tensors(shape=shp, dtype=dt)) if draw(st.booleans()) else None
+        return Case("norm_layers", lambda t, ww, bb: F.layer_norm(t, shp, ww, bb), [x, w, b],
+                    tol=16, desc="layer_norm %s" % shp, names=("layer_norm",))
     if which.startswith("batch_norm"):
         train = which.endswith("train")
         if train and n * max(math.prod(rest), 1) == 1:

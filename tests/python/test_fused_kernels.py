@@ -1,0 +1,105 @@
+"""The fused kernels of the transformer path against eager on the CPU:
+layer norm (lazy/kernels/layernorm.c: one op forward, stats only when the
+backward reads them, one op per backward output) and batched matmul at the
+attention's shapes (whole matrices per helper). Values and gradients, f32,
+f64, bf16 storage, mixed bf16 input with f32 parameters and under autocast.
+"""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import lazytpu
+import lazytpu.metrics as met
+
+DEV = lazytpu.device()
+
+
+def _grads(fn, args, device):
+    ts = [a.detach().clone().to(device).requires_grad_(a.is_floating_point())
+          if a is not None else None for a in args]
+    out = fn(*ts)
+    g = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape)
+    (out * g.to(device)).sum().backward()
+    return [out.cpu().double()] + [t.grad.cpu().double() for t in ts if t is not None]
+
+
+def _count(name):
+    return met.counter_value("lazytpu::" + name) or 0
+
+
+@pytest.mark.parametrize("dt,shape,k,affine", [
+    (torch.float32, (4, 9, 33), 1, "wb"),
+    (torch.float32, (3, 16), 1, ""),
+    (torch.float32, (2, 5, 6, 8), 2, "w"),
+    (torch.float64, (5, 6, 8), 2, "wb"),
+    (torch.bfloat16, (4, 5, 32), 1, "wb"),
+    (torch.float32, (70, 256), 1, "b"),   # several row chunks
+])
+def test_layer_norm_values_and_grads(dt, shape, k, affine):
+    torch.manual_seed(0)
+    ns = shape[-k:]
+    x = (torch.randn(*shape, dtype=torch.float64) * 3 + 1).to(dt)
+    w = torch.randn(*ns, dtype=dt) if "w" in affine else None
+    b = torch.randn(*ns, dtype=dt) if "b" in affine else None
+
+    def fn(x, w, b):
+        return F.layer_norm(x, ns, w, b, 1e-5)
+
+    n0 = [_count(n) for n in ("layer_norm", "layer_norm_backward",
+                              "layer_norm_backward_affine", "mean")]
+    want = _grads(fn, [x, w, b], "cpu")
+    got = _grads(fn, [x, w, b], DEV)
+    n1 = [_count(n) for n in ("layer_norm", "layer_norm_backward",
+                              "layer_norm_backward_affine", "mean")]
+    assert n1[0] > n0[0] and n1[1] > n0[1]
+    assert (n1[2] > n0[2]) == bool(affine)
+    assert n1[3] == n0[3], "layer norm must not decompose into reductions"
+    tol = {torch.float64: 1e-10, torch.float32: 2e-5, torch.bfloat16: 0.1}[dt]
+    for i, (a, c) in enumerate(zip(want, got)):
+        scale = max(1.0, float(a.detach().abs().max()))
+        assert float((a - c).abs().max()) <= tol * scale, ("output %d" % i, a, c)
+
+
+def test_layer_norm_mixed_dtype_statistics():
+    """bf16 input, f32 parameters: eager returns f32 mean/rstd."""
+    x = torch.randn(3, 8).bfloat16()
+    w, b = torch.randn(8), torch.randn(8)
+    want = torch.native_layer_norm(x, [8], w, b, 1e-5)
+    got = torch.native_layer_norm(x.to(DEV), [8], w.to(DEV), b.to(DEV), 1e-5)
+    for a, c in zip(want, got):
+        assert a.dtype == c.dtype and a.shape == c.shape
+        assert torch.allclose(a.double(), c.cpu().double(), atol=0.05, rtol=0.02)
+
+
+def test_layer_norm_under_autocast():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32), nn.GELU(), nn.Linear(32, 4))
+    x = torch.randn(8, 16)
+    outs = []
+    for dev in ("cpu", DEV):
+        mm = copy.deepcopy(m).to(dev)
+        with torch.autocast(torch.device(dev).type, dtype=torch.bfloat16):
+            y = mm(x.to(dev))
+        y.float().sum().backward()
+        outs.append((y.float().cpu(), mm[1].weight.grad.cpu(), mm[0].weight.grad.cpu()))
+    for a, c in zip(*outs):
+        assert torch.allclose(a, c, atol=0.1, rtol=0.05), (a, c)
+
+
+def test_attention_bmm_batches():
+    """[B*heads, 128, 64] products (the batch split over whole matrices),
+    with the transposed operands the attention and its backward use."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(16, 128, 64) for _ in range(3))
+
+    def att(q, k, v):
+        s = torch.softmax(q @ k.transpose(-2, -1) * 0.125, dim=-1)
+        return s @ v
+
+    want = _grads(att, [q, k, v], "cpu")
+    got = _grads(att, [q, k, v], DEV)
+    for a, c in zip(want, got):
+        assert torch.allclose(a, c, atol=1e-4, rtol=1e-4)
