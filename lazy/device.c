@@ -71,6 +71,7 @@ static atomic_int g_cores_in_use;
 static int g_nproc = 1;
 static int g_omp_override;       /* LAZYTPU_OMP_THREADS, 0 = none */
 static size_t g_cache_limit;     /* LAZYTPU_BUFFER_CACHE_BYTES per core */
+static int g_cache_auto;         /* limit not set: grows to the core's peak use */
 static pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
 static int g_records_ready;      /* mutexes etc initialised once */
 
@@ -247,6 +248,7 @@ lt_status lt_devices_init(void)
     g_cache_limit = LT_DEFAULT_BUFFER_CACHE;
 #endif
     e = getenv("LAZYTPU_BUFFER_CACHE_BYTES");
+    g_cache_auto = g_cache_limit > 0 && !(e && *e);
     if (e && *e)
         g_cache_limit = strcmp(e, "0") == 0 ? 0 : parse_bytes(e);
 
@@ -299,7 +301,8 @@ lt_status lt_devices_init(void)
 /* ------------------------------------------------------- buffer cache
  *
  * Each core keeps up to 256 freed blocks of >= 64 KiB (at most
- * LAZYTPU_BUFFER_CACHE_BYTES, default 512 MiB, per core) for reuse: a step
+ * LAZYTPU_BUFFER_CACHE_BYTES, default 512 MiB or the core's peak use, per
+ * core) for reuse: a step
  * that allocates the same output sizes every time then never goes back to
  * the kernel (large malloc blocks are mmap'd, and every first touch of a
  * fresh page faults and is zeroed; for a 16 MiB output that costs more than
@@ -342,14 +345,21 @@ static void *cache_take(lt_core *c, size_t alloc)
  * instead when it is small, too big, or the core is not running. */
 static void cache_put(lt_core *c, void *data, size_t alloc)
 {
-    if (alloc < LT_CACHE_MIN || alloc > g_cache_limit || !c->running) {
+    /* Without an explicit limit the cache may hold as much as the core ever
+     * had in use: a step that peaked at that size (a transformer's forward
+     * and backward: ~1 GB) allocates it again next step, and a cache
+     * smaller than that turned ~200 MB per step back into fresh pages
+     * (54k page faults, 12% of the step's CPU time). */
+    size_t limit = g_cache_limit, peak = atomic_load(&c->peak_bytes);
+    if (g_cache_auto && peak > limit) limit = peak;
+    if (alloc < LT_CACHE_MIN || alloc > limit || !c->running) {
         free(data);
         return;
     }
     int cap = (int)(sizeof c->cache / sizeof c->cache[0]);
     pthread_mutex_lock(&c->cache_mu);
     while (c->n_cached > 0 && (c->n_cached == cap ||
-                               c->cached_bytes + alloc > g_cache_limit)) {
+                               c->cached_bytes + alloc > limit)) {
         free(c->cache[0].data);
         c->cached_bytes -= c->cache[0].alloc;
         memmove(&c->cache[0], &c->cache[1],

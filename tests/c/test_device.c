@@ -215,10 +215,48 @@ static void test_shutdown_drains(void **state)
     start("1G", "2");
 }
 
+/* Without LAZYTPU_BUFFER_CACHE_BYTES the buffer cache keeps as much as the
+ * core had in use (here 40 x 16 MiB = 640 MiB, past the 512 MiB floor):
+ * every block comes back from the cache, still holding what was written
+ * (a fresh block would be new zero pages). With the fixed 512 MiB limit
+ * some are not. Not under ASan (no cache there). */
+static int reused_blocks(int n)
+{
+    lt_buffer *b[40];
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(lt_buffer_alloc(0, LT_F32, 4 << 20, &b[i]), LT_OK);
+        ((volatile uint32_t *)b[i]->data)[0] = 0xC0FFEEu;
+    }
+    for (int i = 0; i < n; i++) lt_buffer_release(b[i]);
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(lt_buffer_alloc(0, LT_F32, 4 << 20, &b[i]), LT_OK);
+        kept += ((volatile uint32_t *)b[i]->data)[0] == 0xC0FFEEu;
+    }
+    for (int i = 0; i < n; i++) lt_buffer_release(b[i]);
+    return kept;
+}
+
+static void test_buffer_cache_grows_to_peak(void **state)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    skip();
+#endif
+    unsetenv("LAZYTPU_BUFFER_CACHE_BYTES");
+    start("8G", "1");
+    assert_int_equal(reused_blocks(40), 40);
+    setenv("LAZYTPU_BUFFER_CACHE_BYTES", "512M", 1);
+    start("8G", "1");
+    assert_true(reused_blocks(40) < 40);
+    unsetenv("LAZYTPU_BUFFER_CACHE_BYTES");
+    start("1G", "2");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_budget_error),
+        cmocka_unit_test(test_buffer_cache_grows_to_peak),
         cmocka_unit_test(test_seq_wait),
         cmocka_unit_test(test_job_errors),
         cmocka_unit_test(test_many_unread_errors),
