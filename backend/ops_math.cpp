@@ -592,6 +592,18 @@ at::Tensor lt_addmm(const at::Tensor &self, const at::Tensor &mat1, const at::Te
     return matmul_fallback<at::_ops::addmm>(self, mat1, mat2, beta, alpha);
   int core = common_core({&self, &mat1, &mat2});
   Ref a = operand(mat1, core), b = operand(mat2, core);
+  /* nn.Linear's bias: one op, the bias written into the product's output
+   * before the GEMM accumulates onto it (no pass of its own) */
+  bool bias_row = mat1.dim() == 2 && mat2.dim() == 2 &&
+                  ((self.dim() == 1 && self.size(0) == mat2.size(1)) ||
+                   (self.dim() == 2 && self.size(0) == 1 && self.size(1) == mat2.size(1)));
+  if (bias_row && is_one(beta) && is_one(alpha) && is_lt_device_type(self.device().type()) &&
+      at::isFloatingType(mat1.scalar_type()) &&
+      self.scalar_type() == mat1.scalar_type() && mat1.scalar_type() == mat2.scalar_type() &&
+      mat1.size(1) == mat2.size(0)) {
+    Ref bias = operand(self, core);
+    return wrap(trace(LT_OP_addmm, {bias.get(), a.get(), b.get()}));
+  }
   return add_scaled(trace(LT_OP_mm, {a.get(), b.get()}), self, core, beta, alpha);
 }
 at::Tensor lt_baddbmm(const at::Tensor &self, const at::Tensor &b1, const at::Tensor &b2,

@@ -505,6 +505,26 @@ lt_status lt_shape_rule_mm(lt_op op, const lt_operand *in, int n,
     return LT_OK;
 }
 
+/* addmm (bias, a, b): mm's rule on (a, b); bias is [N] or [1, N] and takes
+ * part in the dtype promotion (a float, like a and b). */
+lt_status lt_shape_rule_addmm(lt_op op, const lt_operand *in, int n,
+                              lt_attrs *a, lt_shape *out)
+{
+    if (n != 3)
+        return fail(LT_ERR_ARG, op, in, n, "expected (bias, a, b)");
+    TRY(lt_shape_rule_mm(op, in + 1, 2, a, out));
+    const lt_shape *bs = in[0].shape;
+    int64_t N = out->dims[1];
+    int ok = (bs->ndim == 1 && bs->dims[0] == N) ||
+             (bs->ndim == 2 && bs->dims[0] == 1 && bs->dims[1] == N);
+    if (!ok)
+        return fail(LT_ERR_SHAPE, op, in, n, "bias must be [%lld] or [1, %lld]",
+                    (long long)N, (long long)N);
+    if (in[0].dtype != in[1].dtype)
+        return fail(LT_ERR_DTYPE, op, in, n, "bias must have the matrices' dtype");
+    return LT_OK;
+}
+
 lt_status lt_shape_rule_bmm(lt_op op, const lt_operand *in, int n,
                             lt_attrs *a, lt_shape *out)
 {

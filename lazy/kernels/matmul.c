@@ -73,12 +73,13 @@ static lt_status mm_operand_init(const lt_view *v, int batched, lt_dtype cdt, in
 /* Product bi of the batch into C's matrix bi: split over up to nt workers
  * when worth it (lt_kutil_gemm_par; nt = 1: one serial BLAS call). */
 static void gemm_one(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, const mm_operand *a,
-                     const mm_operand *b, int64_t bi, int64_t M, int64_t N, int64_t K, void *c)
+                     const mm_operand *b, int64_t bi, int64_t M, int64_t N, int64_t K,
+                     double beta, void *c)
 {
     size_t es = kt_dtsize(cdt);
     const char *pa = a->base + bi * a->bstride * (int64_t)es;
     const char *pb = b->base + bi * b->bstride * (int64_t)es;
-    lt_kutil_gemm_par(ctx, nt, cdt, a->trans, b->trans, M, N, K, pa, a->ld, pb, b->ld, 0.0,
+    lt_kutil_gemm_par(ctx, nt, cdt, a->trans, b->trans, M, N, K, pa, a->ld, pb, b->ld, beta,
                       (char *)c + bi * M * N * (int64_t)es, N);
 }
 
@@ -100,7 +101,7 @@ static void mm_batch_chunk(void *arg, int64_t ci, int w)
     (void)w;
     int64_t lo = ci * j->per, hi = lo + j->per < j->B ? lo + j->per : j->B;
     for (int64_t bi = lo; bi < hi; bi++)
-        gemm_one(NULL, 1, j->cdt, j->a, j->b, bi, j->M, j->N, j->K, j->c);
+        gemm_one(NULL, 1, j->cdt, j->a, j->b, bi, j->M, j->N, j->K, 0.0, j->c);
 }
 
 /* 1 when the batch ran as whole matrices on the helpers, 0 when each
@@ -118,8 +119,47 @@ static int gemm_batched(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, const mm
     return 1;
 }
 
-static lt_status matmul_float(const lt_view *a, const lt_view *b, const lt_view *out,
-                              int batched, int nt, const lt_kernel_ctx *ctx)
+/* addmm's epilogue, done as a prologue: C's rows start as the bias (in the
+ * compute type) and the GEMM accumulates onto them (beta 1), so the bias
+ * costs one write of C (on the helpers) instead of a separate
+ * read-add-write pass over the product. */
+typedef struct bias_fill {
+    const void *row;     /* the bias in the compute type */
+    size_t row_bytes;
+    int64_t M, per;
+    char *c;
+} bias_fill;
+
+static void bias_fill_chunk(void *arg, int64_t ci, int w)
+{
+    const bias_fill *j = arg;
+    (void)w;
+    int64_t lo = ci * j->per, hi = lo + j->per < j->M ? lo + j->per : j->M;
+    for (int64_t i = lo; i < hi; i++) memcpy(j->c + i * (int64_t)j->row_bytes, j->row, j->row_bytes);
+}
+
+static lt_status fill_bias(const lt_kernel_ctx *ctx, int nt, const lt_view *bias, lt_dtype cdt,
+                           int64_t M, int64_t N, void *c)
+{
+    int nd = bias->shape.ndim;
+    int64_t bs = bias->strides[nd - 1];
+    size_t es = kt_dtsize(cdt);
+    char *row = malloc((size_t)(N > 0 ? N : 1) * es);
+    if (!row) return lt_set_error(LT_ERR_OOM, "addmm: cannot allocate host scratch");
+    for (int64_t j = 0; j < N; j++) {
+        double v = kt_load(bias->data, bias->dtype, bias->offset + j * bs);
+        if (cdt == LT_F64) ((double *)row)[j] = v;
+        else ((float *)row)[j] = (float)v;
+    }
+    int64_t per = 64, nch = (M + per - 1) / per;
+    bias_fill job = {row, (size_t)N * es, M, per, c};
+    lt_par_for(ctx, M * N > 65536 ? nt : 1, nch, bias_fill_chunk, &job);
+    free(row);
+    return LT_OK;
+}
+
+static lt_status matmul_float(const lt_view *a, const lt_view *b, const lt_view *bias,
+                              const lt_view *out, int batched, int nt, const lt_kernel_ctx *ctx)
 {
     int nd = a->shape.ndim;
     int64_t B = batched ? a->shape.dims[0] : 1;
@@ -133,8 +173,14 @@ static lt_status matmul_float(const lt_view *a, const lt_view *b, const lt_view 
         if (!cown) return LT_ERR_OOM;
         cptr = cown;
     }
+    double beta = 0.0;
+    if (bias) {                  /* addmm: never batched */
+        lt_status st = fill_bias(ctx, nt, bias, cdt, M, N, cptr);
+        if (st != LT_OK) { free(cown); return st; }
+        beta = 1.0;
+    }
     if (K == 0) {
-        memset(cptr, 0, (size_t)(B * M * N) * es);
+        if (!bias) memset(cptr, 0, (size_t)(B * M * N) * es);
     } else {
         mm_operand oa, ob;
         lt_status st = mm_operand_init(a, batched, cdt, nt, &oa);
@@ -147,9 +193,9 @@ static lt_status matmul_float(const lt_view *a, const lt_view *b, const lt_view 
          * each. Otherwise each product split over the core's helpers. */
         if (B > 1 && nt > 1 && (double)M * N * K < 64.0 * 64 * 64 && B >= nt) {
             #pragma omp parallel for num_threads(nt) schedule(static)
-            for (int64_t bi = 0; bi < B; bi++) gemm_one(ctx, 1, cdt, &oa, &ob, bi, M, N, K, cptr);
+            for (int64_t bi = 0; bi < B; bi++) gemm_one(ctx, 1, cdt, &oa, &ob, bi, M, N, K, beta, cptr);
         } else if (!(B > 1 && gemm_batched(ctx, nt, cdt, &oa, &ob, B, M, N, K, cptr))) {
-            for (int64_t bi = 0; bi < B; bi++) gemm_one(ctx, nt, cdt, &oa, &ob, bi, M, N, K, cptr);
+            for (int64_t bi = 0; bi < B; bi++) gemm_one(ctx, nt, cdt, &oa, &ob, bi, M, N, K, beta, cptr);
         }
         free(oa.owned);
         free(ob.owned);
@@ -198,23 +244,29 @@ static lt_status matmul_int(const lt_view *a, const lt_view *b, const lt_view *o
     return ok ? LT_OK : lt_set_error(LT_ERR_OOM, "matmul: cannot allocate host scratch");
 }
 
-/* mm ([M,K] x [K,N]) and bmm ([B,M,K] x [B,K,N]) into contiguous out.
+/* mm ([M,K] x [K,N]), bmm ([B,M,K] x [B,K,N]) and addmm (bias [N] or [1,N],
+ * a [M,K], b [K,N]: a @ b + bias on every row) into contiguous out.
  * Float outputs (f32, f64, bf16 storage) use BLAS; i64/i32 outputs an integer
- * loop. Returns LT_ERR_DTYPE for bool or mixed int/float, LT_ERR_OOM if
+ * loop (not addmm). Returns LT_ERR_DTYPE for bool or mixed int/float, LT_ERR_OOM if
  * scratch cannot be allocated. */
 lt_status lt_kernel_matmul(lt_op op, const lt_attrs *attrs, const lt_view *in, int n_in,
                            const lt_view *out, const lt_kernel_ctx *ctx)
 {
     int nt = kt_nthreads(ctx);
-    int batched = op == LT_OP_bmm;
-    if ((op != LT_OP_mm && op != LT_OP_bmm) || n_in != 2)
+    int batched = op == LT_OP_bmm, addmm = op == LT_OP_addmm;
+    if ((op != LT_OP_mm && op != LT_OP_bmm && !addmm) || n_in != (addmm ? 3 : 2))
         return lt_set_error(LT_ERR_INTERNAL, "matmul kernel: bad op %d / %d inputs", (int)op, n_in);
+    const lt_view *bias = addmm ? &in[0] : NULL;
+    const lt_view *m = addmm ? in + 1 : in;
     int want = batched ? 3 : 2;
-    if (in[0].shape.ndim != want || in[1].shape.ndim != want)
-        return lt_set_error(LT_ERR_SHAPE, "%s: expected %d-D operands", batched ? "bmm" : "mm", want);
-    if (kt_is_float(out->dtype) && kt_is_float(in[0].dtype) && kt_is_float(in[1].dtype))
-        return matmul_float(&in[0], &in[1], out, batched, nt, ctx);
-    if (kt_is_index(out->dtype) && kt_is_index(in[0].dtype) && kt_is_index(in[1].dtype))
+    if (m[0].shape.ndim != want || m[1].shape.ndim != want ||
+        (bias && (bias->shape.ndim < 1 || bias->shape.dims[bias->shape.ndim - 1] !=
+                                               m[1].shape.dims[1])))
+        return lt_set_error(LT_ERR_SHAPE, "%s: expected %d-D operands", lt_op_name(op), want);
+    if (kt_is_float(out->dtype) && kt_is_float(m[0].dtype) && kt_is_float(m[1].dtype) &&
+        (!bias || kt_is_float(bias->dtype)))
+        return matmul_float(&m[0], &m[1], bias, out, batched, nt, ctx);
+    if (!addmm && kt_is_index(out->dtype) && kt_is_index(in[0].dtype) && kt_is_index(in[1].dtype))
         return matmul_int(&in[0], &in[1], out, batched, nt);
     return lt_kutil_dtype_error(op, in, n_in, out);
 }

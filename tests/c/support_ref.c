@@ -481,6 +481,12 @@ static int eval_argreduce(lt_op op, const lt_attrs *at, const ref_array *in,
 
 static int eval_matmul(lt_op op, const ref_array *in, ref_array *out)
 {
+    const double *bias = NULL;
+    if (op == LT_OP_addmm) {        /* (bias, a, b): mm plus the bias per row */
+        bias = in[0].v;
+        in++;
+        op = LT_OP_mm;
+    }
     const lt_shape *a = &in[0].shape, *b = &in[1].shape;
     int64_t B = 1, M, K, N;
     if (op == LT_OP_mm) {
@@ -502,7 +508,7 @@ static int eval_matmul(lt_op op, const ref_array *in, ref_array *out)
     for (int64_t z = 0; z < B; z++)
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < N; j++) {
-                double acc = 0;
+                double acc = bias ? bias[j] : 0;
                 for (int64_t k = 0; k < K; k++)
                     acc += in[0].v[(z * M + i) * K + k] * in[1].v[(z * K + k) * N + j];
                 out->v[(z * M + i) * N + j] = ref_round(acc, out->dtype);

@@ -273,7 +273,15 @@ static void cases_matmul(lt_op op)
     lt_dtype dts[] = {LT_F32, LT_F64, LT_BF16};
     for (int d = 0; d < 3; d++) {
         lt_dtype dt = dts[d];
-        if (op == LT_OP_mm) {
+        if (op == LT_OP_addmm) {    /* bias [N] and [1, N]; K = 0: the bias alone */
+            int mnk[][3] = {{5, 7, 3}, {1, 1, 1}, {130, 33, 17}, {4, 0, 6}};
+            for (int c = 0; c < 4; c++) {
+                tol_t tol = {1e-5, 2e-7 * mnk[c][1] + 1e-6};
+                lt_shape bs = c & 1 ? D(1, mnk[c][2]) : D(mnk[c][2]);
+                RUN(op, A(0), tol, T(bs, dt, G_UNIT), T(D(mnk[c][0], mnk[c][1]), dt, G_UNIT),
+                    T(D(mnk[c][1], mnk[c][2]), dt, G_UNIT));
+            }
+        } else if (op == LT_OP_mm) {
             int mnk[][3] = {{5, 7, 3}, {1, 1, 1}, {64, 33, 17}, {2, 130, 3}};
             for (int c = 0; c < 4; c++) {
                 tol_t tol = {1e-5, 2e-7 * mnk[c][1] + 1e-6};
@@ -831,6 +839,9 @@ static void cases_large(lt_op op)
     case LT_KIND_MATMUL: {
         tol_t mt = {1e-5, 1e-4};
         if (op == LT_OP_mm) BIG(op, A(0), mt, T(D(130, 257), f, G_UNIT), T(D(257, 120), f, G_UNIT));
+        else if (op == LT_OP_addmm)
+            BIG(op, A(0), mt, T(D(120), f, G_UNIT), T(D(300, 257), f, G_UNIT),
+                T(D(257, 120), f, G_UNIT));
         else {
             BIG(op, A(0), mt, T(D(4, 64, 70), f, G_UNIT), T(D(4, 70, 50), f, G_UNIT));
             BIG(op, A(0), mt, T(D(9, 33, 20), f, G_UNIT), T(D(9, 20, 17), f, G_UNIT));

@@ -483,7 +483,7 @@ def _mm_dims(draw):
     return [draw(st.sampled_from([0, 1, 2, 3, 5, 8, 17, 64])) for _ in range(4)]
 
 
-@entry("matmul", covers=["mm", "bmm"], tol=16)
+@entry("matmul", covers=["mm", "bmm", "addmm"], tol=16)
 def _matmul(draw):
     dt = draw(st.sampled_from([torch.float32] * 4 + [torch.bfloat16, torch.float64,
                                                      torch.int64]))

@@ -103,3 +103,54 @@ def test_attention_bmm_batches():
     got = _grads(att, [q, k, v], DEV)
     for a, c in zip(want, got):
         assert torch.allclose(a, c, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("bias_shape", ["n", "1n"])
+def test_linear_bias_is_one_addmm(dt, bias_shape):
+    """nn.Linear's bias rides in the GEMM (one addmm op, no add pass):
+    values and gradients as eager's, 2-D and 3-D inputs."""
+    torch.manual_seed(0)
+    x = torch.randn(6, 70, 33, dtype=dt)
+    w = torch.randn(20, 33, dtype=dt)
+    b = torch.randn(20, dtype=dt) if bias_shape == "n" else torch.randn(1, 20, dtype=dt)
+
+    def fn(x, w, b):
+        if b.dim() == 2:
+            return torch.addmm(b, x.reshape(-1, 33), w.t())
+        return F.linear(x, w, b)
+
+    n0, a0 = _count("addmm"), _count("add")
+    want = _grads(fn, [x, w, b], "cpu")
+    got = _grads(fn, [x, w, b], DEV)
+    assert _count("addmm") > n0
+    tol = {torch.float64: 1e-10, torch.float32: 1e-4, torch.bfloat16: 0.1}[dt]
+    for i, (a, c) in enumerate(zip(want, got)):
+        scale = max(1.0, float(a.detach().abs().max()))
+        assert float((a - c).abs().max()) <= tol * scale, ("output %d" % i, a, c)
+
+
+def test_addmm_scaled_keeps_the_general_path():
+    """beta/alpha other than 1 and a [M, N] self still trace mm + add."""
+    c, x, y = torch.randn(5, 4), torch.randn(5, 3), torch.randn(3, 4)
+    n0 = _count("addmm")
+    for kw, cc in (({"beta": 0.5, "alpha": 2}, torch.randn(4)), ({}, c)):
+        got = torch.addmm(cc.to(DEV), x.to(DEV), y.to(DEV), **kw).cpu()
+        assert torch.allclose(got, torch.addmm(cc, x, y, **kw), atol=1e-5)
+    assert _count("addmm") == n0
+
+
+def test_linear_under_autocast():
+    torch.manual_seed(0)
+    lin = nn.Linear(32, 16)
+    x = torch.randn(8, 32)
+    outs = []
+    for dev in ("cpu", DEV):
+        m = copy.deepcopy(lin).to(dev)
+        with torch.autocast(torch.device(dev).type, dtype=torch.bfloat16):
+            y = m(x.to(dev))
+        assert y.dtype == torch.bfloat16
+        y.float().sum().backward()
+        outs.append((y.float().cpu(), m.weight.grad.cpu(), m.bias.grad.cpu()))
+    for a, c in zip(*outs):
+        assert torch.allclose(a, c, atol=0.05, rtol=0.02), (a, c)
