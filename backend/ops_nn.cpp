@@ -163,9 +163,20 @@ at::Tensor lt_convolution(const at::Tensor &input, const at::Tensor &weight,
       at.push_back(tconv_out(x.shape().dims[2 + j], w.shape().dims[2 + j], at[j], at[k + j],
                              at[2 * k + j], op));
     }
+    oc = w.shape().dims[1] * groups;
+    bool zero = false, neg = false;
+    for (int j = 0; j < k; j++) {
+      zero |= at[3 * k + 1 + j] == 0;
+      neg |= at[3 * k + 1 + j] < 0;
+    }
+    if (zero && !neg) {   /* eager returns the empty output asked for */
+      std::vector<int64_t> od = {x.shape().dims[0], oc};
+      od.insert(od.end(), at.begin() + 3 * k + 1, at.end());
+      if (g.is1d) od.erase(od.begin() + 2);
+      return wrap(zeros(core, od, x.dtype()));
+    }
     lt_attrs a = attrs_vec(at);
     y = trace(conv_op(g, 1), {x.get(), w.get()}, &a);
-    oc = w.shape().dims[1] * groups;
   } else {
     lt_attrs a = attrs_vec(g.attrs);
     y = trace(conv_op(g, 0), {x.get(), w.get()}, &a);
@@ -200,6 +211,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_convolution_backward(
   if (g.is1d) { go = to2d(go.get()); x = to2d(x.get()); w = to2d(w.get()); }
   int k = g.k;
   at::Tensor gi, gw, gb;
+  if (grad_output.numel() == 0) {   /* nothing flows back: zeros of each shape */
+    lt_dtype dt = go.dtype();
+    if (mask[0]) gi = wrap(zeros(core, input.sizes().vec(), dt));
+    if (mask[1]) gw = wrap(zeros(core, weight.sizes().vec(), dt));
+    if (mask[2]) gb = wrap(zeros(core, {grad_output.size(1)}, dt));
+    return std::make_tuple(gi, gw, gb);
+  }
   if (mask[0]) {
     Ref r;
     if (transposed) {   /* the forward convolution of the gradient */
