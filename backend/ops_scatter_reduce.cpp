@@ -116,11 +116,12 @@ at::Tensor lt_index_reduce(const at::Tensor &self, int64_t dim, const at::Tensor
 /* scatter(..., reduce="add" | "multiply"): src limited to the index's shape */
 at::Tensor scatter_with(const at::Tensor &self, int64_t dim, const at::Tensor &index, Ref s,
                         c10::string_view reduce) {
-  check_long_index(index, "scatter: index dtype");
+  if (index.scalar_type() != at::kLong && index.scalar_type() != at::kInt)
+    throw_unsupported("scatter: index dtype");   /* eager's own error */
   TORCH_CHECK(reduce == "add" || reduce == "multiply", "reduce argument must be either add or "
               "multiply.");
   int core = common_core({&self, &index});
-  Ref x = operand(self, core), i = operand(index, core);
+  Ref x = operand(self, core), i = cast(operand(index, core).get(), LT_I64);
   int64_t d = c10::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
   if (index.numel() == 0) return wrap(fresh(std::move(x), {handle_of(self)}));
   std::vector<int64_t> id = index.sizes().vec(), sd = dims_of(s.shape());

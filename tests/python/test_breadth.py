@@ -115,6 +115,13 @@ CASES = {
     "scatter_value": (lambda x, i: torch.scatter(x, 0, i, 1.5), (R(5, 4), _scatter_idx())),
     "scatter_add": (lambda x, i, s: torch.scatter_add(x, 1, i, s), (R(4, 5), I(5, 4, 3), R(4, 3))),
     "getitem_index": (lambda x, i: x[:, i], (R(4, 6), I(6, 5))),
+    "gather_int32_index": (lambda x, i: torch.gather(x, 1, i), (R(4, 5), I(5, 4, 3).int())),
+    "scatter_add_int32_index": (lambda x, i, s: torch.scatter_add(x, 1, i, s),
+                                (R(4, 5), I(5, 4, 3).int(), R(4, 3))),
+    "take": (lambda x: torch.take(x, torch.tensor([[0, -1], [7, 3]]).to(x.device)), (R(3, 4),)),
+    "put": (lambda x, s: x.put(torch.tensor([1, -2, 5]).to(x.device), s), (R(3, 4), R(3))),
+    "put_accumulate": (lambda x, s: x.put(torch.tensor([1, 1, 5]).to(x.device), s, accumulate=True),
+                       (R(3, 4), R(3))),
 }
 # reducing scatters: every reduce, with and without self's values
 for _r in ("sum", "prod", "mean", "amax", "amin"):
