@@ -1,13 +1,14 @@
 /*
  * lazy/kernels/conv3d.c — conv3d forward and backward (input, weight) by
- * 3-D im2col / col2im + GEMM (OpenBLAS through lt_kutil_gemm), PyTorch
+ * 3-D im2col / col2im + GEMM (OpenBLAS through lt_kutil_gemm_par), PyTorch
  * semantics (no bias: the caller adds it). Transposed 3-D convolutions run
  * on the same three ops (see backend/ops_nn.cpp).
  *
  * One GEMM per (sample, group): col is [C/g*kd*kh*kw, od*oh*ow]. The layout
- * loops (im2col, col2im) run on OpenMP threads over channels, the GEMM on
- * OpenBLAS's threads. Compute type f32 for f32/bf16/f16 storage (converted
- * in, rounded to nearest even on store), f64 for f64.
+ * loops (im2col, col2im) run on OpenMP threads over channels, the GEMM split
+ * over the core's helper threads (lt_kutil_gemm_par). Compute type f32 for
+ * f32/bf16/f16 storage (converted in, rounded to nearest even on store),
+ * f64 for f64.
  */
 #include "kutil.h"
 
@@ -170,29 +171,28 @@ static lt_status geom3_init(lt_op op, const lt_attrs *at, const lt_view *in,
 
 /* Runs op over the batch: a, b are its two packed inputs, out the packed
  * output (compute dtype cdt). */
-static lt_status conv3_run(lt_op op, const geom3 *q, lt_dtype cdt, const void *a,
-                           const void *b, void *out, int nt)
+static lt_status conv3_run(const lt_kernel_ctx *ctx, lt_op op, const geom3 *q, lt_dtype cdt,
+                           const void *a, const void *b, void *out, int nt)
 {
     size_t es = kt_dtsize(cdt);
     void *col = lt_kutil_alloc((size_t)(q->ckk * q->L) * es, lt_op_name(op));
     if (!col) return LT_ERR_OOM;
     if (op == LT_OP_conv3d_backward_weight) memset(out, 0, (size_t)(q->O * q->ckk) * es);
-    lt_kutil_blas_threads(nt);
     for (int64_t n = 0; n < q->N; n++)
         for (int64_t g = 0; g < q->g; g++) {
             size_t yoff = (size_t)((n * q->O + g * q->Og) * q->L) * es;    /* y / grad group */
             size_t woff = (size_t)(g * q->Og * q->ckk) * es;
             if (op == LT_OP_conv3d) {
                 im2col_group(cdt, q, a, n, g, col, nt);
-                lt_kutil_gemm(cdt, 0, 0, q->Og, q->L, q->ckk, (const char *)b + woff, q->ckk,
+                lt_kutil_gemm_par(ctx, nt, cdt, 0, 0, q->Og, q->L, q->ckk, (const char *)b + woff, q->ckk,
                               col, q->L, 0.0, (char *)out + yoff, q->L);
             } else if (op == LT_OP_conv3d_backward_input) {
-                lt_kutil_gemm(cdt, 1, 0, q->ckk, q->L, q->Og, (const char *)b + woff, q->ckk,
+                lt_kutil_gemm_par(ctx, nt, cdt, 1, 0, q->ckk, q->L, q->Og, (const char *)b + woff, q->ckk,
                               (const char *)a + yoff, q->L, 0.0, col, q->L);
                 col2im_group(cdt, q, col, n, g, out, nt);
             } else {
                 im2col_group(cdt, q, b, n, g, col, nt);
-                lt_kutil_gemm(cdt, 0, 1, q->Og, q->ckk, q->L, (const char *)a + yoff, q->L,
+                lt_kutil_gemm_par(ctx, nt, cdt, 0, 1, q->Og, q->ckk, q->L, (const char *)a + yoff, q->L,
                               col, q->L, 1.0, (char *)out + woff, q->ckk);
             }
         }
@@ -230,7 +230,7 @@ lt_status lt_kernel_conv3d(lt_op op, const lt_attrs *attrs, const lt_view *in, i
         void *o0 = NULL, *o1 = NULL;
         const void *p0 = lt_kutil_pack(&in[0], cdt, nt, &o0);
         const void *p1 = p0 ? lt_kutil_pack(&in[1], cdt, nt, &o1) : NULL;
-        st = p0 && p1 ? conv3_run(op, &q, cdt, p0, p1, y, nt) : LT_ERR_OOM;
+        st = p0 && p1 ? conv3_run(ctx, op, &q, cdt, p0, p1, y, nt) : LT_ERR_OOM;
         free(o0);
         free(o1);
     }
