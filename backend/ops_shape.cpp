@@ -619,6 +619,38 @@ at::Tensor lt_index(const at::Tensor &self, const c10::List<c10::optional<at::Te
   return wrap(reshape(rows.get(), out));
 }
 
+/* roll: per (shift, dim), the last `shift` entries moved to the front (a cat
+ * of two slices); no dims = over the flattened tensor */
+at::Tensor lt_roll(const at::Tensor &self, at::IntArrayRef shifts, at::IntArrayRef dims) {
+  TORCH_CHECK(!shifts.empty(), "`shifts` required");
+  lt_tensor *x = handle_of(self);
+  if (dims.empty()) {
+    TORCH_CHECK(shifts.size() == 1, "shifts and dimensions must align. shifts: ", shifts.size(),
+                ", dims:0");
+    int64_t n = self.numel();
+    Ref f = reshape(x, {n});
+    at::Tensor flat = wrap(std::move(f));
+    at::Tensor r = lt_roll(flat, shifts, {0});
+    return wrap(reshape(handle_of(r), self.sizes().vec()));
+  }
+  TORCH_CHECK(shifts.size() == dims.size(), "shifts and dimensions must align. shifts: ",
+              shifts.size(), ", dims:", dims.size());
+  Ref r = Ref::borrow(x);
+  for (size_t k = 0; k < dims.size(); k++) {
+    int64_t d = c10::maybe_wrap_dim(dims[k], std::max<int64_t>(self.dim(), 1));
+    if (self.dim() == 0) continue;
+    int64_t n = self.size(d);
+    if (n == 0) continue;
+    int64_t sh = ((shifts[k] % n) + n) % n;
+    if (sh == 0) continue;
+    lt_attrs tail = attrs_of({d, n - sh, n, 1}), head = attrs_of({d, 0, n - sh, 1});
+    Ref a = trace(LT_OP_slice, {r.get()}, &tail), b = trace(LT_OP_slice, {r.get()}, &head);
+    lt_attrs ad = attrs_of({d});
+    r = trace_n(LT_OP_cat, {a.get(), b.get()}, &ad);
+  }
+  return wrap(fresh(std::move(r), {x}));
+}
+
 /* take(x, idx) = x.flatten()[idx] (negative indices count from the end) */
 at::Tensor lt_take(const at::Tensor &self, const at::Tensor &index) {
   TORCH_CHECK(index.scalar_type() == at::kLong, "take(): Expected a long tensor for index, "
@@ -875,6 +907,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   reg(m, "embedding_dense_backward", TORCH_FN(lt_embedding_dense_backward));
   reg(m, "flip", TORCH_FN(lt_flip));
   reg(m, "take", TORCH_FN(lt_take));
+  reg(m, "roll", TORCH_FN(lt_roll));
   reg(m, "put", TORCH_FN(lt_put));
 }
 

@@ -120,6 +120,23 @@ CASES = {
                                 (R(4, 5), I(5, 4, 3).int(), R(4, 3))),
     "take": (lambda x: torch.take(x, torch.tensor([[0, -1], [7, 3]]).to(x.device)), (R(3, 4),)),
     "put": (lambda x, s: x.put(torch.tensor([1, -2, 5]).to(x.device), s), (R(3, 4), R(3))),
+    # activations, smooth functions, shifts and moments
+    "logsigmoid": (lambda x: F.logsigmoid(x), (R(4, 5) * 8,)),
+    "bce_with_logits": (lambda x, t: F.binary_cross_entropy_with_logits(x, t), (R(4, 5) * 4,
+                                                                              torch.rand(4, 5, generator=g))),
+    "bce_with_logits_weights": ((lambda w, pw: lambda x, t: F.binary_cross_entropy_with_logits(
+        x, t, weight=w.to(x.device), reduction="sum", pos_weight=pw.to(x.device)))(
+            torch.rand(4, 1, generator=g), torch.rand(5, generator=g) + 0.5),
+        (R(4, 5), torch.rand(4, 5, generator=g))),
+    "elu": (lambda x: F.elu(x, alpha=0.7), (R(4, 5) * 3,)),
+    "selu": (lambda x: F.selu(x), (R(4, 5) * 3,)),
+    "elu_inplace": (lambda x: F.elu(x * 1, inplace=True), (R(4, 5) * 3,)),
+    "celu": (lambda x: F.celu(x, alpha=1.5), (R(4, 5) * 3,)),
+    "logaddexp": (lambda a, b: torch.logaddexp(a, b), (R(4, 5) * 5, R(5) * 5)),
+    "roll": (lambda x: torch.roll(x, (2, -1), (1, 0)), (R(3, 5, 2),)),
+    "roll_flat": (lambda x: torch.roll(x, 4), (R(3, 5),)),
+    "var_mean": (lambda x: torch.var_mean(x, 1, keepdim=True), (R(4, 6),)),
+    "std_mean": (lambda x: torch.std_mean(x, (0, 2), correction=0), (R(4, 3, 5),)),
     "put_accumulate": (lambda x, s: x.put(torch.tensor([1, 1, 5]).to(x.device), s, accumulate=True),
                        (R(3, 4), R(3))),
 }
