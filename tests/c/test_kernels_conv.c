@@ -102,6 +102,10 @@ static const conv_case conv_cases[] = {
     {1, 2, 5, 6, 2, 1, 1, 2, 2, 0, 0, 1, 1, 1},     /* 1x1 strided, N < threads */
     {3, 4, 8, 8, 8, 3, 3, 2, 2, 1, 1, 1, 1, 4},     /* depthwise x2 */
     {2, 2, 6, 5, 3, 2, 3, 1, 2, 2, 0, 2, 2, 1},     /* padding larger than half kernel */
+    /* stride 1, >= 16 channels per group: backward input as a forward conv */
+    {2, 16, 6, 5, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+    {2, 32, 7, 6, 4, 3, 2, 1, 1, 2, 1, 2, 1, 2},    /* dilated, groups, uneven padding */
+    {1, 16, 5, 5, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1},    /* padding beyond the kernel: col2im */
 };
 
 static void test_conv_f32(void **state)
