@@ -19,10 +19,27 @@
 #include "pool.h"
 #include "par.h"
 
+/* Runs CALL(o, n) over [0, fw) in blocks of n = 8 (the loops inline with
+ * a constant count: fully vectorised). A remainder is covered by one more
+ * block that overlaps the previous one (rows shorter than 8: two blocks of
+ * 4), which only recomputes identical results: every write is a function
+ * of its own window. */
+#define MAX2_BLOCKS(CALL, fw)                                                              \
+    do {                                                                                   \
+        int64_t o_ = 0, f_ = (fw);                                                         \
+        for (; o_ + 8 <= f_; o_ += 8) CALL(o_, 8);                                         \
+        if (o_ < f_) {                                                                     \
+            if (f_ >= 8) CALL(f_ - 8, 8);                                                  \
+            else if (f_ >= 4) { CALL(0, 4); CALL(f_ - 4, 4); }                             \
+            else for (; o_ < f_; o_++) CALL(o_, 1);                                        \
+        }                                                                                  \
+    } while (0)
+
 /* Row of fw full windows over input rows r0, r1: selector s in 0..3 of
  * each window's max (row-major position in the window) and its value. */
 #define MAX2_IMPL(T, SUF)                                                                  \
-static void max2_fwd_row_##SUF(const T *restrict r0, const T *restrict r1, int64_t fw,      \
+static inline __attribute__((always_inline)) void                                         \
+max2_fwd_row_##SUF(const T *restrict r0, const T *restrict r1, int64_t fw,      \
                                T *restrict y)                                              \
 {                                                                                          \
     _Pragma("omp simd")                                                                    \
@@ -34,7 +51,8 @@ static void max2_fwd_row_##SUF(const T *restrict r0, const T *restrict r1, int64
     }                                                                                      \
 }                                                                                          \
 /* flat plane index of each window's max: base + 2*ox + {0, 1, W, W+1} */                 \
-static void max2_idx_row_##SUF(const T *restrict r0, const T *restrict r1, int64_t fw,      \
+static inline __attribute__((always_inline)) void                                         \
+max2_idx_row_##SUF(const T *restrict r0, const T *restrict r1, int64_t fw,      \
                                int64_t W, int64_t base, int64_t *restrict i64,             \
                                int32_t *restrict i32)                                      \
 {                                                                                          \
@@ -60,7 +78,8 @@ static void max2_idx_row_##SUF(const T *restrict r0, const T *restrict r1, int64
 }                                                                                          \
 /* dx rows d0, d1 of fw full windows: g at the max, +0 elsewhere (g + 0 as              \
  * the general kernel's 0 += g gives, so -0 becomes +0) */                                 \
-static void max2_bwd_row_##SUF(const T *restrict r0, const T *restrict r1, int64_t fw,      \
+static inline __attribute__((always_inline)) void                                         \
+max2_bwd_row_##SUF(const T *restrict r0, const T *restrict r1, int64_t fw,      \
                                const T *restrict g, T *restrict d0, T *restrict d1)        \
 {                                                                                          \
     _Pragma("omp simd")                                                                    \
@@ -84,11 +103,15 @@ static void max2_fwd_plane_##SUF(const pool_geom *q, const T *x, T *y, void *idx
     for (int64_t oy = 0; oy < q->oh; oy++) {                                               \
         const T *r0 = x + 2 * oy * W, *r1 = r0 + W;                                        \
         int64_t o = oy * q->ow, f = oy < fh ? fw : 0;                                      \
-        if (f && y) max2_fwd_row_##SUF(r0, r1, f, y + o);                                  \
-        if (f && idx && (idt == LT_I64 || idt == LT_I32))                                  \
-            max2_idx_row_##SUF(r0, r1, f, W, 2 * oy * W,                                   \
-                               idt == LT_I64 ? (int64_t *)idx + o : NULL,                  \
-                               idt == LT_I32 ? (int32_t *)idx + o : NULL);                 \
+        int64_t *i64 = idx && idt == LT_I64 ? (int64_t *)idx + o : NULL;                  \
+        int32_t *i32 = idx && idt == LT_I32 ? (int32_t *)idx + o : NULL;                  \
+        T *yo = y ? y + o : NULL;                                                          \
+        if (f && y) {                                                                      \
+            MAX2_BLOCKS(MAX2_FWD_##SUF, f);                                                \
+        }                                                                                  \
+        if (f && (i64 || i32)) {                                                           \
+            MAX2_BLOCKS(MAX2_IDX_##SUF, f);                                                \
+        }                                                                                  \
         for (int64_t ox = (idx && idt != LT_I64 && idt != LT_I32) ? 0 : f; ox < q->ow;     \
              ox++) {                                                                       \
             T v;                                                                           \
@@ -104,7 +127,8 @@ static void max2_bwd_plane_##SUF(const pool_geom *q, const T *g, const T *x, T *
     int64_t fw = q->ow < W / 2 ? q->ow : W / 2;                                            \
     for (int64_t oy = 0; oy < fh; oy++) {                                                  \
         T *d0 = dx + 2 * oy * W, *d1 = d0 + W;                                             \
-        max2_bwd_row_##SUF(x + 2 * oy * W, x + 2 * oy * W + W, fw, g + oy * q->ow, d0, d1); \
+        const T *r0 = x + 2 * oy * W, *r1 = r0 + W, *go = g + oy * q->ow;                  \
+        MAX2_BLOCKS(MAX2_BWD_##SUF, fw);                                                   \
         for (int64_t w = 2 * fw; w < W; w++) d0[w] = d1[w] = 0;                            \
     }                                                                                      \
     if (2 * fh < H) memset(dx + 2 * fh * W, 0, (size_t)((H - 2 * fh) * W) * sizeof(T));    \
@@ -116,6 +140,16 @@ static void max2_bwd_plane_##SUF(const pool_geom *q, const T *g, const T *x, T *
             if (k >= 0 && k < H * W) dx[k] += g[oy * q->ow + ox];                          \
         }                                                                                  \
 }
+#define MAX2_FWD_f(o, n) max2_fwd_row_f(r0 + 2 * (o), r1 + 2 * (o), n, yo + (o))
+#define MAX2_FWD_d(o, n) max2_fwd_row_d(r0 + 2 * (o), r1 + 2 * (o), n, yo + (o))
+#define MAX2_IDX_f(o, n) max2_idx_row_f(r0 + 2 * (o), r1 + 2 * (o), n, W, 2 * oy * W + 2 * (o), \
+                                        i64 ? i64 + (o) : NULL, i32 ? i32 + (o) : NULL)
+#define MAX2_IDX_d(o, n) max2_idx_row_d(r0 + 2 * (o), r1 + 2 * (o), n, W, 2 * oy * W + 2 * (o), \
+                                        i64 ? i64 + (o) : NULL, i32 ? i32 + (o) : NULL)
+#define MAX2_BWD_f(o, n) max2_bwd_row_f(r0 + 2 * (o), r1 + 2 * (o), n, go + (o), d0 + 2 * (o), \
+                                        d1 + 2 * (o))
+#define MAX2_BWD_d(o, n) max2_bwd_row_d(r0 + 2 * (o), r1 + 2 * (o), n, go + (o), d0 + 2 * (o), \
+                                        d1 + 2 * (o))
 MAX2_IMPL(float, f)
 MAX2_IMPL(double, d)
 
