@@ -6,17 +6,15 @@
  * The batch is cut into chunks of samples whose im2col matrix
  * [C/g*kh*kw, chunk*oh*ow] is ~2 MB, so each chunk is one large GEMM per
  * group (1.3-2x faster than per-sample GEMMs for batch-64 MNIST-size convs).
- * Threading: with >= nthreads samples, chunks run in parallel on OpenMP
- * threads with BLAS single-threaded (one fork/join per kernel: measured far
- * more robust on a loaded 2-core box than alternating OpenMP loops with
- * BLAS-threaded GEMMs); small batches run chunks in order with BLAS threaded.
+ * Threading: with >= nthreads samples, chunks are claimed by the core's
+ * helper threads (lt_par_for, one job per kernel) with BLAS single-threaded;
+ * small batches run chunks in order with OpenMP layout loops.
  * Compute type is f32 for f32/bf16 storage (bf16 inputs converted, f32
  * accumulation, rounded to nearest even on store) and f64 for f64.
  */
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include <stdatomic.h>
 #include "kutil.h"
+#include "par.h"
 
 typedef struct conv_geom {
     int64_t N, C, H, W;        /* input */
@@ -305,65 +303,89 @@ static void conv_chunk_run(lt_op op, const conv_geom *q, lt_dtype cdt, const voi
     }
 }
 
-/* Runs op over the batch. With at least nthreads samples, chunks run in
- * parallel (one OpenMP thread each, BLAS single-threaded, per-thread weight
- * gradient partials summed in thread order); otherwise chunks run in order
- * with BLAS and the layout loops using all nthreads. */
+/* One conv_run: chunks of nb samples claimed by lt_par_for workers. */
+typedef struct conv_job {
+    lt_op op;
+    const conv_geom *q;
+    lt_dtype cdt;
+    const void *a, *bb;
+    void *out;
+    int64_t nb;
+    char *partial;             /* backward weight: chunk c >= 1's sums */
+    conv_scratch *sc;          /* per worker, allocated on its first chunk */
+    atomic_int failed;
+    int inner_nt;              /* OpenMP budget inside a chunk */
+} conv_job;
+
+static void conv_job_chunk(void *arg, int64_t c, int w)
+{
+    conv_job *j = arg;
+    const conv_geom *q = j->q;
+    size_t es = kt_dtsize(j->cdt);
+    conv_scratch *sc = &j->sc[w];
+    if (!sc->col && !scratch_init(q, es, j->nb, sc)) {
+        atomic_store(&j->failed, 1);
+        return;
+    }
+    int64_t n0 = c * j->nb, b = q->N - n0 < j->nb ? q->N - n0 : j->nb;
+    void *acc = NULL;
+    if (j->op == LT_OP_conv2d_backward_weight)
+        acc = c == 0 ? j->out : j->partial + (size_t)((c - 1) * q->O * q->ckk) * es;
+    conv_chunk_run(j->op, q, j->cdt, j->a, j->bb, j->out, acc, n0, b, sc, j->inner_nt);
+}
+
+/* Runs op over the batch. With at least nthreads samples, chunks (about
+ * two per thread) are claimed by the core's helper threads (lt_par_for:
+ * a helper that wakes late leaves its chunks to the others instead of
+ * holding up a join), each chunk single-threaded; the weight gradient's
+ * per-chunk partials are summed in chunk order (the same result whoever
+ * ran them). Otherwise chunks run in order with the layout loops using
+ * all nthreads. BLAS is single-threaded throughout. */
 static lt_status conv_run(lt_op op, const conv_geom *q, lt_dtype cdt, const void *a,
-                          const void *bb, void *out, int nt)
+                          const void *bb, void *out, int nt, const lt_kernel_ctx *ctx)
 {
     size_t es = kt_dtsize(cdt);
     int64_t nb = conv_chunk(q, es);
     double flops = 2.0 * (double)q->N * (double)q->O * (double)q->ohw * (double)q->ckk;
     int par = nt > 1 && q->N >= nt && flops >= 1e6;   /* tiny convs: fork/join costs more */
     if (par) {
-        int64_t per = (q->N + nt - 1) / nt;
+        int64_t parts = (int64_t)nt * 2 < q->N ? (int64_t)nt * 2 : q->N;
+        int64_t per = (q->N + parts - 1) / parts;
         if (nb > per) nb = per;
     }
     int64_t nchunks = nb > 0 ? (q->N + nb - 1) / nb : 0;
     int nth = par ? nt : 1;
     int bw = op == LT_OP_conv2d_backward_weight;
     int64_t wn = q->O * q->ckk;
-    char *partial = NULL;
+    conv_job j = {op, q, cdt, a, bb, out, nb, NULL, NULL, 0, par ? 1 : nt};
     if (bw) {
         memset(out, 0, (size_t)wn * es);
-        if (nth > 1) {
-            partial = lt_kutil_alloc((size_t)((nth - 1) * wn) * es, "conv2d_backward_weight");
-            if (!partial) return LT_ERR_OOM;
-            memset(partial, 0, (size_t)((nth - 1) * wn) * es);
+        if (nchunks > 1) {
+            j.partial = lt_kutil_alloc((size_t)((nchunks - 1) * wn) * es, "conv2d_backward_weight");
+            if (!j.partial) return LT_ERR_OOM;
+            memset(j.partial, 0, (size_t)((nchunks - 1) * wn) * es);
         }
     }
-    int ok = 1;
-    #pragma omp parallel num_threads(nth) if (par)
-    {
-        int t = 0;
-#ifdef _OPENMP
-        t = omp_get_thread_num();
-#endif
-        void *acc = !bw ? NULL : t == 0 ? out : partial + (size_t)((t - 1) * wn) * es;
-        conv_scratch sc;
-        int have = scratch_init(q, es, nb, &sc);
-        if (!have) {
-            #pragma omp atomic write
-            ok = 0;
-        }
-        #pragma omp for schedule(static)
-        for (int64_t c = 0; c < nchunks; c++) {
-            int64_t n0 = c * nb, b = q->N - n0 < nb ? q->N - n0 : nb;
-            if (have) conv_chunk_run(op, q, cdt, a, bb, out, acc, n0, b, &sc, par ? 1 : nt);
-        }
-        free(sc.col);
-        free(sc.mat);
+    j.sc = calloc((size_t)nth, sizeof *j.sc);
+    if (!j.sc) {
+        free(j.partial);
+        return lt_set_error(LT_ERR_OOM, "conv2d: out of host memory");
     }
-    for (int t = 1; bw && t < nth; t++) {
-        const char *p = partial + (size_t)((t - 1) * wn) * es;
+    lt_par_for(ctx, nth, nchunks, conv_job_chunk, &j);
+    for (int64_t c = 1; bw && c < nchunks; c++) {
+        const char *p = j.partial + (size_t)((c - 1) * wn) * es;
         if (cdt == LT_F64)
             for (int64_t i = 0; i < wn; i++) ((double *)out)[i] += ((const double *)p)[i];
         else
             for (int64_t i = 0; i < wn; i++) ((float *)out)[i] += ((const float *)p)[i];
     }
-    free(partial);
-    if (!ok)
+    for (int w = 0; w < nth; w++) {
+        free(j.sc[w].col);
+        free(j.sc[w].mat);
+    }
+    free(j.sc);
+    free(j.partial);
+    if (atomic_load(&j.failed))
         return lt_set_error(LT_ERR_OOM, "conv2d: cannot allocate %lld bytes of im2col scratch",
                             (long long)((q->ckk + q->Og) * nb * q->ohw * (int64_t)es));
     return LT_OK;
@@ -381,7 +403,7 @@ static lt_status conv_run(lt_op op, const conv_geom *q, lt_dtype cdt, const void
  * and C = 1 measured 4x slower); -1 with an error set on
  * OOM; 1 when dx is computed. */
 static int conv_bwd_input_as_fwd(const conv_geom *q, lt_dtype cdt, const void *gy, const void *w,
-                                 void *dx, int nt, lt_status *st)
+                                 void *dx, int nt, const lt_kernel_ctx *ctx, lt_status *st)
 {
     if (q->sh != 1 || q->sw != 1 || q->ph > q->dh * (q->kh - 1) || q->pw > q->dw * (q->kw - 1) ||
         q->Cg < 16)
@@ -406,7 +428,7 @@ static int conv_bwd_input_as_fwd(const conv_geom *q, lt_dtype cdt, const void *g
     t.ckk = t.Cg * kk;
     t.ohw = t.oh * t.ow;
     t.hw = t.H * t.W;
-    *st = conv_run(LT_OP_conv2d, &t, cdt, gy, wt, dx, nt);
+    *st = conv_run(LT_OP_conv2d, &t, cdt, gy, wt, dx, nt, ctx);
     free(wt);
     return *st == LT_OK ? 1 : -1;
 }
@@ -440,8 +462,9 @@ lt_status lt_kernel_conv(lt_op op, const lt_attrs *attrs, const lt_view *in, int
         free(o0); free(o1); free(yown);
         return LT_ERR_OOM;
     }
-    if (op != LT_OP_conv2d_backward_input || !conv_bwd_input_as_fwd(&q, cdt, p0, p1, y, nt, &st))
-        st = conv_run(op, &q, cdt, p0, p1, y, nt);
+    if (op != LT_OP_conv2d_backward_input ||
+        !conv_bwd_input_as_fwd(&q, cdt, p0, p1, y, nt, ctx, &st))
+        st = conv_run(op, &q, cdt, p0, p1, y, nt, ctx);
     if (st == LT_OK && yown) lt_kutil_unpack(yown, cdt, out, nt);
     free(o0); free(o1); free(yown);
     return st;
