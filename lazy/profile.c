@@ -1,7 +1,7 @@
 /*
  * lazy/profile.c — per-op device time (see profile.h). Metric names:
  * "KernelTime::<op>" for library kernels, "KernelTime::fused(<op>)" for a
- * fused elementwise group (op = the group's last member),
+ * fused elementwise group (op = the group's last computed op),
  * "KernelTime::reduce(<op>)" for a reduction with its fused prologue.
  * Metrics are looked up per sample (lock-free lookup in the registry);
  * names are bounded by the op table.
@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "profile.h"
+#include "kernels/fused.h"
 
 static atomic_int prof_state;   /* 0 = unread, 1 = off, 2 = on */
 
@@ -28,6 +29,12 @@ void lt_profile_step(const lt_step *step, int64_t ns)
 {
     char name[96];
     const char *op = lt_op_name(step->op);
+    if (step->kind == LT_STEP_FUSED && step->fused)
+        for (int k = step->fused->n_ins - 1; k >= 0; k--)
+            if (step->fused->ins[k].op != LT_FUSED_LOAD) {
+                op = lt_op_name((lt_op)step->fused->ins[k].op);
+                break;
+            }
     if (step->kind == LT_STEP_FUSED)
         snprintf(name, sizeof name, "KernelTime::fused(%s)", op);
     else if (step->kind == LT_STEP_REDUCE)
