@@ -62,9 +62,9 @@ static void im2col_##SUF(const conv_geom *q, const T *x, T *col, int64_t ld)    
                 int64_t a = y0 * q->ow + x0, b = (y1 - 1) * q->ow + x1;                  \
                 const T *src = x + (y0 - q->ph + i * q->dh) * q->W - q->pw + j * q->dw   \
                                - y0 * q->ow;                                             \
-                memset(row, 0, (size_t)a * sizeof(T));                                   \
+                if (a) memset(row, 0, (size_t)a * sizeof(T));                            \
                 memcpy(row + a, src + a, (size_t)(b - a) * sizeof(T));                   \
-                memset(row + b, 0, (size_t)(q->ohw - b) * sizeof(T));                    \
+                if (b < q->ohw) memset(row + b, 0, (size_t)(q->ohw - b) * sizeof(T));    \
                 for (int64_t oy = y0; oy < y1; oy++) {                                   \
                     T *r = row + oy * q->ow;                                             \
                     for (int64_t ox = 0; ox < x0; ox++) r[ox] = 0;                       \
