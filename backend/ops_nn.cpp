@@ -387,9 +387,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_native_batch_norm(
     return std::make_tuple(wrap(std::move(y)), wrap(zeros(core, {0}, x.dtype())),
                            wrap(zeros(core, {0}, x.dtype())));
   }
-  Ref y = trace(LT_OP_mul, {xc.get(), reshape(invstd.get(), bs).get()});
-  if (w) y = trace(LT_OP_mul, {y.get(), reshape(w.get(), bs).get()});
-  if (b) y = trace(LT_OP_add, {y.get(), reshape(b.get(), bs).get()});
+  /* y = x * alpha + beta with per-channel alpha = invstd * w and
+   * beta = b - mean * alpha, as eager's CPU kernel computes it: one multiply
+   * and one add per element over two broadcast operands (instead of four
+   * ops over four), and xc stays inside var's reduction (not materialised
+   * for y). */
+  Ref alpha = w ? trace(LT_OP_mul, {invstd.get(), w.get()}) : Ref::borrow(invstd.get());
+  Ref beta = trace(LT_OP_neg, {trace(LT_OP_mul, {mean.get(), alpha.get()}).get()});
+  if (b) beta = trace(LT_OP_add, {beta.get(), b.get()});
+  Ref y = trace(LT_OP_add, {trace(LT_OP_mul, {x.get(), reshape(alpha.get(), bs).get()}).get(),
+                            reshape(beta.get(), bs).get()});
   /* running stats last: nothing above may fail after they changed */
   if (new_rm) check(lt_tensor_assign(rm.get(), new_rm.get()));
   if (new_rv) check(lt_tensor_assign(rv.get(), new_rv.get()));
@@ -418,10 +425,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_native_batch_norm_backward(
     invstd = add_eps_rsqrt(rv.get(), eps);
   }
   TORCH_CHECK(mean && invstd, "batch_norm backward: saved statistics are missing");
-  Ref xhat = trace(LT_OP_mul, {trace(LT_OP_sub, {x.get(), reshape(mean.get(), bs).get()}).get(),
-                               reshape(invstd.get(), bs).get()});
+  /* as eager's CPU kernel: dotp = sum(g * (x - mean)) per channel (two ops
+   * per element in the reduction), the weight gradient dotp * invstd, and
+   * the input gradient (g - (x - mean) * k - sum(g) / n) * invstd * w with
+   * k = dotp * invstd^2 / n, all per-channel factors computed on [C] */
+  Ref xc = trace(LT_OP_sub, {x.get(), reshape(mean.get(), bs).get()});
   Ref gsum = reduce(LT_OP_sum, g.get(), dims, false);
-  Ref gxsum = reduce(LT_OP_sum, trace(LT_OP_mul, {g.get(), xhat.get()}).get(), dims, false);
+  Ref dotp = reduce(LT_OP_sum, trace(LT_OP_mul, {g.get(), xc.get()}).get(), dims, false);
+  Ref gxsum = trace(LT_OP_mul, {dotp.get(), invstd.get()});
   at::Tensor gi, gw, gb;
   if (mask[0]) {
     Ref scale = w ? trace(LT_OP_mul, {invstd.get(), w.get()}) : Ref::borrow(invstd.get());
@@ -429,9 +440,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_native_batch_norm_backward(
     if (train) {
       int64_t n = lt_shape_numel(&x.shape()) / (c ? c : 1);
       double inv_n = n ? 1.0 / (double)n : 0.0;
-      Ref t1 = mul_scalar(reshape(gsum.get(), bs).get(), inv_n);
-      Ref t2 = trace(LT_OP_mul, {xhat.get(), mul_scalar(reshape(gxsum.get(), bs).get(), inv_n).get()});
-      Ref d = trace(LT_OP_sub, {trace(LT_OP_sub, {g.get(), t1.get()}).get(), t2.get()});
+      Ref gmean = mul_scalar(gsum.get(), inv_n);
+      Ref k = mul_scalar(trace(LT_OP_mul, {gxsum.get(), invstd.get()}).get(), inv_n);
+      Ref d = trace(LT_OP_sub, {trace(LT_OP_sub, {g.get(), trace(LT_OP_mul, {xc.get(),
+                                    reshape(k.get(), bs).get()}).get()}).get(),
+                                reshape(gmean.get(), bs).get()});
       gi = wrap(trace(LT_OP_mul, {d.get(), scale_b.get()}));
     } else {
       gi = wrap(trace(LT_OP_mul, {g.get(), scale_b.get()}));
