@@ -339,17 +339,17 @@ lt_status lt_shape_rule_lnorm(lt_op op, const lt_operand *in, int n,
 {
     int fwd = op == LT_OP_layer_norm, stats = op == LT_OP_layer_norm_stats;
     int aff = op == LT_OP_layer_norm_backward_affine, bwd = !fwd && !stats;
-    TRY(need_attrs(op, in, n, a, fwd ? 3 : op == LT_OP_layer_norm_backward ? 2 : 1,
+    TRY(lt_shape_need_attrs(op, in, n, a, fwd ? 3 : op == LT_OP_layer_norm_backward ? 2 : 1,
                    "normalized dims, affine flags"));
     int nx = bwd ? 4 : 1;
     int want = nx + ((fwd || op == LT_OP_layer_norm_backward) && a->i[1] ? 1 : 0)
              + (fwd && a->i[2] ? 1 : 0);
     if (n != want)
-        return fail(LT_ERR_ARG, op, in, n, "expected %d operands", want);
+        return lt_shape_fail(LT_ERR_ARG, op, in, n, "expected %d operands", want);
     const lt_shape *x = in[bwd ? 1 : 0].shape;
     int k = (int)a->i[0];
     if (a->i[0] < 1 || a->i[0] > x->ndim || a->i[0] + 1 > LT_MAX_DIMS)
-        return fail(LT_ERR_ARG, op, in, n, "%lld normalized dims for a %d-D input",
+        return lt_shape_fail(LT_ERR_ARG, op, in, n, "%lld normalized dims for a %d-D input",
                     (long long)a->i[0], x->ndim);
     int64_t D = 1, R = 1;
     for (int d = 0; d < x->ndim; d++) {
@@ -358,15 +358,15 @@ lt_status lt_shape_rule_lnorm(lt_op op, const lt_operand *in, int n,
     }
     for (int q = 0; q < n; q++)
         if (!lt_dtype_is_float(in[q].dtype))
-            return fail(LT_ERR_DTYPE, op, in, n, "expected floating operands");
+            return lt_shape_fail(LT_ERR_DTYPE, op, in, n, "expected floating operands");
     if (bwd && !lt_shape_equal(in[0].shape, x))
-        return fail(LT_ERR_SHAPE, op, in, n, "grad and input shapes differ");
+        return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "grad and input shapes differ");
     if (bwd && (lt_shape_numel(in[2].shape) != R || lt_shape_numel(in[3].shape) != R))
-        return fail(LT_ERR_SHAPE, op, in, n, "mean/rstd of %lld elements expected",
+        return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "mean/rstd of %lld elements expected",
                     (long long)R);
     for (int q = nx; q < n; q++)
         if (lt_shape_numel(in[q].shape) != D)
-            return fail(LT_ERR_SHAPE, op, in, n, "weight/bias of %lld elements expected",
+            return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "weight/bias of %lld elements expected",
                         (long long)D);
     if (fwd || op == LT_OP_layer_norm_backward) {
         *out = *x;
@@ -509,17 +509,17 @@ lt_status lt_shape_rule_addmm(lt_op op, const lt_operand *in, int n,
                               lt_attrs *a, lt_shape *out)
 {
     if (n != 3)
-        return fail(LT_ERR_ARG, op, in, n, "expected (bias, a, b)");
+        return lt_shape_fail(LT_ERR_ARG, op, in, n, "expected (bias, a, b)");
     TRY(lt_shape_rule_mm(op, in + 1, 2, a, out));
     const lt_shape *bs = in[0].shape;
     int64_t N = out->dims[1];
     int ok = (bs->ndim == 1 && bs->dims[0] == N) ||
              (bs->ndim == 2 && bs->dims[0] == 1 && bs->dims[1] == N);
     if (!ok)
-        return fail(LT_ERR_SHAPE, op, in, n, "bias must be [%lld] or [1, %lld]",
+        return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "bias must be [%lld] or [1, %lld]",
                     (long long)N, (long long)N);
     if (in[0].dtype != in[1].dtype)
-        return fail(LT_ERR_DTYPE, op, in, n, "bias must have the matrices' dtype");
+        return lt_shape_fail(LT_ERR_DTYPE, op, in, n, "bias must have the matrices' dtype");
     return LT_OK;
 }
 

@@ -987,7 +987,7 @@ static int eval_lnorm(lt_op op, const lt_attrs *at, const ref_array *in, int n_i
         for (int d = 0; d < k; d++) os.dims[1 + d] = s->dims[s->ndim - k + d];
     }
     if (ref_array_init(out, od, &os)) return -1;
-    for (int64_t i = 0; i < numel(&os); i++) out->v[i] = 0;
+    for (int64_t i = 0; i < ref_numel(&os); i++) out->v[i] = 0;
     for (int64_t r = 0; r < R; r++) {
         const double *xr = x->v + r * D;
         double m, rs;
@@ -1028,7 +1028,7 @@ static int eval_lnorm(lt_op op, const lt_attrs *at, const ref_array *in, int n_i
                 out->v[r * D + d] = rs * (g[d] * (w ? w[d] : 1) - m1 - (xr[d] - m) * rs * m2);
         }
     }
-    for (int64_t i = 0; i < numel(&os); i++) out->v[i] = ref_round(out->v[i], od);
+    for (int64_t i = 0; i < ref_numel(&os); i++) out->v[i] = ref_round(out->v[i], od);
     return 0;
 }
 
