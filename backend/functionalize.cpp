@@ -27,27 +27,22 @@
 #include <torch/library.h>
 #include "lt_register.h"
 
-#include <mutex>
 #include <string>
 #include <unordered_map>
 
 namespace lazytpu {
 namespace {
 
-/* in-place op -> its functional variant ("add_.Tensor" -> "add.Tensor") */
-std::mutex g_mu;
-std::unordered_map<std::string, c10::OperatorHandle> g_functional;
+/* in-place op -> its functional variant ("add_.Tensor" -> "add.Tensor"),
+ * keyed by the in-place op's schema (a stable address). Filled once at
+ * registration, read-only afterwards: no lock and no string per call. */
+std::unordered_map<const c10::FunctionSchema *, c10::OperatorHandle> g_functional;
 
 c10::OperatorHandle functional_of(const c10::OperatorHandle &op) {
-  const c10::OperatorName &n = op.operator_name();
-  std::string key = n.name + "." + n.overload_name;
-  std::lock_guard<std::mutex> g(g_mu);
-  auto it = g_functional.find(key);
-  if (it != g_functional.end()) return it->second;
-  std::string fname = n.name.substr(0, n.name.size() - 1);  /* drop the '_' */
-  auto h = c10::Dispatcher::singleton().findSchemaOrThrow(fname.c_str(), n.overload_name.c_str());
-  g_functional.emplace(key, h);
-  return h;
+  auto it = g_functional.find(&op.schema());
+  TORCH_CHECK(it != g_functional.end(), "lazytpu: internal: no functional variant of ",
+              op.operator_name());
+  return it->second;
 }
 
 void inplace_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
@@ -150,7 +145,10 @@ void register_functional_inplace() {
     std::string name = "aten::" + s.substr(0, dot);
     std::string ov = dot == std::string::npos ? "" : s.substr(dot + 1);
     std::string fname = name.substr(0, name.size() - 1);
-    if (!d.findSchema({name, ov}) || !d.findSchema({fname, ov})) continue;
+    auto ip = d.findSchema({name, ov});
+    auto fn = d.findSchema({fname, ov});
+    if (!ip || !fn) continue;
+    g_functional.emplace(&ip->schema(), *fn);
     lib->impl(full, torch::CppFunction::makeFromBoxedFunction<&inplace_kernel>());
   }
   lib->impl("_to_copy", TORCH_FN(to_copy_functionalize));
