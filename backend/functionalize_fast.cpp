@@ -96,6 +96,7 @@
 #include <ATen/ops/threshold_backward_ops.h>
 #include <ATen/ops/where_ops.h>
 
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -209,6 +210,10 @@ void fast(torch::Library &lib) {
 void register_functional_fast() {
   static torch::Library *lib = nullptr;
   if (lib) return;
+  /* LAZYTPU_FUNCTIONALIZE_FAST=0: PyTorch's boxed fallback only (A/B
+   * measurements, bench/bench_trace.py --ab) */
+  const char *e = std::getenv("LAZYTPU_FUNCTIONALIZE_FAST");
+  if (e && e[0] == '0') return;
   lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::Functionalize,
                            __FILE__, __LINE__);
   torch::Library &m = *lib;
