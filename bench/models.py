@@ -47,6 +47,9 @@ import lazytpu  # noqa: E402
 import lazytpu.compile  # noqa: E402,F401  (the "lazytpu" dynamo backend)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# ResNet-18 is the example's own definition (torchvision cannot be installed)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
+from resnet18 import ResNet18  # noqa: E402
 WAYS = ["eager", "inductor", "lazy", "compile"]
 
 
@@ -106,48 +109,12 @@ class Transformer(nn.Module):
         return self.head(self.ln(self.layers(x)).mean(1))
 
 
-class BasicBlock(nn.Module):
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.down = None
-        if stride != 1 or cin != cout:
-            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                      nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        y = F.relu(self.bn1(self.conv1(x)))
-        y = self.bn2(self.conv2(y))
-        return F.relu(y + (x if self.down is None else self.down(x)))
-
-
-class ResNet18(nn.Module):
-    def __init__(self, classes=10):
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
-        self.bn1 = nn.BatchNorm2d(64)
-        blocks, cin = [], 64
-        for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
-            blocks += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
-            cin = cout
-        self.blocks = nn.Sequential(*blocks)
-        self.fc = nn.Linear(512, classes)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 3, 2, 1)
-        x = self.blocks(x)
-        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
-
-
 # name: (model, input shape, default timed steps per run)
 MODELS = {
     "mlp": (mlp, (64, 784), 40),
     "cnn": (CNN, (32, 1, 28, 28), 20),
     "transformer": (Transformer, (32, 128, 256), 2),
-    "resnet18": (ResNet18, (16, 3, 64, 64), 4),
+    "resnet18": (lambda: ResNet18(num_classes=10), (16, 3, 64, 64), 4),
 }
 
 

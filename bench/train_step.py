@@ -13,6 +13,7 @@ Targets (DESIGN.md): lazytpu MLP <= 0.85x eager, CNN <= 0.9x eager.
 """
 import argparse
 import os
+import sys
 import time
 
 # Idle OpenMP threads sleep instead of spinning (both eager and lazytpu use
@@ -20,29 +21,13 @@ import time
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import lazytpu  # noqa: E402
 
 
-def mlp():
-    return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
-
-
-class CNN(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
-        self.bn1 = nn.BatchNorm2d(16)
-        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
-        self.bn2 = nn.BatchNorm2d(32)
-        self.fc = nn.Linear(32 * 7 * 7, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
-        x = F.max_pool2d(F.relu(self.bn2(self.conv2(x))), 2)
-        return self.fc(x.flatten(1))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from models import CNN, mlp  # noqa: E402  (the same models as make bench)
 
 
 MODELS = {

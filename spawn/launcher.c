@@ -301,14 +301,15 @@ static char **build_env(const launch *L, int k, const char *shm,
     if (!have_omp) snprintf(store[s++], 512, "OMP_NUM_THREADS=%ld", omp);
     else if (atol(getenv("OMP_NUM_THREADS")) > 0)
         omp = atol(getenv("OMP_NUM_THREADS"));
-    /* The thread budget of every pool in the worker: the core's OpenMP
-     * kernels, OpenBLAS (its idle threads spin with sched_yield for a long
-     * time after each call) and, when the CPUs are oversubscribed, idle
-     * OpenMP threads sleep at once instead of spinning. */
+    /* The thread budget of the core's kernels (OpenMP regions and its
+     * helper pool); OpenBLAS gets one thread: the core calls it serially and
+     * splits GEMMs itself (its own idle threads would spin with sched_yield
+     * after each call); when the CPUs are oversubscribed, idle OpenMP
+     * threads sleep at once instead of spinning. */
     if (!getenv("LAZYTPU_OMP_THREADS"))
         snprintf(store[s++], 512, "LAZYTPU_OMP_THREADS=%ld", omp);
     if (!getenv("OPENBLAS_NUM_THREADS"))
-        snprintf(store[s++], 512, "OPENBLAS_NUM_THREADS=%ld", omp);
+        snprintf(store[s++], 512, "OPENBLAS_NUM_THREADS=1");
     if (!getenv("OMP_WAIT_POLICY") && n > cpus)
         snprintf(store[s++], 512, "OMP_WAIT_POLICY=PASSIVE");
     if (o->metrics_path)

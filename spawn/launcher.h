@@ -8,8 +8,9 @@
  *   LAZYTPU_NUM_CORES=1 (one simulated core per process)
  *   OMP_NUM_THREADS=max(1, online CPUs / N) unless already set, and the
  *   same budget (OMP_NUM_THREADS when the user set it) as
- *   LAZYTPU_OMP_THREADS (the core's kernels) and OPENBLAS_NUM_THREADS
- *   unless set; OMP_WAIT_POLICY=PASSIVE unless set when N > online CPUs
+ *   LAZYTPU_OMP_THREADS (the core's kernels) unless set;
+ *   OPENBLAS_NUM_THREADS=1 unless set (the core splits GEMMs itself);
+ *   OMP_WAIT_POLICY=PASSIVE unless set when N > online CPUs
  *   LAZYTPU_METRICS_FILE=<metrics_path>.ordinal-{ordinal} with metrics_path
  * Its stderr goes through a pipe and is forwarded line by line to the
  * launcher's stderr as "[ordinal k] line"; the last non-empty line is kept

@@ -294,7 +294,6 @@ static lt_status conv_run(lt_op op, const conv_geom *q, lt_dtype cdt, const void
             memset(partial, 0, (size_t)((nth - 1) * wn) * es);
         }
     }
-    lt_kutil_blas_threads(par ? 1 : nt);
     int ok = 1;
     #pragma omp parallel num_threads(nth) if (par)
     {

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <cblas.h>
 #include "kutil.h"
+#include "par.h"
 
 static const char *const kt_op_names[] = {
 #define LT_OP(name, arity, kind, shape, dtype, kernel, expr) #name,
@@ -160,10 +161,9 @@ void lt_kutil_unpack(const void *src, lt_dtype sdt, const lt_view *out, int nthr
     lt_kutil_copy(&s, &d, nthreads);
 }
 
-void lt_kutil_blas_threads(int n)
+void lt_kutil_blas_serial(void)
 {
-    if (n < 1) n = 1;
-    if (openblas_get_num_threads() != n) openblas_set_num_threads(n);
+    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
 }
 
 void lt_kutil_gemm(lt_dtype cdt, int ta, int tb, int64_t M, int64_t N, int64_t K,
@@ -173,10 +173,68 @@ void lt_kutil_gemm(lt_dtype cdt, int ta, int tb, int64_t M, int64_t N, int64_t K
     enum CBLAS_TRANSPOSE a = ta ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE b = tb ? CblasTrans : CblasNoTrans;
     if (M <= 0 || N <= 0) return;
+    lt_kutil_blas_serial();
     if (cdt == LT_F64)
         cblas_dgemm(CblasRowMajor, a, b, (int)M, (int)N, (int)K, 1.0, A, (int)lda, B, (int)ldb,
                     beta, C, (int)ldc);
     else
         cblas_sgemm(CblasRowMajor, a, b, (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb,
                     (float)beta, C, (int)ldc);
+}
+
+typedef struct gemm_job {
+    lt_dtype cdt;
+    int ta, tb, split_m;
+    int64_t M, N, K, chunk, lda, ldb, ldc;
+    const char *A, *B;
+    double beta;
+    char *C;
+} gemm_job;
+
+/* Block ci: rows [lo,hi) of C (A's rows: at i*lda, or column i when A is
+ * transposed) or columns [lo,hi) (B's columns: at j, or row j*ldb when B is
+ * transposed). */
+static void gemm_block(void *arg, int64_t ci, int w)
+{
+    const gemm_job *j = arg;
+    (void)w;
+    size_t es = kt_dtsize(j->cdt);
+    int64_t lo = ci * j->chunk, hi = lo + j->chunk, dim = j->split_m ? j->M : j->N;
+    if (hi > dim) hi = dim;
+    if (hi <= lo) return;
+    const char *a = j->A, *b = j->B;
+    char *c = j->C;
+    int64_t m = j->M, n = j->N;
+    if (j->split_m) {
+        a += (j->ta ? lo : lo * j->lda) * (int64_t)es;
+        c += lo * j->ldc * (int64_t)es;
+        m = hi - lo;
+    } else {
+        b += (j->tb ? lo * j->ldb : lo) * (int64_t)es;
+        c += lo * (int64_t)es;
+        n = hi - lo;
+    }
+    lt_kutil_gemm(j->cdt, j->ta, j->tb, m, n, j->K, a, j->lda, b, j->ldb, j->beta, c, j->ldc);
+}
+
+void lt_kutil_gemm_par(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, int ta, int tb,
+                       int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
+                       const void *B, int64_t ldb, double beta, void *C, int64_t ldc)
+{
+    double flops = 2.0 * (double)M * N * K;
+    int split_m = M >= N;
+    int64_t dim = split_m ? M : N;
+    /* twice the workers' chunks: a late helper costs one chunk, not half */
+    int64_t nch = (int64_t)nt * 2, chunk = 0;
+    if (nt >= 2 && flops >= 2e6) {
+        chunk = (dim + nch - 1) / nch;
+        if (chunk < 16) chunk = 16;
+        nch = (dim + chunk - 1) / chunk;
+    }
+    if (nt < 2 || flops < 2e6 || nch < 2) {
+        lt_kutil_gemm(cdt, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    gemm_job j = {cdt, ta, tb, split_m, M, N, K, chunk, lda, ldb, ldc, A, B, beta, C};
+    lt_par_for(ctx, nt, nch, gemm_block, &j);
 }

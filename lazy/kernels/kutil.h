@@ -214,9 +214,19 @@ lt_status lt_kutil_dtype_error(lt_op op, const lt_view *in, int n_in, const lt_v
 void lt_kutil_gemm(lt_dtype cdt, int ta, int tb, int64_t M, int64_t N, int64_t K,
                    const void *A, int64_t lda, const void *B, int64_t ldb,
                    double beta, void *C, int64_t ldc);
-/* Sets OpenBLAS's (process-global) thread count to n, only when it differs,
- * so steady-state kernels never pay for it. */
-void lt_kutil_blas_threads(int n);
+/* lt_kutil_gemm split into row or column blocks of C claimed dynamically on
+ * the core's helper threads (par.h), up to nt workers, each block one
+ * serial BLAS call; a product too small to be worth splitting (or nt < 2)
+ * is one call on the calling thread. Same contract as lt_kutil_gemm. */
+void lt_kutil_gemm_par(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, int ta, int tb,
+                       int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
+                       const void *B, int64_t ldb, double beta, void *C, int64_t ldc);
+/* Makes OpenBLAS (process-global setting) single-threaded, once: the core's
+ * kernels parallelise GEMMs themselves. OpenBLAS's own threads split a call
+ * statically, so one preempted thread stalls the call, and after every call
+ * they spin in sched_yield for a while: on 2 CPUs that took ~30% of the
+ * machine from the tracing thread and the core (profile of the CNN step). */
+void lt_kutil_blas_serial(void);
 
 /* Writes "[2, 3]" for s into buf (cap >= 2). */
 const char *lt_kutil_shape_str(const lt_shape *s, char *buf, size_t cap);

@@ -70,83 +70,16 @@ static lt_status mm_operand_init(const lt_view *v, int batched, lt_dtype cdt, in
     return LT_OK;
 }
 
-static void gemm_one(lt_dtype cdt, const mm_operand *a, const mm_operand *b, int64_t bi,
-                     int64_t M, int64_t N, int64_t K, void *c)
+/* Product bi of the batch into C's matrix bi: split over up to nt workers
+ * when worth it (lt_kutil_gemm_par; nt = 1: one serial BLAS call). */
+static void gemm_one(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, const mm_operand *a,
+                     const mm_operand *b, int64_t bi, int64_t M, int64_t N, int64_t K, void *c)
 {
     size_t es = kt_dtsize(cdt);
-    const void *pa = a->base + bi * a->bstride * (int64_t)es;
-    const void *pb = b->base + bi * b->bstride * (int64_t)es;
-    enum CBLAS_TRANSPOSE ta = a->trans ? CblasTrans : CblasNoTrans;
-    enum CBLAS_TRANSPOSE tb = b->trans ? CblasTrans : CblasNoTrans;
-    if (cdt == LT_F64)
-        cblas_dgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, 1.0, pa, (int)a->ld,
-                    pb, (int)b->ld, 0.0, (double *)c + bi * M * N, (int)N);
-    else
-        cblas_sgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, 1.0f, pa, (int)a->ld,
-                    pb, (int)b->ld, 0.0f, (float *)c + bi * M * N, (int)N);
-}
-
-/* One product split into chunks of C's rows (split_m) or columns, each a
- * serial BLAS call; chunks are claimed dynamically on the core's helper
- * threads (par.h). Why not OpenBLAS's own threads: it splits statically,
- * so one preempted thread (the host traces the next step on the other
- * core) stalls the whole call, and its threads spin with sched_yield after
- * every call, taking the CPU from the tracer. Splitting costs ~5% of
- * single-thread time at MLP sizes. */
-typedef struct mm_split {
-    lt_dtype cdt;
-    const mm_operand *a, *b;
-    int64_t M, N, K, chunk;
-    int split_m;
-    void *c;
-} mm_split;
-
-static void mm_split_chunk(void *arg, int64_t ci, int w)
-{
-    const mm_split *j = arg;
-    (void)w;
-    size_t es = kt_dtsize(j->cdt);
-    int64_t lo = ci * j->chunk, hi = lo + j->chunk;
-    int64_t dim = j->split_m ? j->M : j->N;
-    if (hi > dim) hi = dim;
-    if (hi <= lo) return;
-    const mm_operand *a = j->a, *b = j->b;
-    const char *pa = a->base, *pb = b->base;
-    char *pc = j->c;
-    int64_t m = j->M, n = j->N;
-    if (j->split_m) {       /* rows lo..hi of A (row i at i*ld, or at i if transposed) */
-        pa += (a->trans ? lo : lo * a->ld) * (int64_t)es;
-        pc += lo * j->N * (int64_t)es;
-        m = hi - lo;
-    } else {                /* columns lo..hi of B (col at j, or j*ld if transposed) */
-        pb += (b->trans ? lo * b->ld : lo) * (int64_t)es;
-        pc += lo * (int64_t)es;
-        n = hi - lo;
-    }
-    lt_kutil_gemm(j->cdt, a->trans, b->trans, m, n, j->K, pa, a->ld, pb, b->ld, 0.0,
-                  pc, j->N);
-}
-
-/* Splits M x N x K over up to nt workers when the product is worth it:
- * returns 1 when done, 0 when the caller should call BLAS itself. */
-static int gemm_split(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, const mm_operand *a,
-                      const mm_operand *b, int64_t M, int64_t N, int64_t K, void *c)
-{
-    double flops = 2.0 * (double)M * N * K;
-    if (nt < 2 || flops < 2e6 || flops > 4e9) return 0;
-    int split_m = M >= N;
-    int64_t dim = split_m ? M : N;
-    int64_t nch = (int64_t)nt * 2;           /* a late helper: the caller takes its half */
-    int64_t chunk = (dim + nch - 1) / nch;
-    if (chunk < 16) chunk = 16;
-    nch = (dim + chunk - 1) / chunk;
-    if (nch < 2) return 0;
-    mm_split j = {cdt, a, b, M, N, K, chunk, split_m, c};
-    int prev = openblas_get_num_threads();   /* the process's setting (eager torch) */
-    lt_kutil_blas_threads(1);
-    lt_par_for(ctx, nt, nch, mm_split_chunk, &j);
-    lt_kutil_blas_threads(prev);
-    return 1;
+    const char *pa = a->base + bi * a->bstride * (int64_t)es;
+    const char *pb = b->base + bi * b->bstride * (int64_t)es;
+    lt_kutil_gemm_par(ctx, nt, cdt, a->trans, b->trans, M, N, K, pa, a->ld, pb, b->ld, 0.0,
+                      (char *)c + bi * M * N * (int64_t)es, N);
 }
 
 static lt_status matmul_float(const lt_view *a, const lt_view *b, const lt_view *out,
@@ -174,17 +107,13 @@ static lt_status matmul_float(const lt_view *a, const lt_view *b, const lt_view 
             if (st != LT_OK) free(oa.owned);
         }
         if (st != LT_OK) { free(cown); return st; }
-        /* Many small matrices: OpenMP over the batch, BLAS serial inside.
-         * Otherwise BLAS threads inside each product. */
-        if (B == 1 && gemm_split(ctx, nt, cdt, &oa, &ob, M, N, K, cptr)) {
-            /* done on the core's helper threads */
-        } else if (B > 1 && nt > 1 && (double)M * N * K < 64.0 * 64 * 64 && B >= nt) {
-            lt_kutil_blas_threads(1);
+        /* Many small matrices: OpenMP over the batch, one serial BLAS call
+         * each. Otherwise each product split over the core's helpers. */
+        if (B > 1 && nt > 1 && (double)M * N * K < 64.0 * 64 * 64 && B >= nt) {
             #pragma omp parallel for num_threads(nt) schedule(static)
-            for (int64_t bi = 0; bi < B; bi++) gemm_one(cdt, &oa, &ob, bi, M, N, K, cptr);
+            for (int64_t bi = 0; bi < B; bi++) gemm_one(ctx, 1, cdt, &oa, &ob, bi, M, N, K, cptr);
         } else {
-            lt_kutil_blas_threads(nt);
-            for (int64_t bi = 0; bi < B; bi++) gemm_one(cdt, &oa, &ob, bi, M, N, K, cptr);
+            for (int64_t bi = 0; bi < B; bi++) gemm_one(ctx, nt, cdt, &oa, &ob, bi, M, N, K, cptr);
         }
         free(oa.owned);
         free(ob.owned);

@@ -151,9 +151,10 @@ static void test_success_env_and_prefix(void **state)
     assert_int_equal(o.shm_left, 0);
 }
 
-/* Workers get one thread budget for every pool (OpenMP, the core's
- * kernels, OpenBLAS) and, when oversubscribed, sleeping OpenMP waits;
- * a user's OMP_NUM_THREADS is the budget; explicit settings are kept. */
+/* Workers get one thread budget for the core's kernels (OpenMP and its
+ * helpers), a single-threaded OpenBLAS and, when oversubscribed, sleeping
+ * OpenMP waits; a user's OMP_NUM_THREADS is the budget; explicit settings
+ * are kept. */
 static void test_thread_budget_env(void **state)
 {
     static const char *vars[] = { "OMP_NUM_THREADS", "LAZYTPU_OMP_THREADS",
@@ -175,12 +176,15 @@ static void test_thread_budget_env(void **state)
     run(&o, opts, script);
     if (o.code) dump(&o);
     assert_int_equal(o.code, 0);
-    snprintf(want, sizeof want, "[ordinal 0] thr %ld/%ld/%ld/PASSIVE\n", omp,
-             omp, omp);
+    snprintf(want, sizeof want, "[ordinal 0] thr %ld/%ld/1/PASSIVE\n", omp, omp);
     if (!strstr(o.err, want)) dump(&o);
     assert_non_null(strstr(o.err, want));
 
     setenv("OMP_NUM_THREADS", "3", 1);
+    run(&o, "-n 1", script);
+    assert_int_equal(o.code, 0);
+    if (!strstr(o.err, "[ordinal 0] thr 3/3/1/\n")) dump(&o);
+    assert_non_null(strstr(o.err, "[ordinal 0] thr 3/3/1/\n"));
     setenv("OPENBLAS_NUM_THREADS", "2", 1);
     setenv("OMP_WAIT_POLICY", "ACTIVE", 1);
     run(&o, "-n 1", script);
