@@ -3,6 +3,8 @@ kernels for hot functional ops (backend/functionalize_fast.cpp) and for the
 optimizers' in-place foreach ops (backend/functionalize.cpp) must give
 eager's values, gradients, aliasing and errors, and must be the kernels
 that actually run."""
+import os
+
 import pytest
 import torch
 
@@ -17,6 +19,8 @@ def kernel_file(op, key="Functionalize"):
     return ""
 
 
+@pytest.mark.skipif(os.environ.get("LAZYTPU_FUNCTIONALIZE_FAST") == "0",
+                    reason="fast kernels switched off")
 @pytest.mark.parametrize("op", ["aten::mul.Tensor", "aten::addmm", "aten::relu",
                                 "aten::native_layer_norm", "aten::max.dim",
                                 "aten::nll_loss_forward"])
