@@ -79,6 +79,10 @@ void inplace_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   }
   at::Tensor out = stack->back().toTensor();
   stack->pop_back();
+  /* an in-place op never changes self's shape: eager's error when the
+   * operands broadcast to a larger one (the functional op's result) */
+  TORCH_CHECK(out.sizes() == self.sizes(), "output with shape ", self.sizes(),
+              " doesn't match the broadcast shape ", out.sizes());
   at::functionalization::impl::replace_(self, out);
   at::functionalization::impl::commit_update(self);
   at::functionalization::impl::sync(self);

@@ -118,6 +118,21 @@ def test_foreach_inplace_through_a_view_reaches_the_base(dev):
     torch.testing.assert_close(p.cpu(), torch.arange(6.0) + 2)
 
 
+def test_inplace_broadcast_to_larger_shape_raises_like_eager(dev):
+    # the meta-tensor check PyTorch's foreach kernel made: now the in-place
+    # kernels check (a.add_ grew `a` silently before)
+    for d in ("cpu", dev):
+        a = torch.ones(1).to(d)
+        with pytest.raises(RuntimeError, match=r"output with shape \[1\] doesn't match the "
+                                               r"broadcast shape \[3\]"):
+            a.add_(torch.ones(3).to(d))
+        with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+            torch._foreach_add_([torch.ones(1).to(d)], [torch.ones(3).to(d)])
+        b = torch.ones(2, 3).to(d)
+        b.mul_(torch.full((3,), 2.0).to(d))      # broadcasting to self's shape is fine
+        torch.testing.assert_close(b.cpu(), torch.full((2, 3), 2.0))
+
+
 def test_foreach_list_length_mismatch_raises(dev):
     a = [torch.ones(2).to(dev), torch.ones(2).to(dev)]
     with pytest.raises(RuntimeError, match="same number of tensors"):
