@@ -500,6 +500,20 @@ at::Tensor lt_std_correction(const at::Tensor &self, at::OptionalIntArrayRef dim
   return wrap(trace(LT_OP_sqrt, {v.get()}));
 }
 
+/* (var, mean) and (std, mean) over the same dims */
+std::tuple<at::Tensor, at::Tensor> lt_var_mean_correction(
+    const at::Tensor &self, at::OptionalIntArrayRef dim,
+    const std::optional<at::Scalar> &correction, bool keepdim) {
+  return std::make_tuple(lt_var_correction(self, dim, correction, keepdim),
+                         lt_mean_dim(self, dim, keepdim, c10::nullopt));
+}
+std::tuple<at::Tensor, at::Tensor> lt_std_mean_correction(
+    const at::Tensor &self, at::OptionalIntArrayRef dim,
+    const std::optional<at::Scalar> &correction, bool keepdim) {
+  return std::make_tuple(lt_std_correction(self, dim, correction, keepdim),
+                         lt_mean_dim(self, dim, keepdim, c10::nullopt));
+}
+
 at::Tensor lt_logsumexp(const at::Tensor &self, at::IntArrayRef dim, bool keepdim) {
   lt_tensor *x = handle_of(self);
   Ref xf = lt_dtype_is_float(lt_tensor_dtype(x)) ? Ref::borrow(x) : cast(x, LT_F32);
@@ -714,6 +728,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   reg(m, "norm.ScalarOpt_dim", TORCH_FN(lt_norm_dim));
   reg(m, "linalg_vector_norm", TORCH_FN(lt_linalg_vector_norm));
   reg(m, "std.correction", TORCH_FN(lt_std_correction));
+  reg(m, "var_mean.correction", TORCH_FN(lt_var_mean_correction));
+  reg(m, "std_mean.correction", TORCH_FN(lt_std_mean_correction));
   reg(m, "cumsum", TORCH_FN(lt_cumsum));
   reg(m, "cumprod", TORCH_FN(lt_cumprod));
 

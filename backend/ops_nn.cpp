@@ -23,21 +23,14 @@ void cpu_fallback_boxed(const c10::OperatorHandle &op, torch::jit::Stack *stack)
 
 namespace {
 
-/* Convolutions the device kernels do not cover (3d, transposed with an
- * output padding past the stride) run on the CPU fallback (counted as
- * aten::convolution*). A transposed convolution is the input gradient of
- * the forward one with the same weight, so it runs on the same kernels. */
-bool conv_native(const at::Tensor &input, bool transposed, at::IntArrayRef stride,
-                 at::IntArrayRef dilation, at::IntArrayRef output_padding) {
-  if (input.dim() != 3 && input.dim() != 4) return false;
-  if (!transposed) return true;
-  for (size_t i = 0; i < output_padding.size(); i++) {
-    int64_t s = stride.empty() ? 1 : stride[std::min(i, stride.size() - 1)];
-    int64_t d = dilation.empty() ? 1 : dilation[std::min(i, dilation.size() - 1)];
-    if (output_padding[i] < 0 || output_padding[i] >= std::max(s, d)) return false;
-    if (output_padding[i] >= s) return false;
-  }
-  return true;
+/* Every convolution of 1, 2 or 3 spatial dims runs natively (3-D ones on
+ * the conv3d ops, 1-D ones as 2-D with a unit height). A transposed
+ * convolution is the input gradient of the forward one with the same
+ * weight, so it runs on the same kernels; an output_padding at or past the
+ * stride (allowed up to the dilation) makes the forward convolution of its
+ * gradient longer than its input: it is cut back (conv_trim). */
+bool conv_native(const at::Tensor &input) {
+  return input.dim() >= 3 && input.dim() <= 5;
 }
 
 int64_t wrapd(int64_t d, int64_t nd) { return c10::maybe_wrap_dim(d, nd); }
@@ -87,21 +80,34 @@ int64_t at2(at::IntArrayRef v, size_t i, int64_t dflt) {
 
 struct ConvGeom {
   bool is1d;
-  std::vector<int64_t> attrs;  /* sh, sw, ph, pw, dh, dw, groups */
+  int k;                       /* spatial dims of the device op: 2 or 3 */
+  std::vector<int64_t> attrs;  /* stride[k], pad[k], dil[k], groups */
 };
 
 ConvGeom conv_geom(const at::Tensor &input, at::IntArrayRef stride, at::IntArrayRef padding,
                    at::IntArrayRef dilation, bool transposed, int64_t groups) {
-  TORCH_CHECK(input.dim() == 4 || input.dim() == 3, "lazytpu: convolution supports 1d/2d "
-              "inputs ([N, C, L] or [N, C, H, W]), got input of sizes ", input.sizes());
+  TORCH_CHECK(input.dim() >= 3 && input.dim() <= 5, "lazytpu: convolution supports 1d/2d/3d "
+              "inputs ([N, C, L], [N, C, H, W] or [N, C, D, H, W]), got input of sizes ",
+              input.sizes());
   ConvGeom g;
   g.is1d = input.dim() == 3;
-  if (g.is1d)
+  g.k = input.dim() == 5 ? 3 : 2;
+  if (g.is1d) {
     g.attrs = {1, at2(stride, 0, 1), 0, at2(padding, 0, 0), 1, at2(dilation, 0, 1), groups};
-  else
-    g.attrs = {at2(stride, 0, 1), at2(stride, 1, 1), at2(padding, 0, 0), at2(padding, 1, 0),
-               at2(dilation, 0, 1), at2(dilation, 1, 1), groups};
+  } else {
+    for (int j = 0; j < g.k; j++) g.attrs.push_back(at2(stride, j, 1));
+    for (int j = 0; j < g.k; j++) g.attrs.push_back(at2(padding, j, 0));
+    for (int j = 0; j < g.k; j++) g.attrs.push_back(at2(dilation, j, 1));
+    g.attrs.push_back(groups);
+  }
   return g;
+}
+
+lt_op conv_op(const ConvGeom &g, int which) {  /* 0 forward, 1 backward input, 2 weight */
+  static const lt_op ops[2][3] = {
+      {LT_OP_conv2d, LT_OP_conv2d_backward_input, LT_OP_conv2d_backward_weight},
+      {LT_OP_conv3d, LT_OP_conv3d_backward_input, LT_OP_conv3d_backward_weight}};
+  return ops[g.k == 3][which];
 }
 
 Ref to2d(lt_tensor *x) {  /* [N, C, L] -> [N, C, 1, L] */
@@ -118,11 +124,21 @@ int64_t tconv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, int64_
   return (in - 1) * s - 2 * p + d * (k - 1) + op + 1;
 }
 
+/* y cut to the spatial sizes of `like` (same rank) where it is longer */
+Ref conv_trim(Ref y, const lt_shape &like) {
+  for (int d = 2; d < like.ndim; d++)
+    if (y.shape().dims[d] > like.dims[d]) {
+      lt_attrs a = attrs_of({d, 0, like.dims[d], 1});
+      y = trace(LT_OP_slice, {y.get()}, &a);
+    }
+  return y;
+}
+
 at::Tensor lt_convolution(const at::Tensor &input, const at::Tensor &weight,
                           const c10::optional<at::Tensor> &bias, at::IntArrayRef stride,
                           at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
                           at::IntArrayRef output_padding, int64_t groups) {
-  if (!conv_native(input, transposed, stride, dilation, output_padding))
+  if (!conv_native(input))
     return at::native::call_fallback_fn<&cpu_fallback_boxed, at::_ops::convolution>::call(
         input, weight, bias, stride, padding, dilation, transposed, output_padding, groups);
   bool hb = bias && bias->defined();
@@ -136,26 +152,41 @@ at::Tensor lt_convolution(const at::Tensor &input, const at::Tensor &weight,
   Ref y;
   int64_t oc;
   if (transposed) {
-    /* the input gradient of conv2d(y, w) for the output size asked for */
+    /* the input gradient of conv(y, w) for the output size asked for */
     TORCH_CHECK(x.shape().dims[1] == w.shape().dims[0], "conv_transpose: input has ",
                 x.shape().dims[1], " channels but weight ", weight.sizes(), " expects ",
                 w.shape().dims[0]);
     std::vector<int64_t> at = g.attrs;
-    int64_t oph = g.is1d ? 0 : at2(output_padding, 0, 0), opw = at2(output_padding, g.is1d ? 0 : 1, 0);
-    at.push_back(tconv_out(x.shape().dims[2], w.shape().dims[2], at[0], at[2], at[4], oph));
-    at.push_back(tconv_out(x.shape().dims[3], w.shape().dims[3], at[1], at[3], at[5], opw));
-    lt_attrs a = attrs_vec(at);
-    y = trace(LT_OP_conv2d_backward_input, {x.get(), w.get()}, &a);
+    int k = g.k;
+    for (int j = 0; j < k; j++) {
+      int64_t op = g.is1d ? (j == 0 ? 0 : at2(output_padding, 0, 0)) : at2(output_padding, j, 0);
+      at.push_back(tconv_out(x.shape().dims[2 + j], w.shape().dims[2 + j], at[j], at[k + j],
+                             at[2 * k + j], op));
+    }
     oc = w.shape().dims[1] * groups;
+    bool zero = false, neg = false;
+    for (int j = 0; j < k; j++) {
+      zero |= at[3 * k + 1 + j] == 0;
+      neg |= at[3 * k + 1 + j] < 0;
+    }
+    if (zero && !neg) {   /* eager returns the empty output asked for */
+      std::vector<int64_t> od = {x.shape().dims[0], oc};
+      od.insert(od.end(), at.begin() + 3 * k + 1, at.end());
+      if (g.is1d) od.erase(od.begin() + 2);
+      return wrap(zeros(core, od, x.dtype()));
+    }
+    lt_attrs a = attrs_vec(at);
+    y = trace(conv_op(g, 1), {x.get(), w.get()}, &a);
   } else {
     lt_attrs a = attrs_vec(g.attrs);
-    y = trace(LT_OP_conv2d, {x.get(), w.get()}, &a);
+    y = trace(conv_op(g, 0), {x.get(), w.get()}, &a);
     oc = weight.size(0);
   }
   if (hb) {
     Ref b = operand(*bias, core);
-    Ref b4 = reshape(b.get(), {1, oc, 1, 1});
-    y = trace(LT_OP_add, {y.get(), b4.get()});
+    std::vector<int64_t> bd(y.ndim(), 1);
+    bd[1] = oc;
+    y = trace(LT_OP_add, {y.get(), reshape(b.get(), bd).get()});
   }
   if (g.is1d) y = from2d(y.get());
   return wrap(std::move(y));
@@ -166,7 +197,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_convolution_backward(
     at::OptionalIntArrayRef bias_sizes, at::IntArrayRef stride, at::IntArrayRef padding,
     at::IntArrayRef dilation, bool transposed, at::IntArrayRef output_padding, int64_t groups,
     std::array<bool, 3> mask) {
-  if (!conv_native(input, transposed, stride, dilation, output_padding))
+  if (!conv_native(input))
     return at::native::call_fallback_fn_symint<&cpu_fallback_boxed, at::_ops::convolution_backward>::call(
         grad_output, input, weight,
         bias_sizes ? at::OptionalSymIntArrayRef(c10::fromIntArrayRefSlow(*bias_sizes))
@@ -178,32 +209,42 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_convolution_backward(
   ConvGeom g = conv_geom(input, stride, padding, dilation, transposed, groups);
   Ref go = operand(grad_output, core), x = operand(input, core), w = operand(weight, core);
   if (g.is1d) { go = to2d(go.get()); x = to2d(x.get()); w = to2d(w.get()); }
+  int k = g.k;
   at::Tensor gi, gw, gb;
+  if (grad_output.numel() == 0) {   /* nothing flows back: zeros of each shape */
+    lt_dtype dt = go.dtype();
+    if (mask[0]) gi = wrap(zeros(core, input.sizes().vec(), dt));
+    if (mask[1]) gw = wrap(zeros(core, weight.sizes().vec(), dt));
+    if (mask[2]) gb = wrap(zeros(core, {grad_output.size(1)}, dt));
+    return std::make_tuple(gi, gw, gb);
+  }
   if (mask[0]) {
     Ref r;
     if (transposed) {   /* the forward convolution of the gradient */
       lt_attrs a = attrs_vec(g.attrs);
-      r = trace(LT_OP_conv2d, {go.get(), w.get()}, &a);
+      r = conv_trim(trace(conv_op(g, 0), {go.get(), w.get()}, &a), x.shape());
     } else {
       std::vector<int64_t> at = g.attrs;
-      at.push_back(x.shape().dims[2]);
-      at.push_back(x.shape().dims[3]);
+      for (int j = 0; j < k; j++) at.push_back(x.shape().dims[2 + j]);
       lt_attrs a = attrs_vec(at);
-      r = trace(LT_OP_conv2d_backward_input, {go.get(), w.get()}, &a);
+      r = trace(conv_op(g, 1), {go.get(), w.get()}, &a);
     }
     gi = wrap(g.is1d ? from2d(r.get()) : std::move(r));
   }
   if (mask[1]) {
     std::vector<int64_t> at = g.attrs;
-    at.push_back(w.shape().dims[2]);
-    at.push_back(w.shape().dims[3]);
+    for (int j = 0; j < k; j++) at.push_back(w.shape().dims[2 + j]);
     lt_attrs a = attrs_vec(at);
     /* transposed: the roles of input and output gradient swap */
-    Ref r = transposed ? trace(LT_OP_conv2d_backward_weight, {x.get(), go.get()}, &a)
-                       : trace(LT_OP_conv2d_backward_weight, {go.get(), x.get()}, &a);
+    Ref r = transposed ? trace(conv_op(g, 2), {x.get(), go.get()}, &a)
+                       : trace(conv_op(g, 2), {go.get(), x.get()}, &a);
     gw = wrap(g.is1d ? from2d(r.get()) : std::move(r));
   }
-  if (mask[2]) gb = wrap(reduce(LT_OP_sum, go.get(), {0, 2, 3}, false));
+  if (mask[2]) {
+    std::vector<int64_t> rd = {0};
+    for (int j = 0; j < k; j++) rd.push_back(2 + j);
+    gb = wrap(reduce(LT_OP_sum, go.get(), rd, false));
+  }
   return std::make_tuple(gi, gw, gb);
 }
 
@@ -346,9 +387,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_native_batch_norm(
     return std::make_tuple(wrap(std::move(y)), wrap(zeros(core, {0}, x.dtype())),
                            wrap(zeros(core, {0}, x.dtype())));
   }
-  Ref y = trace(LT_OP_mul, {xc.get(), reshape(invstd.get(), bs).get()});
-  if (w) y = trace(LT_OP_mul, {y.get(), reshape(w.get(), bs).get()});
-  if (b) y = trace(LT_OP_add, {y.get(), reshape(b.get(), bs).get()});
+  /* y = x * alpha + beta with per-channel alpha = invstd * w and
+   * beta = b - mean * alpha, as eager's CPU kernel computes it: one multiply
+   * and one add per element over two broadcast operands (instead of four
+   * ops over four), and xc stays inside var's reduction (not materialised
+   * for y). */
+  Ref alpha = w ? trace(LT_OP_mul, {invstd.get(), w.get()}) : Ref::borrow(invstd.get());
+  Ref beta = trace(LT_OP_neg, {trace(LT_OP_mul, {mean.get(), alpha.get()}).get()});
+  if (b) beta = trace(LT_OP_add, {beta.get(), b.get()});
+  Ref y = trace(LT_OP_add, {trace(LT_OP_mul, {x.get(), reshape(alpha.get(), bs).get()}).get(),
+                            reshape(beta.get(), bs).get()});
   /* running stats last: nothing above may fail after they changed */
   if (new_rm) check(lt_tensor_assign(rm.get(), new_rm.get()));
   if (new_rv) check(lt_tensor_assign(rv.get(), new_rv.get()));
@@ -377,10 +425,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_native_batch_norm_backward(
     invstd = add_eps_rsqrt(rv.get(), eps);
   }
   TORCH_CHECK(mean && invstd, "batch_norm backward: saved statistics are missing");
-  Ref xhat = trace(LT_OP_mul, {trace(LT_OP_sub, {x.get(), reshape(mean.get(), bs).get()}).get(),
-                               reshape(invstd.get(), bs).get()});
+  /* as eager's CPU kernel: dotp = sum(g * (x - mean)) per channel (two ops
+   * per element in the reduction), the weight gradient dotp * invstd, and
+   * the input gradient (g - (x - mean) * k - sum(g) / n) * invstd * w with
+   * k = dotp * invstd^2 / n, all per-channel factors computed on [C] */
+  Ref xc = trace(LT_OP_sub, {x.get(), reshape(mean.get(), bs).get()});
   Ref gsum = reduce(LT_OP_sum, g.get(), dims, false);
-  Ref gxsum = reduce(LT_OP_sum, trace(LT_OP_mul, {g.get(), xhat.get()}).get(), dims, false);
+  Ref dotp = reduce(LT_OP_sum, trace(LT_OP_mul, {g.get(), xc.get()}).get(), dims, false);
+  Ref gxsum = trace(LT_OP_mul, {dotp.get(), invstd.get()});
   at::Tensor gi, gw, gb;
   if (mask[0]) {
     Ref scale = w ? trace(LT_OP_mul, {invstd.get(), w.get()}) : Ref::borrow(invstd.get());
@@ -388,9 +440,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_native_batch_norm_backward(
     if (train) {
       int64_t n = lt_shape_numel(&x.shape()) / (c ? c : 1);
       double inv_n = n ? 1.0 / (double)n : 0.0;
-      Ref t1 = mul_scalar(reshape(gsum.get(), bs).get(), inv_n);
-      Ref t2 = trace(LT_OP_mul, {xhat.get(), mul_scalar(reshape(gxsum.get(), bs).get(), inv_n).get()});
-      Ref d = trace(LT_OP_sub, {trace(LT_OP_sub, {g.get(), t1.get()}).get(), t2.get()});
+      Ref gmean = mul_scalar(gsum.get(), inv_n);
+      Ref k = mul_scalar(trace(LT_OP_mul, {gxsum.get(), invstd.get()}).get(), inv_n);
+      Ref d = trace(LT_OP_sub, {trace(LT_OP_sub, {g.get(), trace(LT_OP_mul, {xc.get(),
+                                    reshape(k.get(), bs).get()}).get()}).get(),
+                                reshape(gmean.get(), bs).get()});
       gi = wrap(trace(LT_OP_mul, {d.get(), scale_b.get()}));
     } else {
       gi = wrap(trace(LT_OP_mul, {g.get(), scale_b.get()}));

@@ -494,7 +494,7 @@ at::Tensor lt_gather(const at::Tensor &self, int64_t dim, const at::Tensor &inde
   if (index.scalar_type() != at::kLong && index.scalar_type() != at::kInt)
     throw_unsupported("gather: index dtype");
   int core = common_core({&self, &index});
-  Ref x = operand(self, core), i = operand(index, core);
+  Ref x = operand(self, core), i = cast(operand(index, core).get(), LT_I64);
   lt_attrs a = attrs_of({wrapd(dim, std::max<int64_t>(self.dim(), 1))});
   return wrap(trace(LT_OP_gather, {x.get(), i.get()}, &a));
 }
@@ -503,7 +503,7 @@ at::Tensor lt_scatter_add(const at::Tensor &self, int64_t dim, const at::Tensor 
   if (index.scalar_type() != at::kLong && index.scalar_type() != at::kInt)
     throw_unsupported("scatter: index dtype");
   int core = common_core({&self, &index, &src});
-  Ref x = operand(self, core), i = operand(index, core), s = operand(src, core);
+  Ref x = operand(self, core), i = cast(operand(index, core).get(), LT_I64), s = operand(src, core);
   lt_attrs a = attrs_of({wrapd(dim, std::max<int64_t>(self.dim(), 1))});
   return wrap(trace(LT_OP_scatter_add, {x.get(), i.get(), s.get()}, &a));
 }
@@ -516,7 +516,7 @@ at::Tensor scatter_overwrite(const at::Tensor &self, int64_t dim, const at::Tens
   if (index.scalar_type() != at::kLong && index.scalar_type() != at::kInt)
     throw_unsupported("scatter: index dtype");
   int core = common_core({&self, &index});
-  Ref x = operand(self, core), i = operand(index, core);
+  Ref x = operand(self, core), i = cast(operand(index, core).get(), LT_I64);
   int64_t d = wrapd(dim, std::max<int64_t>(self.dim(), 1));
   lt_attrs a = attrs_of({d});
   return wrap(trace(LT_OP_scatter, {x.get(), i.get(), cast(src.get(), x.dtype()).get()}, &a));
@@ -617,6 +617,76 @@ at::Tensor lt_index(const at::Tensor &self, const c10::List<c10::optional<at::Te
   out.insert(out.end(), idims.begin(), idims.end());
   out.insert(out.end(), self.sizes().begin() + k + 1, self.sizes().end());
   return wrap(reshape(rows.get(), out));
+}
+
+/* roll: per (shift, dim), the last `shift` entries moved to the front (a cat
+ * of two slices); no dims = over the flattened tensor */
+at::Tensor lt_roll(const at::Tensor &self, at::IntArrayRef shifts, at::IntArrayRef dims) {
+  TORCH_CHECK(!shifts.empty(), "`shifts` required");
+  lt_tensor *x = handle_of(self);
+  if (dims.empty()) {
+    TORCH_CHECK(shifts.size() == 1, "shifts and dimensions must align. shifts: ", shifts.size(),
+                ", dims:0");
+    int64_t n = self.numel();
+    Ref f = reshape(x, {n});
+    at::Tensor flat = wrap(std::move(f));
+    at::Tensor r = lt_roll(flat, shifts, {0});
+    return wrap(reshape(handle_of(r), self.sizes().vec()));
+  }
+  TORCH_CHECK(shifts.size() == dims.size(), "shifts and dimensions must align. shifts: ",
+              shifts.size(), ", dims:", dims.size());
+  Ref r = Ref::borrow(x);
+  for (size_t k = 0; k < dims.size(); k++) {
+    int64_t d = c10::maybe_wrap_dim(dims[k], std::max<int64_t>(self.dim(), 1));
+    if (self.dim() == 0) continue;
+    int64_t n = self.size(d);
+    if (n == 0) continue;
+    int64_t sh = ((shifts[k] % n) + n) % n;
+    if (sh == 0) continue;
+    lt_attrs tail = attrs_of({d, n - sh, n, 1}), head = attrs_of({d, 0, n - sh, 1});
+    Ref a = trace(LT_OP_slice, {r.get()}, &tail), b = trace(LT_OP_slice, {r.get()}, &head);
+    lt_attrs ad = attrs_of({d});
+    r = trace_n(LT_OP_cat, {a.get(), b.get()}, &ad);
+  }
+  return wrap(fresh(std::move(r), {x}));
+}
+
+/* take(x, idx) = x.flatten()[idx] (negative indices count from the end) */
+at::Tensor lt_take(const at::Tensor &self, const at::Tensor &index) {
+  TORCH_CHECK(index.scalar_type() == at::kLong, "take(): Expected a long tensor for index, "
+              "but got ", index.scalar_type());
+  int core = common_core({&self, &index});
+  int64_t n = self.numel();
+  TORCH_CHECK_INDEX(n > 0 || index.numel() == 0, "take(): tried to take from an empty tensor");
+  if (index.numel() == 0) return wrap(zeros(core, index.sizes().vec(), to_lt_dtype(self.scalar_type())));
+  Ref x = reshape(operand(self, core).get(), {n});
+  Ref i = wrap_negative(reshape(operand(index, core).get(), {index.numel()}), n, core);
+  lt_attrs a = attrs_of({0});
+  return wrap(reshape(trace(LT_OP_index_select, {x.get(), i.get()}, &a).get(), index.sizes().vec()));
+}
+
+/* put(x, idx, src, accumulate): x.flatten()[idx] = / += src.flatten() */
+at::Tensor lt_put(const at::Tensor &self, const at::Tensor &index, const at::Tensor &source,
+                  bool accumulate) {
+  TORCH_CHECK(index.scalar_type() == at::kLong, "put_(): Expected a long tensor for index, "
+              "but got ", index.scalar_type());
+  TORCH_CHECK(self.scalar_type() == source.scalar_type(), "put_(): self and source expected "
+              "to have the same dtype, but got self.dtype = ", self.scalar_type(),
+              " and source.dtype = ", source.scalar_type());
+  TORCH_CHECK(index.numel() == source.numel(), "put_(): Expected source and index to have the "
+              "same number of elements, but got source.numel() = ", source.numel(),
+              ", index.numel() = ", index.numel());
+  int core = common_core({&self, &index, &source});
+  int64_t n = self.numel(), k = index.numel();
+  Ref x = operand(self, core);
+  if (k == 0) return wrap(fresh(std::move(x), {handle_of(self)}));
+  TORCH_CHECK_INDEX(n > 0, "put_(): Tried to put elements into an empty tensor");
+  Ref xf = reshape(x.get(), {n});
+  Ref i = wrap_negative(reshape(operand(index, core).get(), {k}), n, core);
+  Ref s = reshape(operand(source, core).get(), {k});
+  lt_attrs a = attrs_of({0});
+  Ref r = trace(accumulate ? LT_OP_scatter_add : LT_OP_scatter, {xf.get(), i.get(), s.get()}, &a);
+  return wrap_as(reshape(r.get(), self.sizes().vec()), self);
 }
 
 }  // namespace
@@ -836,6 +906,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   reg(m, "repeat", TORCH_FN(lt_repeat));
   reg(m, "embedding_dense_backward", TORCH_FN(lt_embedding_dense_backward));
   reg(m, "flip", TORCH_FN(lt_flip));
+  reg(m, "take", TORCH_FN(lt_take));
+  reg(m, "roll", TORCH_FN(lt_roll));
+  reg(m, "put", TORCH_FN(lt_put));
 }
 
 }  // namespace lazytpu

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include "program.h"
 #include "finite.h"
+#include "profile.h"
 
 static int bind(const lt_program *p, const lt_exec_args *a,
                 const uint64_t *slots, const lt_pview *pv, lt_view *out)
@@ -184,6 +185,7 @@ lt_status lt_program_run(const lt_program *p, const lt_exec_args *args,
             lt_slot_store(&slots[j], args->param_values ? args->param_values[j]
                           : 0.0, (lt_dtype)p->param_dtype[j]);
     lt_kernel_ctx ctx = {core, lt_core_omp_threads(core)};
+    int prof = lt_profile_on();
     int cap = 0;
     lt_view *views = NULL;
     int s = 0;
@@ -210,6 +212,7 @@ lt_status lt_program_run(const lt_program *p, const lt_exec_args *args,
                               "unbound buffer", s, lt_op_name(step->op));
             break;
         }
+        int64_t t0 = prof ? lt_now_ns() : 0;
         switch (step->kind) {
         case LT_STEP_FUSED:
             st = lt_fused_run(step->fused, in, out, &ctx);
@@ -222,6 +225,7 @@ lt_status lt_program_run(const lt_program *p, const lt_exec_args *args,
             st = step->fn(step->op, &step->attrs, in, step->n_in, out, &ctx);
             break;
         }
+        if (prof) lt_profile_step(step, lt_now_ns() - t0);
         if (st == LT_OK && p->check_finite && step->node >= 0) {
             const lt_node *nd = step_node(step, args);
             st = lt_finite_check(step, nd ? (lt_op)nd->op : step->op, in, out);

@@ -1,5 +1,6 @@
 /*
- * lazy/shape.c — the shape and dtype rules named in lazy/ops.def.
+ * lazy/shape.c — the shape and dtype rules named in lazy/ops.def
+ * (convolution and pooling rules: shape_conv.c; shared helpers: shape_int.h).
  * See shape.h for the contract. Error paths format messages; success paths
  * do no formatting and no allocation (they run once per traced op).
  */
@@ -7,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "shape.h"
+#include "shape_int.h"
 
 /* ----------------------------------------------------------- error helpers */
 
@@ -20,9 +21,8 @@ char *lt_operand_str(const lt_operand *o, char *buf, size_t cap)
 }
 
 /* "op: [2, 3] (f32), [4] (f32): <msg>" */
-__attribute__((format(printf, 5, 6)))
-static lt_status fail(lt_status st, lt_op op, const lt_operand *in, int n,
-                      const char *fmt, ...)
+lt_status lt_shape_fail(lt_status st, lt_op op, const lt_operand *in, int n,
+                        const char *fmt, ...)
 {
     char ins[512], msg[384], b[160];
     size_t k = 0;
@@ -42,16 +42,14 @@ static lt_status fail(lt_status st, lt_op op, const lt_operand *in, int n,
     return lt_set_error(st, "%s: %s", lt_op_name(op), msg);
 }
 
-static lt_status need_attrs(lt_op op, const lt_operand *in, int n,
-                            const lt_attrs *a, int k, const char *what)
+lt_status lt_shape_need_attrs(lt_op op, const lt_operand *in, int n,
+                              const lt_attrs *a, int k, const char *what)
 {
     if (a->n < k)
-        return fail(LT_ERR_ARG, op, in, n,
+        return lt_shape_fail(LT_ERR_ARG, op, in, n,
                     "needs %d attributes (%s), got %d", k, what, a->n);
     return LT_OK;
 }
-
-#define TRY(x) do { lt_status st_ = (x); if (st_ != LT_OK) return st_; } while (0)
 
 static int is_int(lt_dtype d) { return lt_dtype_is_int(d); }
 
@@ -138,7 +136,7 @@ lt_status lt_infer_dtype(lt_op op, const lt_operand *in, int n,
     lt_dtype r;
     switch (lt_op_dtype_rule(op)) {
     case LT_DT_LEAF:
-        return fail(LT_ERR_ARG, op, in, n, "leaf ops cannot be traced");
+        return lt_shape_fail(LT_ERR_ARG, op, in, n, "leaf ops cannot be traced");
     case LT_DT_PROMOTE:
         r = lt_result_type(in, n);
         break;
@@ -154,40 +152,40 @@ lt_status lt_infer_dtype(lt_op op, const lt_operand *in, int n,
         break;
     case LT_DT_FIRST: r = in[0].dtype; break;
     case LT_DT_WHERE:
-        if (n != 3) return fail(LT_ERR_ARG, op, in, n, "needs 3 inputs");
+        if (n != 3) return lt_shape_fail(LT_ERR_ARG, op, in, n, "needs 3 inputs");
         if (in[0].dtype != LT_BOOL)
-            return fail(LT_ERR_DTYPE, op, in, n,
+            return lt_shape_fail(LT_ERR_DTYPE, op, in, n,
                         "condition must be bool, got %s", lt_dtype_name(in[0].dtype));
         r = lt_result_type(in + 1, 2);
         break;
     case LT_DT_ATTR:
     case LT_DT_RAND:
-        TRY(need_attrs(op, in, n, a, 1, "dtype"));
+        TRY(lt_shape_need_attrs(op, in, n, a, 1, "dtype"));
         if (!valid_dtype(a->i[0]))
-            return fail(LT_ERR_DTYPE, op, in, n, "invalid dtype %lld",
+            return lt_shape_fail(LT_ERR_DTYPE, op, in, n, "invalid dtype %lld",
                         (long long)a->i[0]);
         r = (lt_dtype)a->i[0];
         if (lt_op_dtype_rule(op) == LT_DT_RAND && !lt_dtype_is_float(r))
-            return fail(LT_ERR_DTYPE, op, in, n,
+            return lt_shape_fail(LT_ERR_DTYPE, op, in, n,
                         "needs a floating dtype, got %s", lt_dtype_name(r));
         break;
     case LT_DT_REAL:
         r = in[0].dtype == LT_C64 ? LT_F32 : in[0].dtype == LT_C128 ? LT_F64 :
             in[0].dtype == LT_C32 ? LT_F16 : LT_NUM_DTYPES;
         if (r == LT_NUM_DTYPES)
-            return fail(LT_ERR_DTYPE, op, in, n, "needs a complex input");
+            return lt_shape_fail(LT_ERR_DTYPE, op, in, n, "needs a complex input");
         break;
     case LT_DT_COMPLEX:
         r = in[0].dtype == LT_F32 ? LT_C64 : in[0].dtype == LT_F64 ? LT_C128 :
             in[0].dtype == LT_F16 ? LT_C32 : LT_NUM_DTYPES;
         if (r == LT_NUM_DTYPES)
-            return fail(LT_ERR_DTYPE, op, in, n, "needs an f32, f64 or f16 input");
+            return lt_shape_fail(LT_ERR_DTYPE, op, in, n, "needs an f32, f64 or f16 input");
         break;
     default:
         return lt_set_error(LT_ERR_INTERNAL, "%s: unknown dtype rule", lt_op_name(op));
     }
     if ((unsigned)r >= LT_NUM_DTYPES)
-        return fail(LT_ERR_DTYPE, op, in, n, "these dtypes have no common dtype");
+        return lt_shape_fail(LT_ERR_DTYPE, op, in, n, "these dtypes have no common dtype");
     *out = r;
     return LT_OK;
 }
@@ -220,16 +218,16 @@ lt_status lt_infer(lt_op op, const lt_operand *in, int n, lt_attrs *attrs,
                             lt_op_name(op), attrs->n);
     int ar = lt_op_arity(op);
     if (ar >= 0 && n != ar)
-        return fail(LT_ERR_ARG, op, in, n, "takes %d inputs, got %d", ar, n);
+        return lt_shape_fail(LT_ERR_ARG, op, in, n, "takes %d inputs, got %d", ar, n);
     if (!moves_only(op)) {
         for (int i = 0; i < n; i++)
             if (!computed_dtype(in[i].dtype))
-                return fail(LT_ERR_DTYPE, op, in, n, "dtype %s is stored on the device but "
+                return lt_shape_fail(LT_ERR_DTYPE, op, in, n, "dtype %s is stored on the device but "
                             "not computed", lt_dtype_name(in[i].dtype));
         if (lt_op_kind_of(op) == LT_KIND_COLLECTIVE &&
             (in[0].dtype == LT_U8 || in[0].dtype == LT_I8 || in[0].dtype == LT_I16 ||
              in[0].dtype == LT_F16))
-            return fail(LT_ERR_DTYPE, op, in, n, "collectives take f32, bf16, f64, i64, i32 "
+            return lt_shape_fail(LT_ERR_DTYPE, op, in, n, "collectives take f32, bf16, f64, i64, i32 "
                         "or bool tensors");
     } else {
         /* moved bytes are never converted to or from these dtypes */
@@ -237,18 +235,18 @@ lt_status lt_infer(lt_op op, const lt_operand *in, int n, lt_attrs *attrs,
         for (int i = 1; i < k; i++)
             if (in[i].dtype != in[0].dtype &&
                 (!computed_dtype(in[0].dtype) || !computed_dtype(in[i].dtype)))
-                return fail(LT_ERR_DTYPE, op, in, n, "mixes %s and %s",
+                return lt_shape_fail(LT_ERR_DTYPE, op, in, n, "mixes %s and %s",
                             lt_dtype_name(in[0].dtype), lt_dtype_name(in[i].dtype));
     }
     TRY(lt_op_shape_rule(op)(op, in, n, attrs, out_shape));
     if (!lt_shape_fits(out_shape, NULL)) {
         char b[160];
-        return fail(LT_ERR_SHAPE, op, in, n, "output shape %s is invalid or too large "
+        return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "output shape %s is invalid or too large "
                     "(more than 2^56 elements)", lt_shape_str(out_shape, b, sizeof b));
     }
     TRY(lt_infer_dtype(op, in, n, attrs, out_dtype));
     if (!moves_only(op) && !computed_dtype(*out_dtype))
-        return fail(LT_ERR_DTYPE, op, in, n, "dtype %s is stored on the device but not "
+        return lt_shape_fail(LT_ERR_DTYPE, op, in, n, "dtype %s is stored on the device but not "
                     "computed", lt_dtype_name(*out_dtype));
     return LT_OK;
 }
@@ -283,7 +281,7 @@ int lt_shape_world_size(void)
 lt_status lt_shape_rule_leaf(lt_op op, const lt_operand *in, int n,
                              lt_attrs *a, lt_shape *out)
 {
-    return fail(LT_ERR_ARG, op, in, n,
+    return lt_shape_fail(LT_ERR_ARG, op, in, n,
                 "leaf ops are created by lt_tensor_from_host/lt_scalar, not traced");
 }
 
@@ -316,7 +314,7 @@ lt_status lt_shape_rule_ew(lt_op op, const lt_operand *in, int n,
         out->dims[d] = size;
     }
     if (op == LT_OP_cast && a->n < 1)
-        return fail(LT_ERR_ARG, op, in, n, "needs attribute i[0] = dtype");
+        return lt_shape_fail(LT_ERR_ARG, op, in, n, "needs attribute i[0] = dtype");
     return LT_OK;
 }
 
@@ -326,7 +324,7 @@ static lt_status check_dim(lt_op op, const lt_operand *in, int n, int64_t dim,
 {
     int lim = ndim > 0 ? ndim : 1;
     if (dim < 0 || dim >= lim)
-        return fail(LT_ERR_ARG, op, in, n, "%s %lld out of range for %d dims",
+        return lt_shape_fail(LT_ERR_ARG, op, in, n, "%s %lld out of range for %d dims",
                     what, (long long)dim, ndim);
     return LT_OK;
 }
@@ -338,22 +336,22 @@ lt_status lt_shape_rule_same(lt_op op, const lt_operand *in, int n,
     switch (op) {
     case LT_OP_softmax: case LT_OP_log_softmax:
     case LT_OP_softmax_backward: case LT_OP_log_softmax_backward:
-        TRY(need_attrs(op, in, n, a, 1, "dim"));
+        TRY(lt_shape_need_attrs(op, in, n, a, 1, "dim"));
         TRY(check_dim(op, in, n, a->i[0], s->ndim, "dim"));
         if (op == LT_OP_softmax || op == LT_OP_log_softmax) {
             if (!lt_dtype_is_float(in[0].dtype) && !is_int(in[0].dtype) && in[0].dtype != LT_BOOL)
-                return fail(LT_ERR_DTYPE, op, in, n, "bad dtype");
+                return lt_shape_fail(LT_ERR_DTYPE, op, in, n, "bad dtype");
         }
         break;
     case LT_OP_all_reduce:
-        TRY(need_attrs(op, in, n, a, 1, "reduce type"));
+        TRY(lt_shape_need_attrs(op, in, n, a, 1, "reduce type"));
         if (a->i[0] < LT_REDUCE_SUM || a->i[0] > LT_REDUCE_OR)
-            return fail(LT_ERR_ARG, op, in, n, "invalid reduce type %lld", (long long)a->i[0]);
+            return lt_shape_fail(LT_ERR_ARG, op, in, n, "invalid reduce type %lld", (long long)a->i[0]);
         break;
     case LT_OP_broadcast:
-        TRY(need_attrs(op, in, n, a, 1, "root"));
+        TRY(lt_shape_need_attrs(op, in, n, a, 1, "root"));
         if (a->i[0] < 0 || a->i[0] >= lt_shape_world_size())
-            return fail(LT_ERR_ARG, op, in, n, "root %lld out of range for world size %d",
+            return lt_shape_fail(LT_ERR_ARG, op, in, n, "root %lld out of range for world size %d",
                         (long long)a->i[0], lt_shape_world_size());
         break;
     default:
@@ -361,7 +359,7 @@ lt_status lt_shape_rule_same(lt_op op, const lt_operand *in, int n,
     }
     for (int i = 1; i < n; i++)
         if (!lt_shape_equal(in[i].shape, s))
-            return fail(LT_ERR_SHAPE, op, in, n, "input shapes must be equal");
+            return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "input shapes must be equal");
     *out = *s;
     return LT_OK;
 }
@@ -370,12 +368,12 @@ lt_status lt_shape_rule_reduce(lt_op op, const lt_operand *in, int n,
                                lt_attrs *a, lt_shape *out)
 {
     const lt_shape *s = in[0].shape;
-    TRY(need_attrs(op, in, n, a, 1, "dim mask"));
+    TRY(lt_shape_need_attrs(op, in, n, a, 1, "dim mask"));
     uint64_t mask = (uint64_t)a->i[0];
     int keep = a->n >= 2 ? a->i[1] != 0 : 0;
     int lim = s->ndim > 0 ? s->ndim : 1;
     if (mask >> lim)
-        return fail(LT_ERR_ARG, op, in, n, "dim mask 0x%llx names dims beyond %d",
+        return lt_shape_fail(LT_ERR_ARG, op, in, n, "dim mask 0x%llx names dims beyond %d",
                     (unsigned long long)mask, s->ndim);
     out->ndim = 0;
     for (int d = 0; d < s->ndim; d++) {
@@ -392,19 +390,19 @@ lt_status lt_shape_rule_argreduce(lt_op op, const lt_operand *in, int n,
                                   lt_attrs *a, lt_shape *out)
 {
     const lt_shape *s = in[0].shape;
-    TRY(need_attrs(op, in, n, a, 1, "dim"));
+    TRY(lt_shape_need_attrs(op, in, n, a, 1, "dim"));
     int keep = a->n >= 2 ? a->i[1] != 0 : 0;
     int64_t dim = a->i[0];
     if (dim == -1) {
         if (lt_shape_numel(s) == 0)
-            return fail(LT_ERR_SHAPE, op, in, n, "cannot reduce an empty tensor");
+            return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "cannot reduce an empty tensor");
         out->ndim = keep ? s->ndim : 0;
         for (int d = 0; d < out->ndim; d++) out->dims[d] = 1;
         return LT_OK;
     }
     TRY(check_dim(op, in, n, dim, s->ndim, "dim"));
     if (s->ndim > 0 && s->dims[dim] == 0)
-        return fail(LT_ERR_SHAPE, op, in, n, "cannot reduce over an empty dim %lld",
+        return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "cannot reduce over an empty dim %lld",
                     (long long)dim);
     out->ndim = 0;
     for (int d = 0; d < s->ndim; d++) {
@@ -478,245 +476,6 @@ lt_status lt_shape_rule_bmm(lt_op op, const lt_operand *in, int n,
     return LT_OK;
 }
 
-/* ------------------------------------------------------------ convolution */
-
-typedef struct conv_p {
-    int64_t sh, sw, ph, pw, dh, dw, g;
-} conv_p;
-
-static lt_status conv_params(lt_op op, const lt_operand *in, int n,
-                             const lt_attrs *a, int need, conv_p *p)
-{
-    TRY(need_attrs(op, in, n, a, need, "stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups, ..."));
-    p->sh = a->i[0]; p->sw = a->i[1]; p->ph = a->i[2]; p->pw = a->i[3];
-    p->dh = a->i[4]; p->dw = a->i[5]; p->g = a->i[6];
-    if (p->sh <= 0 || p->sw <= 0)
-        return fail(LT_ERR_ARG, op, in, n, "stride must be > 0");
-    if (p->ph < 0 || p->pw < 0)
-        return fail(LT_ERR_ARG, op, in, n, "padding must be >= 0");
-    if (p->dh <= 0 || p->dw <= 0)
-        return fail(LT_ERR_ARG, op, in, n, "dilation must be > 0");
-    if (p->g <= 0)
-        return fail(LT_ERR_ARG, op, in, n, "groups must be > 0");
-    for (int i = 0; i < n; i++)
-        if (!lt_dtype_is_float(in[i].dtype) || in[i].dtype != in[0].dtype)
-            return fail(LT_ERR_DTYPE, op, in, n, "needs tensors of one floating dtype");
-    return LT_OK;
-}
-
-/* Attribute arithmetic is done in 128 bits (attributes come from the user
- * and may be anything); results are clamped back to int64 (a clamped size
- * then fails lt_shape_fits). */
-typedef __int128 i128;
-static int64_t clamp64(i128 v)
-{
-    return v > INT64_MAX ? INT64_MAX : v < INT64_MIN ? INT64_MIN : (int64_t)v;
-}
-
-/* PyTorch's output size: (in + 2p - d*(k-1) - 1) / s + 1 (floor); s > 0. */
-static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d)
-{
-    i128 num = (i128)in + 2 * (i128)p - (i128)d * ((i128)k - 1) - 1;
-    if (num < 0) return 0;
-    return clamp64(num / s + 1);
-}
-
-static int spatial_ok(const lt_shape *s) { return s->ndim == 4 || s->ndim == 3; }
-
-lt_status lt_shape_rule_conv2d(lt_op op, const lt_operand *in, int n,
-                               lt_attrs *a, lt_shape *out)
-{
-    const lt_shape *x = in[0].shape, *w = in[1].shape;
-    conv_p p;
-    TRY(conv_params(op, in, n, a, 7, &p));
-    if (!spatial_ok(x) || w->ndim != 4)
-        return fail(LT_ERR_SHAPE, op, in, n, "expects input [N, C, H, W] or [C, H, W] and weight [O, C/groups, kh, kw]");
-    int b = x->ndim == 4;
-    int64_t C = x->dims[b], H = x->dims[b + 1], W = x->dims[b + 2];
-    int64_t O = w->dims[0];
-    if ((i128)w->dims[1] * p.g != C)
-        return fail(LT_ERR_SHAPE, op, in, n,
-                    "input has %lld channels but weight expects %lld (= %lld x groups %lld)",
-                    (long long)C, (long long)clamp64((i128)w->dims[1] * p.g),
-                    (long long)w->dims[1], (long long)p.g);
-    if (O % p.g != 0)
-        return fail(LT_ERR_SHAPE, op, in, n, "out channels %lld not divisible by groups %lld",
-                    (long long)O, (long long)p.g);
-    int64_t oh = conv_out(H, w->dims[2], p.sh, p.ph, p.dh);
-    int64_t ow = conv_out(W, w->dims[3], p.sw, p.pw, p.dw);
-    if (oh <= 0 || ow <= 0)
-        return fail(LT_ERR_SHAPE, op, in, n,
-                    "kernel %lldx%lld (dilation %lld, %lld) is larger than the padded input %lldx%lld",
-                    (long long)w->dims[2], (long long)w->dims[3], (long long)p.dh,
-                    (long long)p.dw, (long long)clamp64(H + 2 * (i128)p.ph),
-                    (long long)clamp64(W + 2 * (i128)p.pw));
-    out->ndim = x->ndim;
-    if (b) out->dims[0] = x->dims[0];
-    out->dims[b] = O;
-    out->dims[b + 1] = oh;
-    out->dims[b + 2] = ow;
-    return LT_OK;
-}
-
-lt_status lt_shape_rule_conv2d_bwd_in(lt_op op, const lt_operand *in, int n,
-                                      lt_attrs *a, lt_shape *out)
-{
-    const lt_shape *gr = in[0].shape, *w = in[1].shape;
-    conv_p p;
-    TRY(conv_params(op, in, n, a, 9, &p));
-    if (!spatial_ok(gr) || w->ndim != 4)
-        return fail(LT_ERR_SHAPE, op, in, n, "expects grad [N, O, oh, ow] and weight [O, C/groups, kh, kw]");
-    int b = gr->ndim == 4;
-    int64_t H = a->i[7], W = a->i[8];
-    if (H <= 0 || W <= 0)
-        return fail(LT_ERR_ARG, op, in, n, "input size %lldx%lld must be positive",
-                    (long long)H, (long long)W);
-    if (gr->dims[b] != w->dims[0] || w->dims[0] % p.g != 0)
-        return fail(LT_ERR_SHAPE, op, in, n, "grad channels %lld do not match weight out channels %lld",
-                    (long long)gr->dims[b], (long long)w->dims[0]);
-    int64_t oh = conv_out(H, w->dims[2], p.sh, p.ph, p.dh);
-    int64_t ow = conv_out(W, w->dims[3], p.sw, p.pw, p.dw);
-    if (oh != gr->dims[b + 1] || ow != gr->dims[b + 2])
-        return fail(LT_ERR_SHAPE, op, in, n, "grad spatial size %lldx%lld does not match the forward output %lldx%lld of input %lldx%lld",
-                    (long long)gr->dims[b + 1], (long long)gr->dims[b + 2], (long long)oh,
-                    (long long)ow, (long long)H, (long long)W);
-    out->ndim = gr->ndim;
-    if (b) out->dims[0] = gr->dims[0];
-    out->dims[b] = clamp64((i128)w->dims[1] * p.g);
-    out->dims[b + 1] = H;
-    out->dims[b + 2] = W;
-    return LT_OK;
-}
-
-lt_status lt_shape_rule_conv2d_bwd_w(lt_op op, const lt_operand *in, int n,
-                                     lt_attrs *a, lt_shape *out)
-{
-    const lt_shape *gr = in[0].shape, *x = in[1].shape;
-    conv_p p;
-    TRY(conv_params(op, in, n, a, 9, &p));
-    if (!spatial_ok(gr) || gr->ndim != x->ndim)
-        return fail(LT_ERR_SHAPE, op, in, n, "expects grad [N, O, oh, ow] and input [N, C, H, W] of equal rank");
-    int b = gr->ndim == 4;
-    if (b && gr->dims[0] != x->dims[0])
-        return fail(LT_ERR_SHAPE, op, in, n, "batch sizes differ");
-    int64_t kh = a->i[7], kw = a->i[8];
-    int64_t O = gr->dims[b], C = x->dims[b];
-    if (kh <= 0 || kw <= 0)
-        return fail(LT_ERR_ARG, op, in, n, "kernel size must be positive");
-    if (O % p.g != 0 || C % p.g != 0)
-        return fail(LT_ERR_SHAPE, op, in, n, "channels %lld/%lld not divisible by groups %lld",
-                    (long long)O, (long long)C, (long long)p.g);
-    int64_t oh = conv_out(x->dims[b + 1], kh, p.sh, p.ph, p.dh);
-    int64_t ow = conv_out(x->dims[b + 2], kw, p.sw, p.pw, p.dw);
-    if (oh != gr->dims[b + 1] || ow != gr->dims[b + 2])
-        return fail(LT_ERR_SHAPE, op, in, n, "grad spatial size does not match the forward output %lldx%lld",
-                    (long long)oh, (long long)ow);
-    out->ndim = 4;
-    out->dims[0] = O;
-    out->dims[1] = C / p.g;
-    out->dims[2] = kh;
-    out->dims[3] = kw;
-    return LT_OK;
-}
-
-/* ---------------------------------------------------------------- pooling */
-
-/* PyTorch's pooling_output_shape with ceil_mode: the last window must start
- * inside the input or the left padding. */
-static int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, int ceil)
-{
-    i128 num = (i128)in + 2 * (i128)p - (i128)d * ((i128)k - 1) - 1 + (ceil ? (i128)s - 1 : 0);
-    i128 o = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;
-    if (ceil && (o - 1) * s >= (i128)in + p) o--;
-    return clamp64(o);
-}
-
-/* Forward pool output shape of x (op is max_pool2d*, avg_pool2d). */
-static lt_status pool_shape(lt_op op, lt_op fwd, const lt_operand *in, int n,
-                            const lt_attrs *a, const lt_shape *x, lt_shape *out)
-{
-    TRY(need_attrs(op, in, n, a, 9, "kh, kw, sh, sw, ph, pw, ..."));
-    int64_t kh = a->i[0], kw = a->i[1], sh = a->i[2], sw = a->i[3], ph = a->i[4], pw = a->i[5];
-    int64_t dh = 1, dw = 1, ceil;
-    if (fwd == LT_OP_avg_pool2d) {
-        ceil = a->i[6] != 0;
-    } else {
-        dh = a->i[6]; dw = a->i[7];
-        ceil = a->i[8] != 0;
-    }
-    if (!spatial_ok(x))
-        return fail(LT_ERR_SHAPE, op, in, n, "expects input [N, C, H, W] or [C, H, W]");
-    if (kh <= 0 || kw <= 0 || sh <= 0 || sw <= 0 || dh <= 0 || dw <= 0)
-        return fail(LT_ERR_ARG, op, in, n, "kernel, stride and dilation must be > 0");
-    i128 ekh = ((i128)kh - 1) * dh + 1, ekw = ((i128)kw - 1) * dw + 1;
-    if (ph < 0 || pw < 0 || ph > ekh / 2 || pw > ekw / 2)
-        return fail(LT_ERR_ARG, op, in, n,
-                    "padding %lldx%lld must be >= 0 and at most half the effective kernel %lldx%lld",
-                    (long long)ph, (long long)pw, (long long)clamp64(ekh), (long long)clamp64(ekw));
-    int b = x->ndim - 3;
-    int64_t oh = pool_out(x->dims[b + 1], kh, sh, ph, dh, (int)ceil);
-    int64_t ow = pool_out(x->dims[b + 2], kw, sw, pw, dw, (int)ceil);
-    if (oh <= 0 || ow <= 0)
-        return fail(LT_ERR_SHAPE, op, in, n, "output size %lldx%lld is too small",
-                    (long long)oh, (long long)ow);
-    *out = *x;
-    out->dims[b + 1] = oh;
-    out->dims[b + 2] = ow;
-    return LT_OK;
-}
-
-lt_status lt_shape_rule_pool(lt_op op, const lt_operand *in, int n,
-                             lt_attrs *a, lt_shape *out)
-{
-    lt_op fwd = op == LT_OP_avg_pool2d ? LT_OP_avg_pool2d : LT_OP_max_pool2d;
-    return pool_shape(op, fwd, in, n, a, in[0].shape, out);
-}
-
-lt_status lt_shape_rule_pool_bwd(lt_op op, const lt_operand *in, int n,
-                                 lt_attrs *a, lt_shape *out)
-{
-    const lt_shape *gr = in[0].shape, *x = in[1].shape;
-    lt_shape expect;
-    if (op == LT_OP_adaptive_avg_pool2d_backward) {
-        if (!spatial_ok(x) || gr->ndim != x->ndim)
-            return fail(LT_ERR_SHAPE, op, in, n, "expects grad and input of equal rank 3 or 4");
-        for (int d = 0; d < x->ndim - 2; d++)
-            if (gr->dims[d] != x->dims[d])
-                return fail(LT_ERR_SHAPE, op, in, n, "grad and input differ in leading dims");
-    } else {
-        lt_op fwd = op == LT_OP_avg_pool2d_backward ? LT_OP_avg_pool2d : LT_OP_max_pool2d;
-        TRY(pool_shape(op, fwd, in, n, a, x, &expect));
-        if (!lt_shape_equal(&expect, gr)) {
-            char b[128];
-            return fail(LT_ERR_SHAPE, op, in, n, "grad must have the forward output shape %s",
-                        lt_shape_str(&expect, b, sizeof b));
-        }
-    }
-    if (in[0].dtype != in[1].dtype)
-        return fail(LT_ERR_DTYPE, op, in, n, "grad and input dtypes differ");
-    *out = *x;
-    return LT_OK;
-}
-
-lt_status lt_shape_rule_adaptive_pool(lt_op op, const lt_operand *in, int n,
-                                      lt_attrs *a, lt_shape *out)
-{
-    const lt_shape *x = in[0].shape;
-    TRY(need_attrs(op, in, n, a, 2, "oh, ow"));
-    if (!spatial_ok(x))
-        return fail(LT_ERR_SHAPE, op, in, n, "expects input [N, C, H, W] or [C, H, W]");
-    if (a->i[0] <= 0 || a->i[1] <= 0)
-        return fail(LT_ERR_ARG, op, in, n, "output size %lldx%lld must be positive",
-                    (long long)a->i[0], (long long)a->i[1]);
-    int b = x->ndim - 3;
-    if (x->dims[b + 1] <= 0 || x->dims[b + 2] <= 0)
-        return fail(LT_ERR_SHAPE, op, in, n, "input spatial size must be positive");
-    *out = *x;
-    out->dims[b + 1] = a->i[0];
-    out->dims[b + 2] = a->i[1];
-    return LT_OK;
-}
-
 /* --------------------------------------------------------------- movement */
 
 lt_status lt_shape_rule_reshape(lt_op op, const lt_operand *in, int n,
@@ -724,7 +483,7 @@ lt_status lt_shape_rule_reshape(lt_op op, const lt_operand *in, int n,
 {
     const lt_shape *s = in[0].shape;
     if (a->n > LT_MAX_DIMS)
-        return fail(LT_ERR_ARG, op, in, n, "at most %d dims, got %d", LT_MAX_DIMS, a->n);
+        return lt_shape_fail(LT_ERR_ARG, op, in, n, "at most %d dims, got %d", LT_MAX_DIMS, a->n);
     int infer = -1;
     int64_t known = 1;
     out->ndim = a->n;
@@ -732,15 +491,15 @@ lt_status lt_shape_rule_reshape(lt_op op, const lt_operand *in, int n,
         int64_t v = a->i[d];
         if (v == -1 && infer < 0) { infer = d; continue; }
         if (v < 0)
-            return fail(LT_ERR_ARG, op, in, n, "invalid size %lld at dim %d", (long long)v, d);
+            return lt_shape_fail(LT_ERR_ARG, op, in, n, "invalid size %lld at dim %d", (long long)v, d);
         if (__builtin_mul_overflow(known, v, &known))
-            return fail(LT_ERR_SHAPE, op, in, n, "shape has too many elements");
+            return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "shape has too many elements");
         out->dims[d] = v;
     }
     int64_t numel = lt_shape_numel(s);
     if (infer >= 0) {
         if (known == 0 || numel % known != 0)
-            return fail(LT_ERR_SHAPE, op, in, n, "cannot infer size -1 for %lld elements",
+            return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "cannot infer size -1 for %lld elements",
                         (long long)numel);
         out->dims[infer] = numel / known;
         a->i[infer] = numel / known;
@@ -748,7 +507,7 @@ lt_status lt_shape_rule_reshape(lt_op op, const lt_operand *in, int n,
     }
     if (known != numel) {
         char b[128];
-        return fail(LT_ERR_SHAPE, op, in, n, "shape %s has %lld elements, input has %lld",
+        return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "shape %s has %lld elements, input has %lld",
                     lt_shape_str(out, b, sizeof b), (long long)known, (long long)numel);
     }
     return LT_OK;
@@ -759,14 +518,14 @@ lt_status lt_shape_rule_permute(lt_op op, const lt_operand *in, int n,
 {
     const lt_shape *s = in[0].shape;
     if (a->n != s->ndim)
-        return fail(LT_ERR_ARG, op, in, n, "permutation has %d entries for %d dims",
+        return lt_shape_fail(LT_ERR_ARG, op, in, n, "permutation has %d entries for %d dims",
                     a->n, s->ndim);
     int seen = 0;
     out->ndim = s->ndim;
     for (int d = 0; d < a->n; d++) {
         int64_t p = a->i[d];
         if (p < 0 || p >= s->ndim || (seen & (1 << p)))
-            return fail(LT_ERR_ARG, op, in, n, "invalid permutation (entry %d = %lld)",
+            return lt_shape_fail(LT_ERR_ARG, op, in, n, "invalid permutation (entry %d = %lld)",
                         d, (long long)p);
         seen |= 1 << p;
         out->dims[d] = s->dims[p];
@@ -779,14 +538,14 @@ lt_status lt_shape_rule_expand(lt_op op, const lt_operand *in, int n,
 {
     const lt_shape *s = in[0].shape;
     if (a->n < s->ndim || a->n > LT_MAX_DIMS)
-        return fail(LT_ERR_ARG, op, in, n, "%d target dims for a %d-dim input", a->n, s->ndim);
+        return lt_shape_fail(LT_ERR_ARG, op, in, n, "%d target dims for a %d-dim input", a->n, s->ndim);
     int lead = a->n - s->ndim;
     out->ndim = a->n;
     for (int d = 0; d < a->n; d++) {
         int64_t v = a->i[d];
         if (d < lead) {
             if (v < 0)
-                return fail(LT_ERR_ARG, op, in, n, "size %lld not allowed in a new leading dim %d",
+                return lt_shape_fail(LT_ERR_ARG, op, in, n, "size %lld not allowed in a new leading dim %d",
                             (long long)v, d);
             out->dims[d] = v;
             continue;
@@ -794,9 +553,9 @@ lt_status lt_shape_rule_expand(lt_op op, const lt_operand *in, int n,
         int64_t have = s->dims[d - lead];
         if (v == -1) v = have;
         else if (v < 0)
-            return fail(LT_ERR_ARG, op, in, n, "invalid size %lld at dim %d", (long long)v, d);
+            return lt_shape_fail(LT_ERR_ARG, op, in, n, "invalid size %lld at dim %d", (long long)v, d);
         if (have != v && have != 1)
-            return fail(LT_ERR_SHAPE, op, in, n,
+            return lt_shape_fail(LT_ERR_SHAPE, op, in, n,
                         "size %lld at dim %d must match the existing size %lld (or it must be 1)",
                         (long long)v, d, (long long)have);
         out->dims[d] = v;
@@ -809,13 +568,13 @@ lt_status lt_shape_rule_expand(lt_op op, const lt_operand *in, int n,
 static lt_status slice_view(lt_op op, const lt_operand *in, int n,
                             lt_attrs *a, const lt_shape *s, lt_shape *out)
 {
-    TRY(need_attrs(op, in, n, a, 4, "dim, start, end, step"));
+    TRY(lt_shape_need_attrs(op, in, n, a, 4, "dim, start, end, step"));
     if (s->ndim == 0)
-        return fail(LT_ERR_SHAPE, op, in, n, "cannot slice a 0-dim tensor");
+        return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "cannot slice a 0-dim tensor");
     TRY(check_dim(op, in, n, a->i[0], s->ndim, "dim"));
     int64_t size = s->dims[a->i[0]], st = a->i[1], en = a->i[2], step = a->i[3];
     if (step <= 0)
-        return fail(LT_ERR_ARG, op, in, n, "step must be > 0, got %lld", (long long)step);
+        return lt_shape_fail(LT_ERR_ARG, op, in, n, "step must be > 0, got %lld", (long long)step);
     if (st < 0) st += size;
     if (en < 0) en += size;
     if (st < 0) st = 0; else if (st > size) st = size;
@@ -836,13 +595,13 @@ lt_status lt_shape_rule_slice(lt_op op, const lt_operand *in, int n,
 static lt_status select_view(lt_op op, const lt_operand *in, int n,
                              lt_attrs *a, const lt_shape *s, lt_shape *out)
 {
-    TRY(need_attrs(op, in, n, a, 2, "dim, index"));
+    TRY(lt_shape_need_attrs(op, in, n, a, 2, "dim, index"));
     if (s->ndim == 0)
-        return fail(LT_ERR_SHAPE, op, in, n, "cannot select from a 0-dim tensor");
+        return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "cannot select from a 0-dim tensor");
     TRY(check_dim(op, in, n, a->i[0], s->ndim, "dim"));
     int64_t d = a->i[0], size = s->dims[d], idx = a->i[1];
     if (idx < -size || idx >= size)
-        return fail(LT_ERR_ARG, op, in, n, "index %lld out of range for dim %lld of size %lld",
+        return lt_shape_fail(LT_ERR_ARG, op, in, n, "index %lld out of range for dim %lld of size %lld",
                     (long long)idx, (long long)d, (long long)size);
     if (idx < 0) a->i[1] = idx + size;
     out->ndim = 0;
@@ -860,14 +619,14 @@ lt_status lt_shape_rule_select(lt_op op, const lt_operand *in, int n,
 static lt_status diagonal_view(lt_op op, const lt_operand *in, int n,
                                lt_attrs *a, const lt_shape *s, lt_shape *out)
 {
-    TRY(need_attrs(op, in, n, a, 3, "offset, dim1, dim2"));
+    TRY(lt_shape_need_attrs(op, in, n, a, 3, "offset, dim1, dim2"));
     int64_t off = a->i[0], d1 = a->i[1], d2 = a->i[2];
     if (s->ndim < 2)
-        return fail(LT_ERR_SHAPE, op, in, n, "needs at least 2 dims");
+        return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "needs at least 2 dims");
     TRY(check_dim(op, in, n, d1, s->ndim, "dim1"));
     TRY(check_dim(op, in, n, d2, s->ndim, "dim2"));
     if (d1 == d2)
-        return fail(LT_ERR_ARG, op, in, n, "dim1 and dim2 must differ (both %lld)", (long long)d1);
+        return lt_shape_fail(LT_ERR_ARG, op, in, n, "dim1 and dim2 must differ (both %lld)", (long long)d1);
     int64_t len;
     if (off >= 0) len = s->dims[d1] < s->dims[d2] - off ? s->dims[d1] : s->dims[d2] - off;
     else len = s->dims[d1] + off < s->dims[d2] ? s->dims[d1] + off : s->dims[d2];
@@ -888,20 +647,20 @@ lt_status lt_shape_rule_diagonal(lt_op op, const lt_operand *in, int n,
 static lt_status as_strided_view(lt_op op, const lt_operand *in, int n,
                                  lt_attrs *a, const lt_shape *s, lt_shape *out)
 {
-    TRY(need_attrs(op, in, n, a, 1, "ndim, sizes, strides, storage_offset"));
+    TRY(lt_shape_need_attrs(op, in, n, a, 1, "ndim, sizes, strides, storage_offset"));
     int64_t nd = a->i[0];
     if (nd < 0 || nd > LT_MAX_DIMS)
-        return fail(LT_ERR_ARG, op, in, n, "invalid ndim %lld", (long long)nd);
-    TRY(need_attrs(op, in, n, a, (int)(2 + 2 * nd), "ndim, sizes, strides, storage_offset"));
+        return lt_shape_fail(LT_ERR_ARG, op, in, n, "invalid ndim %lld", (long long)nd);
+    TRY(lt_shape_need_attrs(op, in, n, a, (int)(2 + 2 * nd), "ndim, sizes, strides, storage_offset"));
     int64_t off = a->i[1 + 2 * nd], maxi = off;
     if (off < 0)
-        return fail(LT_ERR_ARG, op, in, n, "negative storage offset %lld", (long long)off);
+        return lt_shape_fail(LT_ERR_ARG, op, in, n, "negative storage offset %lld", (long long)off);
     out->ndim = (int)nd;
     int empty = 0;
     for (int d = 0; d < nd; d++) {
         int64_t sz = a->i[1 + d], st = a->i[1 + nd + d];
         if (sz < 0 || st < 0)
-            return fail(LT_ERR_ARG, op, in, n, "negative size or stride at dim %d", d);
+            return lt_shape_fail(LT_ERR_ARG, op, in, n, "negative size or stride at dim %d", d);
         out->dims[d] = sz;
         if (sz == 0) empty = 1;
         else maxi = clamp64((i128)maxi + (i128)(sz - 1) * st);
@@ -909,7 +668,7 @@ static lt_status as_strided_view(lt_op op, const lt_operand *in, int n,
     int64_t numel = lt_shape_numel(s);
     if (!empty && maxi >= numel) {
         char b[128];
-        return fail(LT_ERR_SHAPE, op, in, n,
+        return lt_shape_fail(LT_ERR_SHAPE, op, in, n,
                     "view %s at offset %lld reaches element %lld but the source has %lld elements",
                     lt_shape_str(out, b, sizeof b), (long long)off, (long long)maxi,
                     (long long)numel);
@@ -938,7 +697,7 @@ lt_status lt_shape_rule_scatter(lt_op op, const lt_operand *in, int n,
     }
     if (!lt_shape_equal(&view, in[1].shape)) {
         char b[128];
-        return fail(LT_ERR_SHAPE, op, in, n, "src must have the view shape %s",
+        return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "src must have the view shape %s",
                     lt_shape_str(&view, b, sizeof b));
     }
     *out = *base;
@@ -949,8 +708,8 @@ lt_status lt_shape_rule_cat(lt_op op, const lt_operand *in, int n,
                             lt_attrs *a, lt_shape *out)
 {
     if (n < 1)
-        return fail(LT_ERR_ARG, op, in, n, "needs at least one input");
-    TRY(need_attrs(op, in, n, a, 1, "dim"));
+        return lt_shape_fail(LT_ERR_ARG, op, in, n, "needs at least one input");
+    TRY(lt_shape_need_attrs(op, in, n, a, 1, "dim"));
     /* Legacy rule: 1-D empty tensors are skipped. */
     const lt_shape *ref = NULL;
     for (int i = 0; i < n; i++) {
@@ -961,7 +720,7 @@ lt_status lt_shape_rule_cat(lt_op op, const lt_operand *in, int n,
     }
     if (!ref) { *out = *in[0].shape; return LT_OK; }
     if (ref->ndim == 0)
-        return fail(LT_ERR_SHAPE, op, in, n, "zero-dim tensors cannot be concatenated");
+        return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "zero-dim tensors cannot be concatenated");
     int64_t dim = a->i[0];
     TRY(check_dim(op, in, n, dim, ref->ndim, "dim"));
     *out = *ref;
@@ -970,15 +729,15 @@ lt_status lt_shape_rule_cat(lt_op op, const lt_operand *in, int n,
         const lt_shape *s = in[i].shape;
         if (s->ndim == 1 && s->dims[0] == 0) continue;
         if (s->ndim != ref->ndim)
-            return fail(LT_ERR_SHAPE, op, in, n, "input %d has %d dims, expected %d",
+            return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "input %d has %d dims, expected %d",
                         i, s->ndim, ref->ndim);
         for (int d = 0; d < s->ndim; d++)
             if (d != dim && s->dims[d] != ref->dims[d])
-                return fail(LT_ERR_SHAPE, op, in, n,
+                return lt_shape_fail(LT_ERR_SHAPE, op, in, n,
                             "input %d has size %lld at dim %d, expected %lld",
                             i, (long long)s->dims[d], d, (long long)ref->dims[d]);
         if (__builtin_add_overflow(out->dims[dim], s->dims[dim], &out->dims[dim]))
-            return fail(LT_ERR_SHAPE, op, in, n, "the result is too large");
+            return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "the result is too large");
     }
     return LT_OK;
 }
@@ -989,16 +748,16 @@ lt_status lt_shape_rule_index_select(lt_op op, const lt_operand *in, int n,
                                      lt_attrs *a, lt_shape *out)
 {
     const lt_shape *s = in[0].shape, *ix = in[1].shape;
-    TRY(need_attrs(op, in, n, a, 1, "dim"));
+    TRY(lt_shape_need_attrs(op, in, n, a, 1, "dim"));
     if (!is_int(in[1].dtype))
-        return fail(LT_ERR_DTYPE, op, in, n, "index must be i32 or i64");
+        return lt_shape_fail(LT_ERR_DTYPE, op, in, n, "index must be i32 or i64");
     if (ix->ndim > 1)
-        return fail(LT_ERR_SHAPE, op, in, n, "index must be 0-D or 1-D");
+        return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "index must be 0-D or 1-D");
     TRY(check_dim(op, in, n, a->i[0], s->ndim, "dim"));
     *out = *s;
     if (s->ndim == 0) {
         if (lt_shape_numel(ix) != 1)
-            return fail(LT_ERR_SHAPE, op, in, n, "a 0-dim source takes one index");
+            return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "a 0-dim source takes one index");
         return LT_OK;
     }
     out->dims[a->i[0]] = lt_shape_numel(ix);
@@ -1009,15 +768,15 @@ lt_status lt_shape_rule_gather(lt_op op, const lt_operand *in, int n,
                                lt_attrs *a, lt_shape *out)
 {
     const lt_shape *s = in[0].shape, *ix = in[1].shape;
-    TRY(need_attrs(op, in, n, a, 1, "dim"));
+    TRY(lt_shape_need_attrs(op, in, n, a, 1, "dim"));
     if (in[1].dtype != LT_I64)
-        return fail(LT_ERR_DTYPE, op, in, n, "index must be i64");
+        return lt_shape_fail(LT_ERR_DTYPE, op, in, n, "index must be i64");
     TRY(check_dim(op, in, n, a->i[0], s->ndim, "dim"));
     if (ix->ndim != s->ndim && !(lt_shape_numel(ix) <= 1 && (ix->ndim <= 1) && (s->ndim <= 1)))
-        return fail(LT_ERR_SHAPE, op, in, n, "index and source must have the same number of dims");
+        return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "index and source must have the same number of dims");
     for (int d = 0; d < ix->ndim && d < s->ndim; d++)
         if (d != a->i[0] && ix->dims[d] > s->dims[d])
-            return fail(LT_ERR_SHAPE, op, in, n, "index size %lld exceeds source size %lld at dim %d",
+            return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "index size %lld exceeds source size %lld at dim %d",
                         (long long)ix->dims[d], (long long)s->dims[d], d);
     *out = *ix;
     return LT_OK;
@@ -1027,17 +786,23 @@ lt_status lt_shape_rule_scatter_add(lt_op op, const lt_operand *in, int n,
                                     lt_attrs *a, lt_shape *out)
 {
     const lt_shape *b = in[0].shape, *ix = in[1].shape, *src = in[2].shape;
-    TRY(need_attrs(op, in, n, a, 1, "dim"));
+    if (op == LT_OP_scatter_reduce) {
+        TRY(lt_shape_need_attrs(op, in, n, a, 2, "dim, reduce"));
+        if (a->i[1] < 0 || a->i[1] > 3)
+            return lt_shape_fail(LT_ERR_ARG, op, in, n, "reduce %lld is not 0 (sum), 1 (prod), 2 (amax) or 3 (amin)",
+                                 (long long)a->i[1]);
+    }
+    TRY(lt_shape_need_attrs(op, in, n, a, 1, "dim"));
     if (in[1].dtype != LT_I64)
-        return fail(LT_ERR_DTYPE, op, in, n, "index must be i64");
+        return lt_shape_fail(LT_ERR_DTYPE, op, in, n, "index must be i64");
     if (in[2].dtype != in[0].dtype)
-        return fail(LT_ERR_DTYPE, op, in, n, "src and base dtypes must be equal");
+        return lt_shape_fail(LT_ERR_DTYPE, op, in, n, "src and base dtypes must be equal");
     TRY(check_dim(op, in, n, a->i[0], b->ndim, "dim"));
     if (ix->ndim != b->ndim || src->ndim != b->ndim)
-        return fail(LT_ERR_SHAPE, op, in, n, "base, index and src must have the same number of dims");
+        return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "base, index and src must have the same number of dims");
     for (int d = 0; d < ix->ndim; d++) {
         if (ix->dims[d] > src->dims[d] || (d != a->i[0] && ix->dims[d] > b->dims[d]))
-            return fail(LT_ERR_SHAPE, op, in, n, "index size %lld at dim %d exceeds src or base",
+            return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "index size %lld at dim %d exceeds src or base",
                         (long long)ix->dims[d], d);
     }
     *out = *b;
@@ -1048,18 +813,18 @@ lt_status lt_shape_rule_embedding_bwd(lt_op op, const lt_operand *in, int n,
                                       lt_attrs *a, lt_shape *out)
 {
     const lt_shape *g = in[0].shape, *ix = in[1].shape;
-    TRY(need_attrs(op, in, n, a, 2, "num_weights, padding_idx"));
+    TRY(lt_shape_need_attrs(op, in, n, a, 2, "num_weights, padding_idx"));
     if (!is_int(in[1].dtype))
-        return fail(LT_ERR_DTYPE, op, in, n, "indices must be i32 or i64");
+        return lt_shape_fail(LT_ERR_DTYPE, op, in, n, "indices must be i32 or i64");
     if (!lt_dtype_is_float(in[0].dtype))
-        return fail(LT_ERR_DTYPE, op, in, n, "grad must be floating");
+        return lt_shape_fail(LT_ERR_DTYPE, op, in, n, "grad must be floating");
     if (a->i[0] <= 0)
-        return fail(LT_ERR_ARG, op, in, n, "num_weights must be > 0, got %lld", (long long)a->i[0]);
+        return lt_shape_fail(LT_ERR_ARG, op, in, n, "num_weights must be > 0, got %lld", (long long)a->i[0]);
     if (g->ndim != ix->ndim + 1)
-        return fail(LT_ERR_SHAPE, op, in, n, "grad must be indices shape + [embedding_dim]");
+        return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "grad must be indices shape + [embedding_dim]");
     for (int d = 0; d < ix->ndim; d++)
         if (g->dims[d] != ix->dims[d])
-            return fail(LT_ERR_SHAPE, op, in, n, "grad must be indices shape + [embedding_dim]");
+            return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "grad must be indices shape + [embedding_dim]");
     out->ndim = 2;
     out->dims[0] = a->i[0];
     out->dims[1] = g->dims[g->ndim - 1];
@@ -1069,11 +834,11 @@ lt_status lt_shape_rule_embedding_bwd(lt_op op, const lt_operand *in, int n,
 lt_status lt_shape_rule_arange(lt_op op, const lt_operand *in, int n,
                                lt_attrs *a, lt_shape *out)
 {
-    TRY(need_attrs(op, in, n, a, 2, "dtype, n"));
+    TRY(lt_shape_need_attrs(op, in, n, a, 2, "dtype, n"));
     if (in[0].shape->ndim != 0 || in[1].shape->ndim != 0)
-        return fail(LT_ERR_SHAPE, op, in, n, "start and step must be 0-dim");
+        return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "start and step must be 0-dim");
     if (a->i[1] < 0)
-        return fail(LT_ERR_ARG, op, in, n, "length must be >= 0, got %lld", (long long)a->i[1]);
+        return lt_shape_fail(LT_ERR_ARG, op, in, n, "length must be >= 0, got %lld", (long long)a->i[1]);
     out->ndim = 1;
     out->dims[0] = a->i[1];
     return LT_OK;
@@ -1085,24 +850,24 @@ static lt_status nll_common(lt_op op, const lt_operand *in, int n, lt_attrs *a,
                             const lt_operand *lp, const lt_operand *tg,
                             const lt_operand *w)
 {
-    TRY(need_attrs(op, in, n, a, 2, "reduction, ignore_index"));
+    TRY(lt_shape_need_attrs(op, in, n, a, 2, "reduction, ignore_index"));
     if (a->i[0] < 0 || a->i[0] > 2)
-        return fail(LT_ERR_ARG, op, in, n, "reduction must be 0 (none), 1 (mean) or 2 (sum)");
+        return lt_shape_fail(LT_ERR_ARG, op, in, n, "reduction must be 0 (none), 1 (mean) or 2 (sum)");
     const lt_shape *s = lp->shape, *t = tg->shape;
     if (s->ndim != 1 && s->ndim != 2)
-        return fail(LT_ERR_SHAPE, op, in, n, "input must be [N, C] or [C]");
+        return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "input must be [N, C] or [C]");
     if (tg->dtype != LT_I64)
-        return fail(LT_ERR_DTYPE, op, in, n, "target must be i64");
+        return lt_shape_fail(LT_ERR_DTYPE, op, in, n, "target must be i64");
     if (!lt_dtype_is_float(lp->dtype))
-        return fail(LT_ERR_DTYPE, op, in, n, "input must be floating");
+        return lt_shape_fail(LT_ERR_DTYPE, op, in, n, "input must be floating");
     if ((s->ndim == 2 && (t->ndim != 1 || t->dims[0] != s->dims[0])) ||
         (s->ndim == 1 && t->ndim != 0))
-        return fail(LT_ERR_SHAPE, op, in, n, "target must be [N] for input [N, C] (or [] for [C])");
+        return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "target must be [N] for input [N, C] (or [] for [C])");
     if (w) {
         if (w->shape->ndim != 1 || w->shape->dims[0] != s->dims[s->ndim - 1])
-            return fail(LT_ERR_SHAPE, op, in, n, "weight must be [C]");
+            return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "weight must be [C]");
         if (w->dtype != lp->dtype)
-            return fail(LT_ERR_DTYPE, op, in, n, "weight dtype must equal the input dtype");
+            return lt_shape_fail(LT_ERR_DTYPE, op, in, n, "weight dtype must equal the input dtype");
     }
     return LT_OK;
 }
@@ -1121,7 +886,7 @@ lt_status lt_shape_rule_nll(lt_op op, const lt_operand *in, int n,
                             lt_attrs *a, lt_shape *out)
 {
     if (n != 2 && n != 3)
-        return fail(LT_ERR_ARG, op, in, n, "takes 2 or 3 inputs, got %d", n);
+        return lt_shape_fail(LT_ERR_ARG, op, in, n, "takes 2 or 3 inputs, got %d", n);
     TRY(nll_common(op, in, n, a, &in[0], &in[1], n == 3 ? &in[2] : NULL));
     nll_out(a, in[0].shape, out);
     return LT_OK;
@@ -1131,13 +896,13 @@ lt_status lt_shape_rule_nll_bwd(lt_op op, const lt_operand *in, int n,
                                 lt_attrs *a, lt_shape *out)
 {
     if (n != 3 && n != 4)
-        return fail(LT_ERR_ARG, op, in, n, "takes 3 or 4 inputs, got %d", n);
+        return lt_shape_fail(LT_ERR_ARG, op, in, n, "takes 3 or 4 inputs, got %d", n);
     TRY(nll_common(op, in, n, a, &in[1], &in[2], n == 4 ? &in[3] : NULL));
     lt_shape g;
     nll_out(a, in[1].shape, &g);
     if (!lt_shape_equal(&g, in[0].shape)) {
         char b[128];
-        return fail(LT_ERR_SHAPE, op, in, n, "grad must have shape %s",
+        return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "grad must have shape %s",
                     lt_shape_str(&g, b, sizeof b));
     }
     *out = *in[1].shape;
@@ -1149,17 +914,17 @@ lt_status lt_shape_rule_nll_bwd(lt_op op, const lt_operand *in, int n,
 lt_status lt_shape_rule_rand(lt_op op, const lt_operand *in, int n,
                              lt_attrs *a, lt_shape *out)
 {
-    TRY(need_attrs(op, in, n, a, 2, "dtype, ndim, dims..."));
+    TRY(lt_shape_need_attrs(op, in, n, a, 2, "dtype, ndim, dims..."));
     int64_t nd = a->i[1];
     if (nd < 0 || nd > LT_MAX_DIMS)
-        return fail(LT_ERR_ARG, op, in, n, "invalid ndim %lld", (long long)nd);
-    TRY(need_attrs(op, in, n, a, (int)(2 + nd), "dtype, ndim, dims..."));
+        return lt_shape_fail(LT_ERR_ARG, op, in, n, "invalid ndim %lld", (long long)nd);
+    TRY(lt_shape_need_attrs(op, in, n, a, (int)(2 + nd), "dtype, ndim, dims..."));
     if (in[0].shape->ndim != 0 || !is_int(in[0].dtype))
-        return fail(LT_ERR_ARG, op, in, n, "seed must be a 0-dim integer tensor");
+        return lt_shape_fail(LT_ERR_ARG, op, in, n, "seed must be a 0-dim integer tensor");
     out->ndim = (int)nd;
     for (int d = 0; d < nd; d++) {
         if (a->i[2 + d] < 0)
-            return fail(LT_ERR_ARG, op, in, n, "negative size at dim %d", d);
+            return lt_shape_fail(LT_ERR_ARG, op, in, n, "negative size at dim %d", d);
         out->dims[d] = a->i[2 + d];
     }
     return LT_OK;
@@ -1169,9 +934,9 @@ lt_status lt_shape_rule_all_gather(lt_op op, const lt_operand *in, int n,
                                    lt_attrs *a, lt_shape *out)
 {
     const lt_shape *s = in[0].shape;
-    TRY(need_attrs(op, in, n, a, 1, "dim"));
+    TRY(lt_shape_need_attrs(op, in, n, a, 1, "dim"));
     if (s->ndim == 0)
-        return fail(LT_ERR_SHAPE, op, in, n, "cannot gather 0-dim tensors");
+        return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "cannot gather 0-dim tensors");
     TRY(check_dim(op, in, n, a->i[0], s->ndim, "dim"));
     *out = *s;
     out->dims[a->i[0]] *= lt_shape_world_size();
@@ -1182,15 +947,15 @@ lt_status lt_shape_rule_reduce_scatter(lt_op op, const lt_operand *in, int n,
                                        lt_attrs *a, lt_shape *out)
 {
     const lt_shape *s = in[0].shape;
-    TRY(need_attrs(op, in, n, a, 2, "reduce type, dim"));
+    TRY(lt_shape_need_attrs(op, in, n, a, 2, "reduce type, dim"));
     if (a->i[0] < LT_REDUCE_SUM || a->i[0] > LT_REDUCE_OR)
-        return fail(LT_ERR_ARG, op, in, n, "invalid reduce type %lld", (long long)a->i[0]);
+        return lt_shape_fail(LT_ERR_ARG, op, in, n, "invalid reduce type %lld", (long long)a->i[0]);
     if (s->ndim == 0)
-        return fail(LT_ERR_SHAPE, op, in, n, "cannot scatter 0-dim tensors");
+        return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "cannot scatter 0-dim tensors");
     TRY(check_dim(op, in, n, a->i[1], s->ndim, "dim"));
     int w = lt_shape_world_size();
     if (s->dims[a->i[1]] % w != 0)
-        return fail(LT_ERR_SHAPE, op, in, n, "size %lld of dim %lld is not divisible by world size %d",
+        return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "size %lld of dim %lld is not divisible by world size %d",
                     (long long)s->dims[a->i[1]], (long long)a->i[1], w);
     *out = *s;
     out->dims[a->i[1]] /= w;
@@ -1203,7 +968,7 @@ lt_status lt_shape_rule_view_as_real(lt_op op, const lt_operand *in, int n,
                                      lt_attrs *a, lt_shape *out)
 {
     if (in[0].shape->ndim >= LT_MAX_DIMS)
-        return fail(LT_ERR_SHAPE, op, in, n, "too many dims (at most %d after adding one)",
+        return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "too many dims (at most %d after adding one)",
                     LT_MAX_DIMS);
     *out = *in[0].shape;
     out->dims[out->ndim++] = 2;
@@ -1215,7 +980,7 @@ lt_status lt_shape_rule_view_as_complex(lt_op op, const lt_operand *in, int n,
 {
     const lt_shape *s = in[0].shape;
     if (s->ndim < 1 || s->dims[s->ndim - 1] != 2)
-        return fail(LT_ERR_SHAPE, op, in, n, "the last dim must be of size 2");
+        return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "the last dim must be of size 2");
     *out = *s;
     out->ndim--;
     return LT_OK;

@@ -56,6 +56,7 @@ static int checks_data(lt_op op)
 {
     switch (op) {
     case LT_OP_index_select: case LT_OP_gather: case LT_OP_scatter_add: case LT_OP_scatter:
+    case LT_OP_scatter_reduce:
     case LT_OP_embedding_backward: case LT_OP_nll_loss:
     case LT_OP_nll_loss_backward:
         return 1;

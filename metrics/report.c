@@ -12,6 +12,10 @@
  *   <note lines>
  *   == fallback ==            (lazy/diagnose.c: op, calls, time, frames, hint)
  *   == host reads ==          (lazy/host_reads.c: line, reads per step, waits)
+ *   == kernel profile ==      (LAZYTPU_PROFILE=1, lazy/profile.c: the
+ *                              KernelTime::<op> metrics as one table, largest
+ *                              total first; "per run" divides by the
+ *                              ExecuteTime samples, i.e. programs run)
  *
  * Metrics come in report order (registry.h), counters by name. Metrics with
  * no sample and counters at 0 (e.g. after lt_metrics_clear_all) are left out.
@@ -19,6 +23,7 @@
  * spans time (as torch_xla does). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "registry.h"
 
 static void emit_metric(lt_sb *sb, const lt_metric_snap *s)
@@ -61,6 +66,52 @@ static void note_line(const char *section, const char *line, void *ctx)
     lt_sb_printf((lt_sb *)ctx, "%s\n", line);
 }
 
+#define PROFILE_PREFIX "KernelTime::"
+
+static int by_total_desc(const void *a, const void *b)
+{
+    const lt_metric_snap *x = *(const lt_metric_snap *const *)a;
+    const lt_metric_snap *y = *(const lt_metric_snap *const *)b;
+    return (x->accumulator < y->accumulator) - (x->accumulator > y->accumulator);
+}
+
+/* The kernel profile table from the KernelTime:: metrics; nothing when
+ * there are none. */
+static void emit_profile(lt_sb *sb, const lt_metric_snap *ms, int nm)
+{
+    size_t plen = strlen(PROFILE_PREFIX);
+    int n = 0;
+    int64_t runs = 0;
+    double total = 0;
+    for (int i = 0; i < nm; i++) {
+        if (strcmp(ms[i].name, "ExecuteTime") == 0) runs = ms[i].total_samples;
+        if (ms[i].total_samples > 0 && strncmp(ms[i].name, PROFILE_PREFIX, plen) == 0) {
+            n++;
+            total += ms[i].accumulator;
+        }
+    }
+    if (n == 0) return;
+    const lt_metric_snap **rows = malloc((size_t)n * sizeof *rows);
+    if (!rows) return;
+    n = 0;
+    for (int i = 0; i < nm; i++)
+        if (ms[i].total_samples > 0 && strncmp(ms[i].name, PROFILE_PREFIX, plen) == 0)
+            rows[n++] = &ms[i];
+    qsort(rows, (size_t)n, sizeof *rows, by_total_desc);
+    lt_sb_printf(sb, "== kernel profile ==\n%-32s %10s %12s %12s %7s\n", "op", "calls",
+                 "total ms", "ms per run", "share");
+    for (int i = 0; i < n; i++) {
+        const lt_metric_snap *r = rows[i];
+        lt_sb_printf(sb, "%-32s %10lld %12.3f %12.4f %6.1f%%\n", r->name + plen,
+                     (long long)r->total_samples, r->accumulator * 1e-6,
+                     runs > 0 ? r->accumulator * 1e-6 / (double)runs : 0.0,
+                     total > 0 ? 100.0 * r->accumulator / total : 0.0);
+    }
+    lt_sb_printf(sb, "%-32s %10s %12.3f %12.4f  (%lld runs)\n", "all kernels", "",
+                 total * 1e-6, runs > 0 ? total * 1e-6 / (double)runs : 0.0, (long long)runs);
+    free(rows);
+}
+
 /* The whole report; malloc'd (caller frees); NULL on malloc failure. */
 char *lt_metrics_report(void)
 {
@@ -70,6 +121,8 @@ char *lt_metrics_report(void)
     if (nm < 0) return NULL;
     for (int i = 0; i < nm; i++)
         if (ms[i].total_samples > 0) emit_metric(&sb, &ms[i]);
+    lt_sb prof = {0};                   /* the table goes after the notes */
+    emit_profile(&prof, ms, nm);
     lt_metric_snaps_free(ms, nm);
 
     lt_counter_snap *cs;
@@ -94,6 +147,11 @@ char *lt_metrics_report(void)
     if (hr) {
         lt_sb_puts(&sb, hr);
         free(hr);
+    }
+    char *pt = lt_sb_take(&prof);
+    if (pt) {
+        lt_sb_puts(&sb, pt);
+        free(pt);
     }
     return lt_sb_take(&sb);
 }

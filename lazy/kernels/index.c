@@ -1,6 +1,6 @@
 /*
  * lazy/kernels/index.c — index_select, gather, scatter_add, scatter,
- * embedding_backward, arange.
+ * scatter_reduce, embedding_backward, arange.
  *
  * Every index is validated before anything is read or written: an index
  * outside [0, size) (negative included) returns LT_ERR_ARG naming the op,
@@ -122,8 +122,32 @@ static lt_status gather(int64_t d, const lt_view *src0, const lt_view *idx0, con
     return LT_OK;
 }
 
+/* How scatter_add combines: SC_* (scatter_reduce's reduce attribute + 1). */
+enum { SC_REPLACE = -1, SC_SUM = 0, SC_PROD = 1, SC_AMAX = 2, SC_AMIN = 3 };
+
+/* o (float) combined with v; NaN propagates for amax / amin as eager's. */
+static inline double combine_f(int mode, double o, double v)
+{
+    switch (mode) {
+    case SC_PROD: return o * v;
+    case SC_AMAX: return v != v || o != o ? (v != v ? v : o) : (v > o ? v : o);
+    case SC_AMIN: return v != v || o != o ? (v != v ? v : o) : (v < o ? v : o);
+    default: return o + v;
+    }
+}
+
+static inline int64_t combine_i(int mode, int64_t o, int64_t v)
+{
+    switch (mode) {
+    case SC_PROD: return (int64_t)((uint64_t)o * (uint64_t)v);   /* wraps like eager */
+    case SC_AMAX: return v > o ? v : o;
+    case SC_AMIN: return v < o ? v : o;
+    default: return (int64_t)((uint64_t)o + (uint64_t)v);
+    }
+}
+
 static lt_status scatter_add(int64_t d, const lt_view *base, const lt_view *idx0,
-                             const lt_view *src0, const lt_view *out, int nt, int replace)
+                             const lt_view *src0, const lt_view *out, int nt, int mode)
 {
     lt_view idx = as_1d(idx0), src = as_1d(src0);
     lt_view o = kt_contig_view(kt_ptr(out), out->dtype, &out->shape);
@@ -156,14 +180,15 @@ static lt_status scatter_add(int64_t d, const lt_view *base, const lt_view *idx0
         for (int64_t t = 0; t < len; t++) {
             int64_t k = kt_load_i(idx.data, idx.dtype, oi + t * idx.strides[d]);
             int64_t dst = oo + k * o1.strides[d], s = os_ + t * src.strides[d];
-            if (replace)
+            if (mode == SC_REPLACE)
                 kt_cvt(src.data, src.dtype, s, o1.data, out->dtype, dst);
             else if (isf)
                 kt_store(o1.data, out->dtype, dst,
-                         kt_load(o1.data, out->dtype, dst) + kt_load(src.data, src.dtype, s));
+                         combine_f(mode, kt_load(o1.data, out->dtype, dst), kt_load(src.data, src.dtype, s)));
             else
                 kt_store_i(o1.data, out->dtype, dst,
-                           kt_load_i(o1.data, out->dtype, dst) + kt_load_i(src.data, src.dtype, s));
+                           combine_i(mode, kt_load_i(o1.data, out->dtype, dst),
+                                     kt_load_i(src.data, src.dtype, s)));
         }
     }
     return LT_OK;
@@ -246,7 +271,7 @@ lt_status lt_kernel_index(lt_op op, const lt_attrs *attrs, const lt_view *in, in
 {
     int nt = kt_nthreads(ctx);
     int64_t d = attrs && attrs->n > 0 ? attrs->i[0] : 0;
-    int need = op == LT_OP_scatter_add || op == LT_OP_scatter ? 3 : 2;
+    int need = op == LT_OP_scatter_add || op == LT_OP_scatter || op == LT_OP_scatter_reduce ? 3 : 2;
     if (n_in != need)
         return lt_set_error(LT_ERR_INTERNAL, "index kernel: op %d with %d inputs", (int)op, n_in);
     if (op != LT_OP_arange && !kt_is_index(in[1].dtype))
@@ -254,8 +279,14 @@ lt_status lt_kernel_index(lt_op op, const lt_attrs *attrs, const lt_view *in, in
     switch (op) {
     case LT_OP_index_select: return index_select(d, &in[0], &in[1], out, nt);
     case LT_OP_gather: return gather(d, &in[0], &in[1], out, nt);
-    case LT_OP_scatter_add: return scatter_add(d, &in[0], &in[1], &in[2], out, nt, 0);
-    case LT_OP_scatter: return scatter_add(d, &in[0], &in[1], &in[2], out, nt, 1);
+    case LT_OP_scatter_add: return scatter_add(d, &in[0], &in[1], &in[2], out, nt, SC_SUM);
+    case LT_OP_scatter: return scatter_add(d, &in[0], &in[1], &in[2], out, nt, SC_REPLACE);
+    case LT_OP_scatter_reduce: {
+        int64_t r = attrs && attrs->n > 1 ? attrs->i[1] : -1;
+        if (r < SC_SUM || r > SC_AMIN)
+            return lt_set_error(LT_ERR_ARG, "scatter_reduce: bad reduce %lld", (long long)r);
+        return scatter_add(d, &in[0], &in[1], &in[2], out, nt, (int)r);
+    }
     case LT_OP_embedding_backward: return embedding_backward(attrs, &in[0], &in[1], out, nt);
     case LT_OP_arange: return arange(&in[0], &in[1], out, nt);
     default: return lt_set_error(LT_ERR_INTERNAL, "index kernel: unexpected op %d", (int)op);

@@ -44,6 +44,7 @@ lt_kernel_fn lt_kernel_for(lt_op op);
                             const lt_view *, const lt_kernel_ctx *);
 LT_DECLARE_KERNEL(matmul)
 LT_DECLARE_KERNEL(conv)
+LT_DECLARE_KERNEL(conv3d)
 LT_DECLARE_KERNEL(pool)
 LT_DECLARE_KERNEL(norm)
 LT_DECLARE_KERNEL(scan)        /* cumsum, cumprod */

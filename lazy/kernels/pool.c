@@ -5,22 +5,15 @@
  * the output/grad shape computed by the shape rule), count_include_pad,
  * divisor_override. Max: flat h*W+w indices, NaN counts as the max, ties keep
  * the first. Backward passes recompute the window from x and accumulate
- * (overlapping windows add up). OpenMP over planes (N*C).
+ * (overlapping windows add up). OpenMP over planes (N*C). Max pooling
+ * with 2x2 windows and stride 2 goes to pool_max2.c.
  */
-#include "kutil.h"
+#include "pool.h"
 
-typedef struct pool_geom {
-    int64_t P, H, W, oh, ow;        /* planes, input and output spatial */
-    int64_t kh, kw, sh, sw, ph, pw, dh, dw;
-    int count_include_pad;
-    int64_t divisor;                /* 0 = none */
-} pool_geom;
-
-/* Max: for output (oy, ox) of one plane, the flat index of the max
- * (first valid element when the window holds only -inf). */
+/* Max: lt_pool_max_at (see pool.h). */
 #define POOL_IMPL(T, SUF)                                                                 \
-static inline int64_t max_at_##SUF(const pool_geom *q, const T *x, int64_t oy, int64_t ox, \
-                                   T *val)                                                \
+int64_t lt_pool_max_at_##SUF(const pool_geom *q, const T *x, int64_t oy, int64_t ox,      \
+                             T *val)                                                      \
 {                                                                                         \
     int64_t h0 = oy * q->sh - q->ph, w0 = ox * q->sw - q->pw;                             \
     int64_t h1 = h0 + (q->kh - 1) * q->dh + 1, w1 = w0 + (q->kw - 1) * q->dw + 1;         \
@@ -33,7 +26,9 @@ static inline int64_t max_at_##SUF(const pool_geom *q, const T *x, int64_t oy, i
     for (int64_t h = h0; h < h1; h += q->dh)                                              \
         for (int64_t w = w0; w < w1; w += q->dw) {                                        \
             T v = x[h * q->W + w];                                                        \
-            if (v > m || isnan(v)) { m = v; best = h * q->W + w; }                        \
+            int take = (v > m) | (v != v);  /* selects, not a branch */                  \
+            m = take ? v : m;                                                             \
+            best = take ? h * q->W + w : best;                                            \
         }                                                                                 \
     *val = m;                                                                             \
     return best;                                                                          \
@@ -48,7 +43,7 @@ static void max_fwd_##SUF(const pool_geom *q, const T *x, T *y, void *idx, lt_dt
         for (int64_t oy = 0; oy < q->oh; oy++)                                            \
             for (int64_t ox = 0; ox < q->ow; ox++) {                                      \
                 T v;                                                                      \
-                int64_t k = max_at_##SUF(q, xp, oy, ox, &v);                              \
+                int64_t k = lt_pool_max_at_##SUF(q, xp, oy, ox, &v);                              \
                 int64_t o = p * ohw + oy * q->ow + ox;                                    \
                 if (y) y[o] = v;                                                          \
                 if (idx) kt_store_i(idx, idt, o, k);                                      \
@@ -65,7 +60,7 @@ static void max_bwd_##SUF(const pool_geom *q, const T *g, const T *x, T *dx, int
         for (int64_t oy = 0; oy < q->oh; oy++)                                            \
             for (int64_t ox = 0; ox < q->ow; ox++) {                                      \
                 T v;                                                                      \
-                int64_t k = max_at_##SUF(q, x + p * hw, oy, ox, &v);                      \
+                int64_t k = lt_pool_max_at_##SUF(q, x + p * hw, oy, ox, &v);                      \
                 if (k >= 0 && k < hw) dp[k] += g[p * ohw + oy * q->ow + ox];              \
             }                                                                             \
     }                                                                                     \
@@ -237,11 +232,14 @@ lt_status lt_kernel_pool(lt_op op, const lt_attrs *attrs, const lt_view *in, int
     switch (op) {
     case LT_OP_max_pool2d:
     case LT_OP_max_pool2d_indices:
-        if (dbl) max_fwd_d(&q, xp, y, idx_out ? kt_ptr(out) : NULL, out->dtype, nt);
+        if (lt_pool_is_max2(&q))
+            lt_pool_max2_fwd(cdt, &q, xp, y, idx_out ? kt_ptr(out) : NULL, out->dtype, nt, ctx);
+        else if (dbl) max_fwd_d(&q, xp, y, idx_out ? kt_ptr(out) : NULL, out->dtype, nt);
         else max_fwd_f(&q, xp, y, idx_out ? kt_ptr(out) : NULL, out->dtype, nt);
         break;
     case LT_OP_max_pool2d_backward:
-        if (dbl) max_bwd_d(&q, gp, xp, y, nt); else max_bwd_f(&q, gp, xp, y, nt);
+        if (lt_pool_is_max2(&q)) lt_pool_max2_bwd(cdt, &q, gp, xp, y, nt, ctx);
+        else if (dbl) max_bwd_d(&q, gp, xp, y, nt); else max_bwd_f(&q, gp, xp, y, nt);
         break;
     case LT_OP_avg_pool2d:
         if (dbl) avg_fwd_d(&q, xp, y, nt); else avg_fwd_f(&q, xp, y, nt);

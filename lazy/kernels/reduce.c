@@ -14,20 +14,65 @@
 
 #pragma GCC diagnostic ignored "-Wtautological-compare"
 
+/* l[j] += v[i + j] over the full groups of 8 of v[0..n) (lane j sums the
+ * elements j mod 8, as reduce_tmpl.h's scalar loop does: the same sums in
+ * the same order, vectorised, which GCC -O2 does not do for the f32 -> f64
+ * conversion); returns the count consumed. */
+typedef float lt_red_v4f __attribute__((vector_size(16)));
+typedef double lt_red_v4d __attribute__((vector_size(32)));
+static int sum8_f32(const float *v, int n, double *l)
+{
+    lt_red_v4d a = {l[0], l[1], l[2], l[3]}, b = {l[4], l[5], l[6], l[7]};
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        lt_red_v4f x, y;
+        memcpy(&x, v + i, sizeof x);
+        memcpy(&y, v + i + 4, sizeof y);
+        a += __builtin_convertvector(x, lt_red_v4d);
+        b += __builtin_convertvector(y, lt_red_v4d);
+    }
+    for (int j = 0; j < 4; j++) {
+        l[j] = a[j];
+        l[j + 4] = b[j];
+    }
+    return i;
+}
+static int sum8_f64(const double *v, int n, double *l)
+{
+    lt_red_v4d a = {l[0], l[1], l[2], l[3]}, b = {l[4], l[5], l[6], l[7]};
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        lt_red_v4d x, y;
+        memcpy(&x, v + i, sizeof x);
+        memcpy(&y, v + i + 4, sizeof y);
+        a += x;
+        b += y;
+    }
+    for (int j = 0; j < 4; j++) {
+        l[j] = a[j];
+        l[j + 4] = b[j];
+    }
+    return i;
+}
+
 #define VT float
 #define AT double
 #define S f32
+#define SUM8 sum8_f32
 #include "reduce_tmpl.h"
 #undef VT
 #undef AT
 #undef S
+#undef SUM8
 #define VT double
 #define AT double
 #define S f64
+#define SUM8 sum8_f64
 #include "reduce_tmpl.h"
 #undef VT
 #undef AT
 #undef S
+#undef SUM8
 #define VT int64_t
 #define AT int64_t
 #define S i64

@@ -1,7 +1,8 @@
 /*
  * lazy/kernels/reduce_tmpl.h — per-type accumulation loops of reduce.c.
  * Included with VT (value type of the fused result), AT (accumulator type),
- * S (suffix), AT_IS_INT.
+ * S (suffix), AT_IS_INT, and optionally SUM8 (a vectorised form of the sum
+ * lanes' main loop).
  */
 #define LT_RCAT2(a, b) a##_##b
 #define LT_RCAT(a, b) LT_RCAT2(a, b)
@@ -15,6 +16,9 @@ static AT FN(acc_run)(lt_op op, AT acc, const VT *v, int n)
     case LT_OP_sum:
     case LT_OP_mean: {
         AT l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#ifdef SUM8
+        i = SUM8(v, n, l);             /* the same lanes, vectorised (reduce.c) */
+#endif
         for (; i + 8 <= n; i += 8)
             for (int j = 0; j < 8; j++)
                 l[j] += (AT)v[i + j];

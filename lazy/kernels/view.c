@@ -141,6 +141,7 @@ lt_status lt_kernel_view(lt_op op, const lt_attrs *attrs, const lt_view *in,
 #define LT_KFN_scatter lt_kernel_scatter
 #define LT_KFN_cat lt_kernel_cat
 #define LT_KFN_index lt_kernel_index
+#define LT_KFN_conv3d lt_kernel_conv3d
 #define LT_KFN_loss lt_kernel_loss
 #define LT_KFN_random lt_kernel_random
 #define LT_KFN_collective lt_kernel_collective

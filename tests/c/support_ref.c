@@ -1,11 +1,13 @@
-/* tests/c/support_ref.c — naive reference evaluator (see support_ref.h).
- * Obviously-correct loops over doubles; nothing here is shared with lazy/. */
+/* tests/c/support_ref.c — naive reference evaluator (see support_ref.h):
+ * dtypes, elementwise, reductions, matmul, norms, views, index, loss (conv
+ * and pool: support_ref_nn.c). Obviously-correct loops over doubles;
+ * nothing here is shared with lazy/. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "support_ref.h"
+#include "support_ref_int.h"
 
 /* ------------------------------------------------------------ basics */
 
@@ -13,7 +15,7 @@ static _Thread_local char ref_msg[512];
 
 const char *ref_error(void) { return ref_msg; }
 
-static int fail(const char *fmt, ...)
+int ref_fail(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -22,14 +24,14 @@ static int fail(const char *fmt, ...)
     return -1;
 }
 
-static int64_t numel(const lt_shape *s)
+int64_t ref_numel(const lt_shape *s)
 {
     int64_t n = 1;
     for (int i = 0; i < s->ndim; i++) n *= s->dims[i];
     return n;
 }
 
-static lt_shape mkshape(int nd, const int64_t *d)
+lt_shape ref_mkshape(int nd, const int64_t *d)
 {
     lt_shape s;
     memset(&s, 0, sizeof s);
@@ -43,9 +45,9 @@ int ref_array_init(ref_array *a, lt_dtype dtype, const lt_shape *shape)
     memset(a, 0, sizeof *a);
     a->shape = *shape;
     a->dtype = dtype;
-    int64_t n = numel(shape);
+    int64_t n = ref_numel(shape);
     a->v = calloc((size_t)(n ? n : 1), sizeof(double));
-    return a->v ? 0 : fail("ref: out of memory");
+    return a->v ? 0 : ref_fail("ref: out of memory");
 }
 
 void ref_array_free(ref_array *a)
@@ -346,7 +348,7 @@ static int eval_ew(lt_op op, const lt_attrs *at, const ref_array *in, int n,
                    ref_array *out)
 {
     lt_shape os;
-    if (broadcast(in, n, &os)) return fail("ref %s: shapes do not broadcast", op_names[op]);
+    if (broadcast(in, n, &os)) return ref_fail("ref %s: shapes do not broadcast", op_names[op]);
     lt_dtype od = out_dtype(op, at, in, n);
     /* compute type: inputs are converted to it before the math */
     lt_dtype ct;
@@ -355,7 +357,7 @@ static int eval_ew(lt_op op, const lt_attrs *at, const ref_array *in, int n,
     else ct = ref_result_type(in, n);
     if (dt_rule[op] == RDT_FLOAT) ct = to_float(ct);
     if (ref_array_init(out, od, &os)) return -1;
-    int64_t idx[LT_MAX_DIMS], N = numel(&os);
+    int64_t idx[LT_MAX_DIMS], N = ref_numel(&os);
     for (int64_t i = 0; i < N; i++) {
         unravel(i, &os, idx);
         double x[3] = {0, 0, 0};
@@ -375,7 +377,7 @@ static int eval_reduce(lt_op op, const lt_attrs *at, const ref_array *in,
 {
     const lt_shape *s = &in->shape;
     int64_t mask = at->i[0], keep = at->i[1];
-    if (mask >> s->ndim) return fail("ref %s: mask 0x%llx beyond ndim %d", op_names[op],
+    if (mask >> s->ndim) return ref_fail("ref %s: mask 0x%llx beyond ndim %d", op_names[op],
                                      (long long)mask, s->ndim);
     lt_shape os;
     memset(&os, 0, sizeof os);
@@ -388,7 +390,7 @@ static int eval_reduce(lt_op op, const lt_attrs *at, const ref_array *in,
     }
     lt_dtype od = out_dtype(op, at, in, 1);
     if (ref_array_init(out, od, &os)) return -1;
-    int64_t NO = numel(&os), NI = numel(s), cnt = NO ? NI / NO : 0;
+    int64_t NO = ref_numel(&os), NI = ref_numel(s), cnt = NO ? NI / NO : 0;
     double init = 0;
     if (op == LT_OP_prod || op == LT_OP_all) init = 1;
     if (op == LT_OP_amax) init = -INFINITY;
@@ -414,7 +416,7 @@ static int eval_reduce(lt_op op, const lt_attrs *at, const ref_array *in,
         case LT_OP_amin: if (isnan(x) || x < *o) *o = isnan(*o) ? *o : x; break;
         case LT_OP_any: *o = *o || x != 0; break;
         case LT_OP_all: *o = *o && x != 0; break;
-        default: return fail("ref: not a reduction");
+        default: return ref_fail("ref: not a reduction");
         }
     }
     for (int64_t i = 0; i < NO; i++) {
@@ -434,8 +436,8 @@ static int eval_argreduce(lt_op op, const lt_attrs *at, const ref_array *in,
     lt_shape view = *s;            /* the shape reduced along `rd` */
     int rd;
     if (dim < 0) {
-        int64_t n = numel(s);
-        view = mkshape(1, &n);
+        int64_t n = ref_numel(s);
+        view = ref_mkshape(1, &n);
         rd = 0;
         if (keep) {
             os.ndim = s->ndim;
@@ -443,10 +445,10 @@ static int eval_argreduce(lt_op op, const lt_attrs *at, const ref_array *in,
         }
     } else {
         if (dim >= s->ndim && !(s->ndim == 0 && dim == 0))
-            return fail("ref %s: dim %lld out of range", op_names[op], (long long)dim);
+            return ref_fail("ref %s: dim %lld out of range", op_names[op], (long long)dim);
         if (s->ndim == 0) {
             int64_t one = 1;
-            view = mkshape(1, &one);
+            view = ref_mkshape(1, &one);
             rd = 0;
         } else {
             rd = (int)dim;
@@ -485,18 +487,18 @@ static int eval_matmul(lt_op op, const ref_array *in, ref_array *out)
     int64_t B = 1, M, K, N;
     if (op == LT_OP_mm) {
         if (a->ndim != 2 || b->ndim != 2 || a->dims[1] != b->dims[0])
-            return fail("ref mm: bad shapes");
+            return ref_fail("ref mm: bad shapes");
         M = a->dims[0]; K = a->dims[1]; N = b->dims[1];
         int64_t d[2] = {M, N};
-        lt_shape os = mkshape(2, d);
+        lt_shape os = ref_mkshape(2, d);
         if (ref_array_init(out, ref_result_type(in, 2), &os)) return -1;
     } else {
         if (a->ndim != 3 || b->ndim != 3 || a->dims[0] != b->dims[0] ||
             a->dims[2] != b->dims[1])
-            return fail("ref bmm: bad shapes");
+            return ref_fail("ref bmm: bad shapes");
         B = a->dims[0]; M = a->dims[1]; K = a->dims[2]; N = b->dims[2];
         int64_t d[3] = {B, M, N};
-        lt_shape os = mkshape(3, d);
+        lt_shape os = ref_mkshape(3, d);
         if (ref_array_init(out, ref_result_type(in, 2), &os)) return -1;
     }
     for (int64_t z = 0; z < B; z++)
@@ -510,251 +512,6 @@ static int eval_matmul(lt_op op, const ref_array *in, ref_array *out)
     return 0;
 }
 
-/* ---------------------------------------------------------------- conv */
-
-typedef struct conv_p {
-    int64_t sh, sw, ph, pw, dh, dw, g;
-} conv_p;
-
-static conv_p conv_params(const lt_attrs *at)
-{
-    conv_p p = {at->i[0], at->i[1], at->i[2], at->i[3], at->i[4], at->i[5], at->i[6]};
-    if (p.sh <= 0) p.sh = 1;
-    if (p.sw <= 0) p.sw = 1;
-    if (p.dh <= 0) p.dh = 1;
-    if (p.dw <= 0) p.dw = 1;
-    if (p.g <= 0) p.g = 1;
-    return p;
-}
-
-/* The one loop all three conv ops share: for every (n, o, oh, ow, c, ki, kj)
- * with a valid input position call back with the three linear indices. */
-#define CONV_LOOP(N, C, H, W, O, KH, KW, OH, OW, p, BODY)                       \
-    for (int64_t n = 0; n < N; n++)                                             \
-        for (int64_t o = 0; o < O; o++)                                         \
-            for (int64_t oh = 0; oh < OH; oh++)                                 \
-                for (int64_t ow = 0; ow < OW; ow++) {                           \
-                    int64_t Cg = C / p.g, Og = O / p.g, grp = o / Og;           \
-                    for (int64_t c = 0; c < Cg; c++)                            \
-                        for (int64_t ki = 0; ki < KH; ki++)                     \
-                            for (int64_t kj = 0; kj < KW; kj++) {               \
-                                int64_t ih = oh * p.sh - p.ph + ki * p.dh;      \
-                                int64_t iw = ow * p.sw - p.pw + kj * p.dw;      \
-                                if (ih < 0 || ih >= H || iw < 0 || iw >= W)     \
-                                    continue;                                   \
-                                int64_t xi = ((n * C + grp * Cg + c) * H + ih) * W + iw; \
-                                int64_t wi = ((o * Cg + c) * KH + ki) * KW + kj; \
-                                int64_t yi = ((n * O + o) * OH + oh) * OW + ow; \
-                                BODY;                                           \
-                            }                                                   \
-                }
-
-static int eval_conv(lt_op op, const lt_attrs *at, const ref_array *in,
-                     ref_array *out)
-{
-    conv_p p = conv_params(at);
-    lt_dtype od = ref_result_type(in, 2);
-    if (op == LT_OP_conv2d) {
-        const lt_shape *x = &in[0].shape, *w = &in[1].shape;
-        if (x->ndim != 4 || w->ndim != 4 || w->dims[1] * p.g != x->dims[1] ||
-            w->dims[0] % p.g)
-            return fail("ref conv2d: bad shapes");
-        int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
-        int64_t O = w->dims[0], KH = w->dims[2], KW = w->dims[3];
-        int64_t OH = (H + 2 * p.ph - p.dh * (KH - 1) - 1) / p.sh + 1;
-        int64_t OW = (W + 2 * p.pw - p.dw * (KW - 1) - 1) / p.sw + 1;
-        int64_t d[4] = {N, O, OH, OW};
-        lt_shape os = mkshape(4, d);
-        if (ref_array_init(out, od, &os)) return -1;
-        CONV_LOOP(N, C, H, W, O, KH, KW, OH, OW, p,
-                  out->v[yi] += in[0].v[xi] * in[1].v[wi])
-    } else if (op == LT_OP_conv2d_backward_input) {
-        const lt_shape *gy = &in[0].shape, *w = &in[1].shape;
-        if (gy->ndim != 4 || w->ndim != 4 || gy->dims[1] != w->dims[0])
-            return fail("ref conv2d_backward_input: bad shapes");
-        int64_t N = gy->dims[0], O = w->dims[0], C = w->dims[1] * p.g;
-        int64_t H = at->i[7], W = at->i[8], KH = w->dims[2], KW = w->dims[3];
-        int64_t OH = gy->dims[2], OW = gy->dims[3];
-        int64_t d[4] = {N, C, H, W};
-        lt_shape os = mkshape(4, d);
-        if (ref_array_init(out, od, &os)) return -1;
-        CONV_LOOP(N, C, H, W, O, KH, KW, OH, OW, p,
-                  out->v[xi] += in[0].v[yi] * in[1].v[wi])
-    } else {
-        const lt_shape *gy = &in[0].shape, *x = &in[1].shape;
-        if (gy->ndim != 4 || x->ndim != 4 || gy->dims[0] != x->dims[0])
-            return fail("ref conv2d_backward_weight: bad shapes");
-        int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
-        int64_t O = gy->dims[1], KH = at->i[7], KW = at->i[8];
-        int64_t OH = gy->dims[2], OW = gy->dims[3];
-        int64_t d[4] = {O, C / p.g, KH, KW};
-        lt_shape os = mkshape(4, d);
-        if (ref_array_init(out, od, &os)) return -1;
-        CONV_LOOP(N, C, H, W, O, KH, KW, OH, OW, p,
-                  out->v[wi] += in[0].v[yi] * in[1].v[xi])
-    }
-    for (int64_t i = 0; i < numel(&out->shape); i++)
-        out->v[i] = ref_round(out->v[i], od);
-    return 0;
-}
-
-/* ---------------------------------------------------------------- pool */
-
-static int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d,
-                        int ceil_mode)
-{
-    int64_t num = in + 2 * p - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
-    int64_t o = (num >= 0 ? num / s : -((-num + s - 1) / s)) + 1;
-    if (ceil_mode && (o - 1) * s >= in + p) o--;
-    return o;
-}
-
-typedef struct pool_geo {
-    int64_t NC, H, W, OH, OW;
-    int nd;
-    int64_t lead[2];
-} pool_geo;
-
-static int pool_geometry(const lt_shape *x, pool_geo *g)
-{
-    if (x->ndim != 3 && x->ndim != 4) return fail("ref pool: input must be 3-d or 4-d");
-    g->nd = x->ndim;
-    g->NC = 1;
-    for (int d = 0; d < x->ndim - 2; d++) {
-        g->NC *= x->dims[d];
-        g->lead[d] = x->dims[d];
-    }
-    g->H = x->dims[x->ndim - 2];
-    g->W = x->dims[x->ndim - 1];
-    return 0;
-}
-
-static lt_shape pool_shape(const pool_geo *g)
-{
-    lt_shape s;
-    memset(&s, 0, sizeof s);
-    s.ndim = g->nd;
-    for (int d = 0; d < g->nd - 2; d++) s.dims[d] = g->lead[d];
-    s.dims[g->nd - 2] = g->OH;
-    s.dims[g->nd - 1] = g->OW;
-    return s;
-}
-
-/* max pool over plane `pl` of x at (oh, ow): the argmax flat index h*W+w */
-static int64_t max_at(const double *x, const pool_geo *g, const int64_t *a,
-                      int64_t oh, int64_t ow, double *val)
-{
-    int64_t best = -1;
-    double bv = -INFINITY;
-    for (int64_t ki = 0; ki < a[0]; ki++)
-        for (int64_t kj = 0; kj < a[1]; kj++) {
-            int64_t h = oh * a[2] - a[4] + ki * a[6];
-            int64_t w = ow * a[3] - a[5] + kj * a[7];
-            if (h < 0 || h >= g->H || w < 0 || w >= g->W) continue;
-            double v = x[h * g->W + w];
-            if (best < 0 || v > bv || isnan(v)) {
-                if (best >= 0 && isnan(bv)) continue;
-                best = h * g->W + w;
-                bv = v;
-            }
-        }
-    *val = bv;
-    return best;
-}
-
-/* avg pool window at (oh, ow): bounds and divisor (PyTorch's rule) */
-static double avg_window(const pool_geo *g, const int64_t *a, int64_t oh,
-                         int64_t ow, int64_t *h0, int64_t *h1, int64_t *w0,
-                         int64_t *w1)
-{
-    int64_t hs = oh * a[2] - a[4], ws = ow * a[3] - a[5];
-    int64_t he = hs + a[0], we = ws + a[1];
-    if (he > g->H + a[4]) he = g->H + a[4];
-    if (we > g->W + a[5]) we = g->W + a[5];
-    int64_t pool = (he - hs) * (we - ws);
-    if (hs < 0) hs = 0;
-    if (ws < 0) ws = 0;
-    if (he > g->H) he = g->H;
-    if (we > g->W) we = g->W;
-    *h0 = hs; *h1 = he; *w0 = ws; *w1 = we;
-    if (a[8]) return (double)a[8];
-    if (a[7]) return (double)pool;
-    return (double)((he - hs) * (we - ws));
-}
-
-static int eval_pool(lt_op op, const lt_attrs *at, const ref_array *in,
-                     ref_array *out)
-{
-    const int64_t *a = at->i;
-    int bwd = op == LT_OP_max_pool2d_backward || op == LT_OP_avg_pool2d_backward ||
-              op == LT_OP_adaptive_avg_pool2d_backward;
-    const ref_array *x = bwd ? &in[1] : &in[0];
-    pool_geo g;
-    if (pool_geometry(&x->shape, &g)) return -1;
-    int is_max = op == LT_OP_max_pool2d || op == LT_OP_max_pool2d_indices ||
-                 op == LT_OP_max_pool2d_backward;
-    int is_adapt = op == LT_OP_adaptive_avg_pool2d ||
-                   op == LT_OP_adaptive_avg_pool2d_backward;
-    int64_t ma[8];
-    if (is_max) {
-        for (int k = 0; k < 8; k++) ma[k] = a[k];
-        if (ma[6] <= 0) ma[6] = 1;
-        if (ma[7] <= 0) ma[7] = 1;
-        g.OH = pool_out(g.H, a[0], a[2], a[4], ma[6], (int)a[8]);
-        g.OW = pool_out(g.W, a[1], a[3], a[5], ma[7], (int)a[8]);
-    } else if (is_adapt) {
-        g.OH = a[0];
-        g.OW = a[1];
-    } else {
-        g.OH = pool_out(g.H, a[0], a[2], a[4], 1, (int)a[6]);
-        g.OW = pool_out(g.W, a[1], a[3], a[5], 1, (int)a[6]);
-    }
-    lt_shape os = bwd ? x->shape : pool_shape(&g);
-    if (bwd) {
-        lt_shape gs = pool_shape(&g);
-        if (numel(&gs) != numel(&in[0].shape)) return fail("ref pool backward: grad shape");
-    }
-    lt_dtype od = op == LT_OP_max_pool2d_indices ? LT_I64 : in[0].dtype;
-    if (ref_array_init(out, od, &os)) return -1;
-    int64_t HW = g.H * g.W, OHW = g.OH * g.OW;
-    for (int64_t pl = 0; pl < g.NC; pl++) {
-        const double *xp = x->v + pl * HW;
-        for (int64_t oh = 0; oh < g.OH; oh++)
-            for (int64_t ow = 0; ow < g.OW; ow++) {
-                int64_t oi = pl * OHW + oh * g.OW + ow;
-                double gv = bwd ? in[0].v[oi] : 0;
-                if (is_max) {
-                    double v;
-                    int64_t k = max_at(xp, &g, ma, oh, ow, &v);
-                    if (op == LT_OP_max_pool2d) out->v[oi] = v;
-                    else if (op == LT_OP_max_pool2d_indices) out->v[oi] = (double)k;
-                    else if (k >= 0) out->v[pl * HW + k] += gv;
-                    continue;
-                }
-                int64_t h0, h1, w0, w1;
-                double div;
-                if (is_adapt) {
-                    h0 = oh * g.H / g.OH;
-                    h1 = ((oh + 1) * g.H + g.OH - 1) / g.OH;
-                    w0 = ow * g.W / g.OW;
-                    w1 = ((ow + 1) * g.W + g.OW - 1) / g.OW;
-                    div = (double)((h1 - h0) * (w1 - w0));
-                } else {
-                    div = avg_window(&g, a, oh, ow, &h0, &h1, &w0, &w1);
-                }
-                double s = 0;
-                for (int64_t h = h0; h < h1; h++)
-                    for (int64_t w = w0; w < w1; w++) {
-                        if (bwd) out->v[pl * HW + h * g.W + w] += gv / div;
-                        else s += xp[h * g.W + w];
-                    }
-                if (!bwd) out->v[oi] = s / div;
-            }
-    }
-    for (int64_t i = 0; i < numel(&os); i++) out->v[i] = ref_round(out->v[i], od);
-    return 0;
-}
-
 /* --------------------------------------------------------------- norms */
 
 static int eval_norm(lt_op op, const lt_attrs *at, const ref_array *in,
@@ -763,7 +520,7 @@ static int eval_norm(lt_op op, const lt_attrs *at, const ref_array *in,
     const lt_shape *s = &in[0].shape;
     int64_t dim = at->i[0];
     if (s->ndim == 0 ? dim != 0 : (dim < 0 || dim >= s->ndim))
-        return fail("ref %s: bad dim %lld", op_names[op], (long long)dim);
+        return ref_fail("ref %s: bad dim %lld", op_names[op], (long long)dim);
     int scan = op == LT_OP_cumsum || op == LT_OP_cumprod;
     lt_dtype od = out_dtype(op, at, in, op == LT_OP_softmax || op == LT_OP_log_softmax || scan ? 1 : 2);
     if (ref_array_init(out, od, s)) return -1;
@@ -785,7 +542,7 @@ static int eval_norm(lt_op op, const lt_attrs *at, const ref_array *in,
                 /* insertion sort: stable; NaN above every number */
                 int desc = at->n > 1 && at->i[1];
                 int64_t *ix = malloc((size_t)(L ? L : 1) * sizeof *ix);
-                if (!ix) return fail("ref argsort: out of memory");
+                if (!ix) return ref_fail("ref argsort: out of memory");
                 for (int64_t k = 0; k < L; k++) {
                     double v = in[0].v[AT(k)];
                     int64_t j = k;
@@ -824,7 +581,7 @@ static int eval_norm(lt_op op, const lt_attrs *at, const ref_array *in,
             }
 #undef AT
         }
-    for (int64_t i = 0; i < numel(s); i++) out->v[i] = ref_round(out->v[i], od);
+    for (int64_t i = 0; i < ref_numel(s); i++) out->v[i] = ref_round(out->v[i], od);
     return 0;
 }
 
@@ -853,8 +610,8 @@ static int view_map(lt_op op, const lt_attrs *at, const lt_shape *bs,
             else known *= a[d];
             vs->dims[d] = a[d];
         }
-        if (neg >= 0) vs->dims[neg] = known ? numel(bs) / known : 0;
-        if (numel(vs) != numel(bs)) return fail("ref reshape: numel differs");
+        if (neg >= 0) vs->dims[neg] = known ? ref_numel(bs) / known : 0;
+        if (ref_numel(vs) != ref_numel(bs)) return ref_fail("ref reshape: numel differs");
         st = 1;
         for (int d = vs->ndim - 1; d >= 0; d--) {
             vstr[d] = st;
@@ -863,12 +620,12 @@ static int view_map(lt_op op, const lt_attrs *at, const lt_shape *bs,
         break;
     }
     case LT_OP_permute: {
-        if (at->n != bs->ndim) return fail("ref permute: %d dims for ndim %d", at->n, bs->ndim);
+        if (at->n != bs->ndim) return ref_fail("ref permute: %d dims for ndim %d", at->n, bs->ndim);
         vs->ndim = at->n;
         int seen = 0;
         for (int d = 0; d < at->n; d++) {
             if (a[d] < 0 || a[d] >= bs->ndim || (seen >> a[d] & 1))
-                return fail("ref permute: bad perm");
+                return ref_fail("ref permute: bad perm");
             seen |= 1 << a[d];
             vs->dims[d] = bs->dims[a[d]];
             vstr[d] = bstr[a[d]];
@@ -876,20 +633,20 @@ static int view_map(lt_op op, const lt_attrs *at, const lt_shape *bs,
         break;
     }
     case LT_OP_expand: {
-        if (at->n < bs->ndim) return fail("ref expand: fewer dims");
+        if (at->n < bs->ndim) return ref_fail("ref expand: fewer dims");
         vs->ndim = at->n;
         int lead = at->n - bs->ndim;
         for (int d = 0; d < at->n; d++) {
             int bd = d - lead;
             int64_t want = a[d];
             if (bd < 0) {
-                if (want < 0) return fail("ref expand: -1 on a new dim");
+                if (want < 0) return ref_fail("ref expand: -1 on a new dim");
                 vs->dims[d] = want;
                 vstr[d] = 0;
             } else {
                 int64_t have = bs->dims[bd];
                 if (want < 0) want = have;
-                if (have != want && have != 1) return fail("ref expand: %lld -> %lld",
+                if (have != want && have != 1) return ref_fail("ref expand: %lld -> %lld",
                                                            (long long)have, (long long)want);
                 vs->dims[d] = want;
                 vstr[d] = have == want ? bstr[bd] : 0;
@@ -899,7 +656,7 @@ static int view_map(lt_op op, const lt_attrs *at, const lt_shape *bs,
     }
     case LT_OP_slice: case LT_OP_slice_scatter: {
         int64_t dim = a[0], s0 = a[1], e = a[2], step = a[3] ? a[3] : 1;
-        if (dim < 0 || dim >= bs->ndim) return fail("ref slice: bad dim");
+        if (dim < 0 || dim >= bs->ndim) return ref_fail("ref slice: bad dim");
         int64_t n = bs->dims[dim];
         if (s0 < 0) s0 += n;
         if (e < 0) e += n;
@@ -915,9 +672,9 @@ static int view_map(lt_op op, const lt_attrs *at, const lt_shape *bs,
     }
     case LT_OP_select: case LT_OP_select_scatter: {
         int64_t dim = a[0], ix = a[1];
-        if (dim < 0 || dim >= bs->ndim) return fail("ref select: bad dim");
+        if (dim < 0 || dim >= bs->ndim) return ref_fail("ref select: bad dim");
         if (ix < 0) ix += bs->dims[dim];
-        if (ix < 0 || ix >= bs->dims[dim]) return fail("ref select: index out of range");
+        if (ix < 0 || ix >= bs->dims[dim]) return ref_fail("ref select: index out of range");
         for (int d = 0; d < bs->ndim; d++)
             if (d != dim) {
                 vstr[vs->ndim] = bstr[d];
@@ -929,7 +686,7 @@ static int view_map(lt_op op, const lt_attrs *at, const lt_shape *bs,
     case LT_OP_diagonal: case LT_OP_diagonal_scatter: {
         int64_t offs = a[0], d1 = a[1], d2 = a[2];
         if (d1 < 0 || d2 < 0 || d1 >= bs->ndim || d2 >= bs->ndim || d1 == d2)
-            return fail("ref diagonal: bad dims");
+            return ref_fail("ref diagonal: bad dims");
         for (int d = 0; d < bs->ndim; d++)
             if (d != d1 && d != d2) {
                 vstr[vs->ndim] = bstr[d];
@@ -951,7 +708,7 @@ static int view_map(lt_op op, const lt_attrs *at, const lt_shape *bs,
     }
     case LT_OP_as_strided: case LT_OP_as_strided_scatter: {
         int nd = (int)a[0];
-        if (nd < 0 || nd > LT_MAX_DIMS || at->n < 2 + 2 * nd) return fail("ref as_strided: attrs");
+        if (nd < 0 || nd > LT_MAX_DIMS || at->n < 2 + 2 * nd) return ref_fail("ref as_strided: attrs");
         vs->ndim = nd;
         for (int d = 0; d < nd; d++) {
             vs->dims[d] = a[1 + d];
@@ -961,18 +718,18 @@ static int view_map(lt_op op, const lt_attrs *at, const lt_shape *bs,
         break;
     }
     default:
-        return fail("ref: %s is not a view", op_names[op]);
+        return ref_fail("ref: %s is not a view", op_names[op]);
     }
-    int64_t n = numel(vs), idx[LT_MAX_DIMS], bn = numel(bs);
+    int64_t n = ref_numel(vs), idx[LT_MAX_DIMS], bn = ref_numel(bs);
     int64_t *map = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
-    if (!map) return fail("ref: out of memory");
+    if (!map) return ref_fail("ref: out of memory");
     for (int64_t i = 0; i < n; i++) {
         unravel(i, vs, idx);
         int64_t lin = off;
         for (int d = 0; d < vs->ndim; d++) lin += idx[d] * vstr[d];
         if (lin < 0 || lin >= bn) {
             free(map);
-            return fail("ref %s: view reaches outside the base", op_names[op]);
+            return ref_fail("ref %s: view reaches outside the base", op_names[op]);
         }
         map[i] = lin;
     }
@@ -990,7 +747,7 @@ static int eval_view(lt_op op, const lt_attrs *at, const ref_array *in,
         free(map);
         return -1;
     }
-    for (int64_t i = 0; i < numel(&vs); i++) out->v[i] = in[0].v[map[i]];
+    for (int64_t i = 0; i < ref_numel(&vs); i++) out->v[i] = in[0].v[map[i]];
     free(map);
     return 0;
 }
@@ -1001,18 +758,18 @@ static int eval_scatter(lt_op op, const lt_attrs *at, const ref_array *in,
     lt_shape vs;
     int64_t *map;
     if (view_map(op, at, &in[0].shape, &vs, &map)) return -1;
-    if (!(numel(&vs) == numel(&in[1].shape) && vs.ndim == in[1].shape.ndim &&
+    if (!(ref_numel(&vs) == ref_numel(&in[1].shape) && vs.ndim == in[1].shape.ndim &&
           !memcmp(vs.dims, in[1].shape.dims, sizeof(int64_t) * (size_t)vs.ndim))) {
         free(map);
-        return fail("ref %s: src shape does not match the view", op_names[op]);
+        return ref_fail("ref %s: src shape does not match the view", op_names[op]);
     }
     lt_dtype od = ref_result_type(in, 2);
     if (ref_array_init(out, od, &in[0].shape)) {
         free(map);
         return -1;
     }
-    for (int64_t i = 0; i < numel(&in[0].shape); i++) out->v[i] = ref_round(in[0].v[i], od);
-    for (int64_t i = 0; i < numel(&vs); i++) out->v[map[i]] = ref_round(in[1].v[i], od);
+    for (int64_t i = 0; i < ref_numel(&in[0].shape); i++) out->v[i] = ref_round(in[0].v[i], od);
+    for (int64_t i = 0; i < ref_numel(&vs); i++) out->v[map[i]] = ref_round(in[1].v[i], od);
     free(map);
     return 0;
 }
@@ -1022,17 +779,17 @@ static int eval_scatter(lt_op op, const lt_attrs *at, const ref_array *in,
 static int eval_cat(const lt_attrs *at, const ref_array *in, int n,
                     ref_array *out)
 {
-    if (n < 1) return fail("ref cat: no inputs");
+    if (n < 1) return ref_fail("ref cat: no inputs");
     int64_t dim = at->i[0];
     const lt_shape *s0 = &in[0].shape;
-    if (dim < 0 || dim >= s0->ndim) return fail("ref cat: bad dim");
+    if (dim < 0 || dim >= s0->ndim) return ref_fail("ref cat: bad dim");
     lt_shape os = *s0;
     os.dims[dim] = 0;
     for (int k = 0; k < n; k++) {
-        if (in[k].shape.ndim != s0->ndim) return fail("ref cat: ndim differs");
+        if (in[k].shape.ndim != s0->ndim) return ref_fail("ref cat: ndim differs");
         for (int d = 0; d < s0->ndim; d++)
             if (d != dim && in[k].shape.dims[d] != s0->dims[d])
-                return fail("ref cat: dim %d differs", d);
+                return ref_fail("ref cat: dim %d differs", d);
         os.dims[dim] += in[k].shape.dims[dim];
     }
     lt_dtype od = ref_result_type(in, n);
@@ -1061,7 +818,7 @@ static int eval_index(lt_op op, const lt_attrs *at, const ref_array *in,
     int64_t dim = at->i[0], idx[LT_MAX_DIMS];
     if (op == LT_OP_arange) {
         int64_t n = at->i[1];
-        lt_shape os = mkshape(1, &n);
+        lt_shape os = ref_mkshape(1, &n);
         lt_dtype od = (lt_dtype)at->i[0];
         if (ref_array_init(out, od, &os)) return -1;
         for (int64_t k = 0; k < n; k++)
@@ -1070,63 +827,68 @@ static int eval_index(lt_op op, const lt_attrs *at, const ref_array *in,
     }
     if (op == LT_OP_embedding_backward) {
         const lt_shape *g = &in[0].shape, *ix = &in[1].shape;
-        if (g->ndim != ix->ndim + 1) return fail("ref embedding_backward: grad must be idx shape + [D]");
+        if (g->ndim != ix->ndim + 1) return ref_fail("ref embedding_backward: grad must be idx shape + [D]");
         int64_t D = g->dims[g->ndim - 1], NW = at->i[0], pad = at->i[1];
         int64_t d[2] = {NW, D};
-        lt_shape os = mkshape(2, d);
+        lt_shape os = ref_mkshape(2, d);
         if (ref_array_init(out, in[0].dtype, &os)) return -1;
-        for (int64_t p = 0; p < numel(ix); p++) {
+        for (int64_t p = 0; p < ref_numel(ix); p++) {
             int64_t r = (int64_t)in[1].v[p];
             if (r == pad) continue;
-            if (r < 0 || r >= NW) return fail("ref embedding_backward: index %lld", (long long)r);
+            if (r < 0 || r >= NW) return ref_fail("ref embedding_backward: index %lld", (long long)r);
             for (int64_t k = 0; k < D; k++) out->v[r * D + k] += in[0].v[p * D + k];
         }
         for (int64_t i = 0; i < NW * D; i++) out->v[i] = ref_round(out->v[i], out->dtype);
         return 0;
     }
     const lt_shape *s = &in[0].shape;
-    if (dim < 0 || dim >= (s->ndim ? s->ndim : 1)) return fail("ref %s: bad dim", op_names[op]);
+    if (dim < 0 || dim >= (s->ndim ? s->ndim : 1)) return ref_fail("ref %s: bad dim", op_names[op]);
     int64_t L = s->ndim ? s->dims[dim] : 1;
     if (op == LT_OP_index_select) {
         lt_shape os = *s;
-        int64_t ni = numel(&in[1].shape);
+        int64_t ni = ref_numel(&in[1].shape);
         if (s->ndim) os.dims[dim] = ni;
         if (ref_array_init(out, in[0].dtype, &os)) return -1;
-        for (int64_t i = 0; i < numel(&os); i++) {
+        for (int64_t i = 0; i < ref_numel(&os); i++) {
             unravel(i, &os, idx);
             int64_t r = (int64_t)in[1].v[s->ndim ? idx[dim] : 0];
-            if (r < 0 || r >= L) return fail("ref index_select: index %lld", (long long)r);
+            if (r < 0 || r >= L) return ref_fail("ref index_select: index %lld", (long long)r);
             if (s->ndim) idx[dim] = r;
             out->v[i] = in[0].v[ravel(idx, s)];
         }
         return 0;
     }
     const lt_shape *is = &in[1].shape;
-    if (is->ndim != s->ndim) return fail("ref %s: idx ndim differs", op_names[op]);
+    if (is->ndim != s->ndim) return ref_fail("ref %s: idx ndim differs", op_names[op]);
     if (op == LT_OP_gather) {
         if (ref_array_init(out, in[0].dtype, is)) return -1;
-        for (int64_t i = 0; i < numel(is); i++) {
+        for (int64_t i = 0; i < ref_numel(is); i++) {
             unravel(i, is, idx);
             int64_t r = (int64_t)in[1].v[i];
-            if (r < 0 || r >= L) return fail("ref gather: index %lld", (long long)r);
+            if (r < 0 || r >= L) return ref_fail("ref gather: index %lld", (long long)r);
             if (s->ndim) idx[dim] = r;
             out->v[i] = in[0].v[ravel(idx, s)];
         }
         return 0;
     }
-    /* scatter_add / scatter (base, idx, src) */
+    /* scatter_add / scatter / scatter_reduce (base, idx, src) */
     if (ref_array_init(out, in[0].dtype, s)) return -1;
-    memcpy(out->v, in[0].v, sizeof(double) * (size_t)numel(s));
-    for (int64_t i = 0; i < numel(is); i++) {
+    memcpy(out->v, in[0].v, sizeof(double) * (size_t)ref_numel(s));
+    for (int64_t i = 0; i < ref_numel(is); i++) {
         unravel(i, is, idx);
         int64_t r = (int64_t)in[1].v[i];
-        if (r < 0 || r >= L) return fail("ref scatter_add: index %lld", (long long)r);
+        if (r < 0 || r >= L) return ref_fail("ref scatter_add: index %lld", (long long)r);
         double sv = in[2].v[ravel(idx, &in[2].shape)];
         if (s->ndim) idx[dim] = r;
-        if (op == LT_OP_scatter) out->v[ravel(idx, s)] = sv;   /* last write wins */
-        else out->v[ravel(idx, s)] += sv;
+        double *o = &out->v[ravel(idx, s)];
+        if (op == LT_OP_scatter) *o = sv;   /* last write wins */
+        else if (op == LT_OP_scatter_add || at->i[1] == 0) *o += sv;
+        else if (at->i[1] == 1) *o *= sv;
+        else if (isnan(*o) || isnan(sv)) *o = NAN;
+        else if (at->i[1] == 2) *o = sv > *o ? sv : *o;
+        else *o = sv < *o ? sv : *o;
     }
-    for (int64_t i = 0; i < numel(s); i++) out->v[i] = ref_round(out->v[i], out->dtype);
+    for (int64_t i = 0; i < ref_numel(s); i++) out->v[i] = ref_round(out->v[i], out->dtype);
     return 0;
 }
 
@@ -1139,15 +901,15 @@ static int eval_loss(lt_op op, const lt_attrs *at, const ref_array *in, int n,
     const ref_array *lp = &in[bwd], *tg = &in[bwd + 1];
     const ref_array *wt = n > bwd + 2 ? &in[bwd + 2] : NULL;
     int64_t red = at->i[0], ign = at->i[1];
-    if (lp->shape.ndim != 1 && lp->shape.ndim != 2) return fail("ref nll: logp must be 1-d or 2-d");
+    if (lp->shape.ndim != 1 && lp->shape.ndim != 2) return ref_fail("ref nll: logp must be 1-d or 2-d");
     int64_t N = lp->shape.ndim == 2 ? lp->shape.dims[0] : 1;
     int64_t C = lp->shape.dims[lp->shape.ndim - 1];
-    if (numel(&tg->shape) != N) return fail("ref nll: target size");
+    if (ref_numel(&tg->shape) != N) return ref_fail("ref nll: target size");
     double total_w = 0;
     for (int64_t i = 0; i < N; i++) {
         int64_t t = (int64_t)tg->v[i];
         if (t == ign) continue;
-        if (t < 0 || t >= C) return fail("ref nll: target %lld", (long long)t);
+        if (t < 0 || t >= C) return ref_fail("ref nll: target %lld", (long long)t);
         total_w += wt ? wt->v[t] : 1.0;
     }
     lt_dtype od = in[0].dtype;
@@ -1174,7 +936,7 @@ static int eval_loss(lt_op op, const lt_attrs *at, const ref_array *in, int n,
     for (int64_t i = 0; i < N; i++) {
         int64_t t = (int64_t)tg->v[i];
         if (t == ign) continue;
-        double g = red == 0 ? in[0].v[numel(&in[0].shape) > 1 ? i : 0] : in[0].v[0];
+        double g = red == 0 ? in[0].v[ref_numel(&in[0].shape) > 1 ? i : 0] : in[0].v[0];
         if (red == 1) g /= total_w;
         out->v[i * C + t] = ref_round(-(wt ? wt->v[t] : 1.0) * g, od);
     }
@@ -1189,9 +951,9 @@ int ref_eval(lt_op op, const lt_attrs *attrs, const ref_array *in, int n_in,
     static const lt_attrs none;
     const lt_attrs *at = attrs ? attrs : &none;
     memset(out, 0, sizeof *out);
-    if ((int)op < 0 || op >= LT_NUM_OPS) return fail("ref: bad op %d", (int)op);
+    if ((int)op < 0 || op >= LT_NUM_OPS) return ref_fail("ref: bad op %d", (int)op);
     if (op_arity[op] >= 0 && n_in != op_arity[op])
-        return fail("ref %s: %d inputs, arity %d", op_names[op], n_in, op_arity[op]);
+        return ref_fail("ref %s: %d inputs, arity %d", op_names[op], n_in, op_arity[op]);
     switch (op_kind[op]) {
     case LT_KIND_UNARY: case LT_KIND_BINARY: case LT_KIND_TERNARY:
         return eval_ew(op, at, in, n_in, out);
@@ -1199,14 +961,14 @@ int ref_eval(lt_op op, const lt_attrs *attrs, const ref_array *in, int n_in,
         if (op == LT_OP_argmax || op == LT_OP_argmin) return eval_argreduce(op, at, in, out);
         return eval_reduce(op, at, in, out);
     case LT_KIND_MATMUL: return eval_matmul(op, in, out);
-    case LT_KIND_CONV: return eval_conv(op, at, in, out);
-    case LT_KIND_POOL: return eval_pool(op, at, in, out);
+    case LT_KIND_CONV: return ref_eval_conv(op, at, in, out);
+    case LT_KIND_POOL: return ref_eval_pool(op, at, in, out);
     case LT_KIND_NORM: return eval_norm(op, at, in, out);
     case LT_KIND_MOVEMENT: return eval_view(op, at, in, out);
     case LT_KIND_SCATTER: return eval_scatter(op, at, in, out);
     case LT_KIND_CONCAT: return eval_cat(at, in, n_in, out);
     case LT_KIND_INDEX: return eval_index(op, at, in, out);
     case LT_KIND_LOSS: return eval_loss(op, at, in, n_in, out);
-    default: return fail("ref: %s is not covered (leaf/random/collective)", op_names[op]);
+    default: return ref_fail("ref: %s is not covered (leaf/random/collective)", op_names[op]);
     }
 }

@@ -102,6 +102,10 @@ static const conv_case conv_cases[] = {
     {1, 2, 5, 6, 2, 1, 1, 2, 2, 0, 0, 1, 1, 1},     /* 1x1 strided, N < threads */
     {3, 4, 8, 8, 8, 3, 3, 2, 2, 1, 1, 1, 1, 4},     /* depthwise x2 */
     {2, 2, 6, 5, 3, 2, 3, 1, 2, 2, 0, 2, 2, 1},     /* padding larger than half kernel */
+    /* stride 1, >= 16 channels per group: backward input as a forward conv */
+    {2, 16, 6, 5, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+    {2, 32, 7, 6, 4, 3, 2, 1, 1, 2, 1, 2, 1, 2},    /* dilated, groups, uneven padding */
+    {1, 16, 5, 5, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1},    /* padding beyond the kernel: col2im */
 };
 
 static void test_conv_f32(void **state)
@@ -216,6 +220,101 @@ static void test_max_pool(void **state)
     kt_check("max_pool2d bf16 3-D", &y, rb, 27, 0, 0);
 }
 
+/* Max pooling reference of one geometry over P planes of [H, W]: values ry,
+ * flat indices ri and the backward dx of g (accumulated into rdx, zeroed by
+ * the caller). PyTorch's rule: NaN wins (the last one), else the first
+ * maximum; an all -inf window gives its first valid element. */
+static void max_pool_ref(const double *x, int64_t P, int64_t H, int64_t W, const int64_t *k6,
+                         int64_t dh, int64_t dw, int64_t oh, int64_t ow, double *ry, double *ri,
+                         const double *g, double *rdx)
+{
+    int64_t kh = k6[0], kw = k6[1], sh = k6[2], sw = k6[3], ph = k6[4], pw = k6[5];
+    for (int64_t p = 0; p < P; p++)
+        for (int64_t oy = 0; oy < oh; oy++)
+            for (int64_t ox = 0; ox < ow; ox++) {
+                double m = -INFINITY;
+                int64_t best = -1;
+                for (int64_t i = 0; i < kh; i++)
+                    for (int64_t j = 0; j < kw; j++) {
+                        int64_t iy = oy * sh - ph + i * dh, ix = ox * sw - pw + j * dw;
+                        if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+                        double v = x[p * H * W + iy * W + ix];
+                        if (best < 0) best = iy * W + ix;
+                        if (v > m || isnan(v)) { m = v; best = iy * W + ix; }
+                    }
+                int64_t o = (p * oh + oy) * ow + ox;
+                ry[o] = m;
+                ri[o] = (double)best;
+                rdx[p * H * W + best] += g[o];
+            }
+}
+
+/* 2x2 / stride 2 max pooling (pool_max2.c's fast path) against the
+ * reference: odd and even sizes, rows shorter and longer than a vector,
+ * ceil_mode's partial windows (incl. an input with only a partial window),
+ * ties, NaN patterns in a window (one, two: the last wins, NaN first then a
+ * larger value), all -inf windows; f32 with i64 and i32 indices, f64, bf16
+ * storage; 1 and 2 threads. */
+static void test_max_pool_2x2(void **state)
+{
+    static const int64_t sizes[][3] = {  /* H, W, planes */
+        {9, 7, 6}, {28, 28, 5}, {14, 14, 40}, {1, 5, 3}, {6, 35, 4}, {2, 2, 1}, {5, 40, 3},
+    };
+    const lt_dtype dts[3] = {LT_F32, LT_F64, LT_BF16};
+    const int64_t k6[6] = {2, 2, 2, 2, 0, 0};
+    for (size_t sc = 0; sc < sizeof sizes / sizeof *sizes; sc++)
+        for (int di = 0; di < 3; di++)
+            for (int ceil_mode = 0; ceil_mode < 2; ceil_mode++) {
+                lt_dtype dt = dts[di];
+                int64_t H = sizes[sc][0], W = sizes[sc][1], P = sizes[sc][2], n = P * H * W;
+                int64_t oh = pool_out(H, 2, 2, 0, 1, ceil_mode), ow = pool_out(W, 2, 2, 0, 1, ceil_mode);
+                if (oh <= 0 || ow <= 0) continue;
+                int64_t no = P * oh * ow;
+                double *x = kt_rvals(n, dt);
+                for (int64_t i = 0; i < n; i++) x[i] = floor(x[i] * 4) / 4;  /* ties */
+                /* NaN / -inf patterns in successive full windows of plane 0 */
+                for (int64_t w = 0; w + 1 < W && w < 22; w += 2) {
+                    int64_t a = w, b = w + 1, c = W + w, d = W + w + 1;
+                    if (H < 2) break;
+                    switch (w / 2) {
+                    case 0: x[a] = NAN; break;
+                    case 1: x[a] = NAN; x[c] = NAN; break;      /* the last NaN wins */
+                    case 2: x[b] = NAN; x[d] = NAN; break;
+                    case 3: x[a] = NAN; x[b] = 5; break;        /* NaN first, then larger */
+                    case 4: x[a] = x[b] = x[c] = x[d] = -INFINITY; break;
+                    case 5: x[b] = x[d] = 7; break;             /* tie across rows */
+                    case 6: x[c] = NAN; x[b] = 9; break;
+                    case 7: x[a] = x[d] = 8; break;
+                    case 8: x[b] = NAN; break;
+                    case 9: x[d] = NAN; x[a] = 9; break;
+                    case 10: x[c] = NAN; break;
+                    }
+                }
+                double *ry = kt_talloc((size_t)no * 8), *ri = kt_talloc((size_t)no * 8);
+                double *g = kt_rvals(no, dt), *rdx = kt_talloc((size_t)n * 8);
+                max_pool_ref(x, P, H, W, k6, 1, 1, oh, ow, ry, ri, g, rdx);
+                for (int c = 0; c < 2; c++) {
+                    const lt_kernel_ctx *ctx = c ? &kt_ctx2 : &kt_ctx1;
+                    char what[96];
+                    snprintf(what, sizeof what, "max_pool2d 2x2 H%lld W%lld dt%d ceil%d nt%d",
+                             (long long)H, (long long)W, (int)dt, ceil_mode, c + 1);
+                    int64_t xd[4] = {1, P, H, W}, od[4] = {1, P, oh, ow};
+                    lt_view xv = kt_view(dt, 4, xd, NULL, 0, x);
+                    lt_attrs at = KATTR(2, 2, 2, 2, 0, 0, 1, 1, ceil_mode);
+                    lt_view y = kt_out(dt, 4, od), dx = kt_out(dt, 4, xd);
+                    lt_view yi = kt_out(c ? LT_I32 : LT_I64, 4, od);
+                    assert_int_equal(lt_kernel_pool(LT_OP_max_pool2d, &at, &xv, 1, &y, ctx), LT_OK);
+                    kt_check(what, &y, ry, no, 0, 0);
+                    assert_int_equal(lt_kernel_pool(LT_OP_max_pool2d_indices, &at, &xv, 1, &yi, ctx), LT_OK);
+                    kt_check(what, &yi, ri, no, 0, 0);
+                    lt_view bin[2] = {kt_view(dt, 4, od, NULL, 0, g), xv};
+                    assert_int_equal(lt_kernel_pool(LT_OP_max_pool2d_backward, &at, bin, 2, &dx, ctx), LT_OK);
+                    kt_check(what, &dx, rdx, n, 0, 0);
+                }
+                kt_tfree_all();
+            }
+}
+
 static void test_avg_pool(void **state)
 {
     const int64_t P = 4, H = 10, W = 7, k = 3, s = 2, p = 1;  /* H: ceil window clipped at H+p */
@@ -304,6 +403,7 @@ int main(void)
         cmocka_unit_test_teardown(test_conv_f64_bf16, kt_teardown),
         cmocka_unit_test_teardown(test_conv_errors, kt_teardown),
         cmocka_unit_test_teardown(test_max_pool, kt_teardown),
+        cmocka_unit_test_teardown(test_max_pool_2x2, kt_teardown),
         cmocka_unit_test_teardown(test_avg_pool, kt_teardown),
         cmocka_unit_test_teardown(test_adaptive_avg_pool, kt_teardown),
     };

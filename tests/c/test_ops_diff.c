@@ -292,8 +292,49 @@ static void cases_matmul(lt_op op)
 static const int conv_cfg[][7] = {
     {1, 1, 0, 0, 1, 1, 1}, {2, 1, 1, 2, 1, 2, 1}, {1, 2, 1, 1, 2, 1, 1}, {1, 1, 1, 1, 1, 1, 2}};
 
+/* conv3d: {stride[3], pad[3], dil[3], groups} configurations */
+static const int conv3_cfg[][10] = {
+    {1, 1, 1, 0, 0, 0, 1, 1, 1, 1}, {2, 1, 2, 1, 0, 1, 1, 2, 1, 1},
+    {1, 2, 1, 1, 1, 0, 2, 1, 1, 2}, {3, 2, 1, 0, 1, 1, 1, 1, 2, 1}};
+
+static void cases_conv3d(lt_op op)
+{
+    tol_t tol = {1e-5, 1e-5};
+    lt_dtype dts[] = {LT_F32, LT_F64, LT_BF16};
+    for (int d = 0; d < 3; d++)
+        for (int c = 0; c < 4; c++) {
+            const int *p = conv3_cfg[c];
+            int N = 2, C = 4, O = 6, sp[3] = {5, 6, 7}, k[3] = {3, 2, 3}, o[3];
+            for (int j = 0; j < 3; j++) o[j] = (sp[j] + 2 * p[3 + j] - p[6 + j] * (k[j] - 1) - 1) / p[j] + 1;
+            int bi = op == LT_OP_conv3d_backward_input;
+            lt_attrs at = A(13, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9],
+                            bi ? sp[0] : k[0], bi ? sp[1] : k[1], bi ? sp[2] : k[2]);
+            if (op == LT_OP_conv3d) at.n = 10;
+            lt_shape xs = D(N, C, sp[0], sp[1], sp[2]), ws = D(O, C / p[9], k[0], k[1], k[2]);
+            lt_shape gs = D(N, O, o[0], o[1], o[2]);
+            if (op == LT_OP_conv3d)
+                RUN(op, at, tol, T(xs, dts[d], G_UNIT), T(ws, dts[d], G_UNIT));
+            else if (bi)
+                RUN(op, at, tol, T(gs, dts[d], G_UNIT), T(ws, dts[d], G_UNIT));
+            else
+                RUN(op, at, tol, T(gs, dts[d], G_UNIT), T(xs, dts[d], G_UNIT));
+        }
+    /* a grad one shorter than the forward output (transposed conv with
+     * output_padding >= stride: stride 1, dilation 2) */
+    lt_attrs at = A(13, 1, 1, 1, 0, 0, 0, 2, 1, 1, 1, 6, 5, 5);
+    if (op == LT_OP_conv3d_backward_weight) at.i[10] = at.i[11] = at.i[12] = 3;
+    if (op == LT_OP_conv3d_backward_input)
+        RUN(op, at, tol, T(D(1, 3, 1, 3, 3), LT_F32, G_UNIT), T(D(3, 2, 3, 3, 3), LT_F32, G_UNIT));
+    else if (op == LT_OP_conv3d_backward_weight)
+        RUN(op, at, tol, T(D(1, 3, 1, 3, 3), LT_F32, G_UNIT), T(D(1, 2, 6, 5, 5), LT_F32, G_UNIT));
+}
+
 static void cases_conv(lt_op op)
 {
+    if (op == LT_OP_conv3d || op == LT_OP_conv3d_backward_input || op == LT_OP_conv3d_backward_weight) {
+        cases_conv3d(op);
+        return;
+    }
     tol_t tol = {1e-5, 1e-5};
     lt_dtype dts[] = {LT_F32, LT_F64, LT_BF16};
     for (int d = 0; d < 3; d++)
@@ -546,6 +587,15 @@ static void cases_index(lt_op op)
             RUN(op, A(1, 0), tol, T(D(4, 5, 6), dt, G_NORM), TIDX(D(2, 5, 3), 4),
                 T(D(3, 5, 6), dt, G_NORM));
             break;
+        case LT_OP_scatter_reduce:
+            for (int r = 0; r < 4; r++) {
+                RUN(op, A(2, 1, r), tol, T(D(4, 5, 6), dt, G_NORM), TIDX(D(4, 3, 6), 5),
+                    T(D(4, 3, 6), dt, G_NORM));
+                RUN(op, A(2, 0, r), tol, T(D(4, 5, 6), dt, G_NORM), TIDX(D(6, 5, 3), 4),
+                    T(D(7, 5, 6), dt, G_NORM));
+            }
+            RUN(op, A(2, 0, 2), tol, T(D(5), dt, G_NAN), TIDX(D(8), 5), T(D(8), dt, G_NAN));
+            break;
         case LT_OP_embedding_backward:
             if (dt == LT_I64) break;
             RUN(op, A(2, 10, -1), tol, T(D(3, 4, 8), dt, G_NORM), TIDX(D(3, 4), 10));
@@ -773,7 +823,20 @@ static void cases_large(lt_op op)
         if (op == LT_OP_conv2d) BIG(op, at, ct, T(D(4, 16, 20, 20), f, G_UNIT), T(D(32, 16, 3, 3), f, G_UNIT));
         else if (op == LT_OP_conv2d_backward_input)
             BIG(op, at, ct, T(D(4, 32, 20, 20), f, G_UNIT), T(D(32, 16, 3, 3), f, G_UNIT));
-        else BIG(op, at, ct, T(D(4, 32, 20, 20), f, G_UNIT), T(D(4, 16, 20, 20), f, G_UNIT));
+        else if (op == LT_OP_conv2d_backward_weight)
+            BIG(op, at, ct, T(D(4, 32, 20, 20), f, G_UNIT), T(D(4, 16, 20, 20), f, G_UNIT));
+        else {
+            lt_attrs a3 = A(13, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3);
+            if (op == LT_OP_conv3d_backward_input) a3.i[10] = a3.i[11] = a3.i[12] = 12;
+            if (op == LT_OP_conv3d) {
+                a3.n = 10;
+                BIG(op, a3, ct, T(D(2, 8, 12, 12, 12), f, G_UNIT), T(D(16, 8, 3, 3, 3), f, G_UNIT));
+            } else if (op == LT_OP_conv3d_backward_input) {
+                BIG(op, a3, ct, T(D(2, 16, 12, 12, 12), f, G_UNIT), T(D(16, 8, 3, 3, 3), f, G_UNIT));
+            } else {
+                BIG(op, a3, ct, T(D(2, 16, 12, 12, 12), f, G_UNIT), T(D(2, 8, 12, 12, 12), f, G_UNIT));
+            }
+        }
         break;
     }
     case LT_KIND_POOL: {
@@ -840,6 +903,8 @@ static void cases_large(lt_op op)
         else if (op == LT_OP_gather) BIG(op, A(1, 1), TOL, T(D(200, 300), f, G_NORM), TIDX(D(200, 250), 300));
         else if (op == LT_OP_scatter_add || op == LT_OP_scatter)
             BIG(op, A(1, 1), TOL, T(D(200, 300), f, G_NORM), TIDX(D(200, 250), 300), T(D(200, 250), f, G_NORM));
+        else if (op == LT_OP_scatter_reduce)
+            BIG(op, A(2, 1, 2), TOL, T(D(200, 300), f, G_NORM), TIDX(D(200, 250), 300), T(D(200, 250), f, G_NORM));
         else if (op == LT_OP_embedding_backward)
             BIG(op, A(2, 500, 0), TOL, T(D(64, 30, 40), f, G_NORM), TIDX(D(64, 30), 500));
         else BIG(op, A(2, LT_F32, 100000), TOL, Z(-3, LT_F64), Z(0.125, LT_F64));

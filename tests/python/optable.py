@@ -546,6 +546,44 @@ def _conv(draw):
                 names=("conv", "convolution", "Calculated", "kernel size", "size"))
 
 
+@entry("conv3d", covers=["conv3d", "conv3d_backward_input", "conv3d_backward_weight"], tol=32)
+def _conv3d(draw):
+    dt = draw(st.sampled_from([torch.float32, torch.float32, torch.bfloat16, torch.float64]))
+    n = draw(st.sampled_from([0, 1, 2]))
+    g = draw(st.sampled_from([1, 1, 2]))
+    cin, cout = g * draw(st.integers(1, 2)), g * draw(st.integers(1, 2))
+    sp = [draw(st.integers(1, 5)) for _ in range(3)]
+    ks = [draw(st.integers(1, 3)) for _ in range(3)]
+    stride = draw(st.sampled_from([1, 1, 2, (1, 2, 3)]))
+    pad = draw(st.sampled_from([0, 0, 1, (1, 0, 2)]))
+    dil = draw(st.sampled_from([1, 1, 2, (2, 1, 1)]))
+    x = draw(tensors(shape=[n, cin] + sp, dtype=dt, special=False))
+    transposed = draw(st.booleans())
+    if transposed:
+        if n == 0:   # eager's CPU kernel fails an empty batch with an empty output
+            x = draw(tensors(shape=[1, cin] + sp, dtype=dt, special=False))
+        wt = draw(tensors(shape=[cin, cout // g] + ks, dtype=dt, special=False))
+        s3 = stride if isinstance(stride, tuple) else (stride,) * 3
+        d3 = dil if isinstance(dil, tuple) else (dil,) * 3
+        op = tuple(draw(st.integers(0, max(a, b) - 1)) for a, b in zip(s3, d3))
+        p3 = pad if isinstance(pad, tuple) else (pad,) * 3
+        if any((i - 1) * a - 2 * p + e * (k - 1) + o + 1 <= 0
+               for i, a, p, e, k, o in zip(sp, s3, p3, d3, ks, op)):
+            # an empty output: eager's kernels disagree (groups=1 raises "Output size
+            # is too small", groups>1 returns the empty tensor): no padding then
+            pad = 0
+        fn = lambda a, c, d: F.conv_transpose3d(a, c, d, stride, pad, op, g, dil)  # noqa: E731
+        desc = "transposed stride=%s pad=%s dil=%s out_pad=%s groups=%d" % (stride, pad, dil, op, g)
+        b = draw(tensors(shape=[cout], dtype=dt, special=False)) if draw(st.booleans()) else None
+    else:
+        wt = draw(tensors(shape=[cout, cin // g] + ks, dtype=dt, special=False))
+        fn = lambda a, c, d: F.conv3d(a, c, d, stride, pad, dil, g)  # noqa: E731
+        desc = "stride=%s pad=%s dil=%s groups=%d" % (stride, pad, dil, g)
+        b = draw(tensors(shape=[cout], dtype=dt, special=False)) if draw(st.booleans()) else None
+    return Case("conv3d", fn, [x, wt, b], tol=32, desc=desc,
+                names=("conv", "convolution", "Calculated", "kernel size", "size"))
+
+
 @entry("pool2d", covers=["max_pool2d", "max_pool2d_indices", "max_pool2d_backward", "avg_pool2d",
                          "avg_pool2d_backward", "adaptive_avg_pool2d",
                          "adaptive_avg_pool2d_backward"], tol=8)
@@ -807,6 +845,27 @@ class _Perm(T):
 INDEX_NAMES = ("index_select", "gather", "scatter_add", "scatter", "index_add", "index_put",
                "embedding", "index", "masked_fill", "take_along_dim", "out of range",
                "out of bounds", "Dimension out of range", "shape", "size", "Expected")
+
+
+@entry("scatter_reduce", covers=["scatter_reduce"])
+def _scatter_reduce(draw):
+    dt = draw(st.sampled_from([torch.float32, torch.float32, torch.float64, torch.int64]))
+    x = draw(tensors(shapes(min_dims=1, max_dims=3), dtype=dt, special=False))
+    s = list(x.shape)
+    nd = len(s)
+    d = draw(st.integers(-nd, nd - 1))
+    ishape = [min(draw(st.integers(0, 4)), v) if j != d % nd else draw(st.integers(0, 4))
+              for j, v in enumerate(s)]
+    idx = index_tensor(draw, s[d], ishape, negative=False)
+    idx.dtype = torch.int64
+    red = draw(st.sampled_from(["sum", "prod", "mean", "amax", "amin"]))
+    inc = draw(st.booleans())
+    src = draw(tensors(shape=ishape, dtype=dt, special=False))
+    fn = lambda t, i, u: t.scatter_reduce(d, i, u, red, include_self=inc)   # noqa: E731
+    return Case("scatter_reduce", fn, [x, idx, src], desc="%s dim=%d include_self=%s" % (red, d, inc),
+                names=INDEX_NAMES + ("scatter_reduce",),
+                known="scatter_reduce index errors are IndexError on the device",
+                known_match="IndexError vs eager RuntimeError")
 
 
 @entry("index", covers=["index_select", "gather", "scatter_add", "embedding_backward"])

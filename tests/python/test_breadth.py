@@ -40,6 +40,24 @@ CASES = {
     "conv_transpose2d_pad_groups": (lambda x, w: F.conv_transpose2d(x, w, stride=(2, 1), padding=1,
                                                                     groups=2, dilation=(1, 2)),
                                     (R(2, 4, 5, 6), R(4, 3, 3, 3))),
+    "conv3d": (lambda x, w, b: F.conv3d(x, w, b, stride=(2, 1, 1), padding=(1, 0, 1)),
+               (R(2, 3, 5, 6, 7), R(4, 3, 3, 2, 3), R(4))),
+    "conv3d_groups_dilation": (lambda x, w: F.conv3d(x, w, groups=2, dilation=(1, 2, 1), padding=1),
+                               (R(2, 4, 5, 6, 5), R(6, 2, 3, 3, 2))),
+    "conv_transpose3d": (lambda x, w, b: F.conv_transpose3d(x, w, b, stride=2, padding=1,
+                                                            output_padding=(1, 0, 1)),
+                         (R(2, 4, 3, 4, 3), R(4, 3, 3, 3, 2), R(3))),
+    "conv_transpose3d_groups": (lambda x, w: F.conv_transpose3d(x, w, stride=(1, 2, 1), groups=2,
+                                                                dilation=(2, 1, 1)),
+                                (R(1, 4, 3, 3, 4), R(4, 2, 2, 3, 2))),
+    # output_padding at or past the stride (allowed below the dilation)
+    "conv_transpose1d_outpad_ge_stride": (lambda x, w: F.conv_transpose1d(
+        x, w, stride=2, padding=1, output_padding=2, dilation=3), (R(2, 2, 5), R(2, 3, 3))),
+    "conv_transpose2d_outpad_ge_stride": (lambda x, w, b: F.conv_transpose2d(
+        x, w, b, stride=1, output_padding=1, dilation=2), (R(2, 2, 4, 3), R(2, 3, 3, 3), R(3))),
+    "conv_transpose3d_outpad_ge_stride": (lambda x, w: F.conv_transpose3d(
+        x, w, stride=(1, 2, 1), output_padding=(1, 1, 0), dilation=(2, 1, 1)),
+        (R(1, 2, 3, 3, 3), R(2, 3, 2, 2, 2))),
     # resampling and padding
     "upsample_nearest": (lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), (R(2, 3, 4, 5),)),
     "upsample_nearest_size": (lambda x: F.interpolate(x, size=(7, 9), mode="nearest"), (R(2, 3, 4, 5),)),
@@ -97,7 +115,42 @@ CASES = {
     "scatter_value": (lambda x, i: torch.scatter(x, 0, i, 1.5), (R(5, 4), _scatter_idx())),
     "scatter_add": (lambda x, i, s: torch.scatter_add(x, 1, i, s), (R(4, 5), I(5, 4, 3), R(4, 3))),
     "getitem_index": (lambda x, i: x[:, i], (R(4, 6), I(6, 5))),
+    "gather_int32_index": (lambda x, i: torch.gather(x, 1, i), (R(4, 5), I(5, 4, 3).int())),
+    "scatter_add_int32_index": (lambda x, i, s: torch.scatter_add(x, 1, i, s),
+                                (R(4, 5), I(5, 4, 3).int(), R(4, 3))),
+    "take": (lambda x: torch.take(x, torch.tensor([[0, -1], [7, 3]]).to(x.device)), (R(3, 4),)),
+    "put": (lambda x, s: x.put(torch.tensor([1, -2, 5]).to(x.device), s), (R(3, 4), R(3))),
+    # activations, smooth functions, shifts and moments
+    "logsigmoid": (lambda x: F.logsigmoid(x), (R(4, 5) * 8,)),
+    "bce_with_logits": (lambda x, t: F.binary_cross_entropy_with_logits(x, t), (R(4, 5) * 4,
+                                                                              torch.rand(4, 5, generator=g))),
+    "bce_with_logits_weights": ((lambda w, pw: lambda x, t: F.binary_cross_entropy_with_logits(
+        x, t, weight=w.to(x.device), reduction="sum", pos_weight=pw.to(x.device)))(
+            torch.rand(4, 1, generator=g), torch.rand(5, generator=g) + 0.5),
+        (R(4, 5), torch.rand(4, 5, generator=g))),
+    "elu": (lambda x: F.elu(x, alpha=0.7), (R(4, 5) * 3,)),
+    "selu": (lambda x: F.selu(x), (R(4, 5) * 3,)),
+    "elu_inplace": (lambda x: F.elu(x * 1, inplace=True), (R(4, 5) * 3,)),
+    "celu": (lambda x: F.celu(x, alpha=1.5), (R(4, 5) * 3,)),
+    "logaddexp": (lambda a, b: torch.logaddexp(a, b), (R(4, 5) * 5, R(5) * 5)),
+    "roll": (lambda x: torch.roll(x, (2, -1), (1, 0)), (R(3, 5, 2),)),
+    "roll_flat": (lambda x: torch.roll(x, 4), (R(3, 5),)),
+    "var_mean": (lambda x: torch.var_mean(x, 1, keepdim=True), (R(4, 6),)),
+    "std_mean": (lambda x: torch.std_mean(x, (0, 2), correction=0), (R(4, 3, 5),)),
+    "put_accumulate": (lambda x, s: x.put(torch.tensor([1, 1, 5]).to(x.device), s, accumulate=True),
+                       (R(3, 4), R(3))),
 }
+# reducing scatters: every reduce, with and without self's values
+for _r in ("sum", "prod", "mean", "amax", "amin"):
+    for _inc in (True, False):
+        CASES["scatter_reduce_%s_%s" % (_r, "self" if _inc else "noself")] = (
+            (lambda r, inc: lambda x, i, s: x.scatter_reduce(1, i, s, r, include_self=inc))(_r, _inc),
+            (R(4, 5), I(5, 4, 6), R(4, 6)))
+        if _r != "sum":
+            CASES["index_reduce_%s_%s" % (_r, "self" if _inc else "noself")] = (
+                (lambda r, inc: lambda x, s: x.index_reduce(
+                    0, torch.tensor([2, 0, 2, 4, 2]).to(x.device), s, r, include_self=inc))(_r, _inc),
+                (R(5, 3), R(5, 3)))
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -114,10 +167,45 @@ def test_embedding_bag(mode):
              atol=1e-5, rtol=1e-5)
 
 
-def test_embedding_bag_max_is_a_counted_fallback():
-    w, i, off = R(10, 4), I(10, 9), torch.tensor([0, 2, 5])
-    check_op(lambda w, i, o: F.embedding_bag(i, w, o, mode="max"), w, i, off,
-             allow_fallback=("aten::_embedding_bag", "aten::_embedding_bag_backward"))
+def test_embedding_bag_max():
+    # bag 1 is empty, bag 3 holds only padding; values and gradients native
+    w, i, off = R(10, 4), torch.tensor([1, 7, 3, 3, 2, 9, 3, 5]), torch.tensor([0, 2, 2, 6, 7])
+    check_op(lambda w, i, o: F.embedding_bag(i, w, o, mode="max"), w, i, off)
+    check_op(lambda w, i, o: F.embedding_bag(i, w, o, mode="max", padding_idx=3), w, i, off)
+    check_op(lambda w, i: F.embedding_bag(i, w, mode="max"), w, I(10, 3, 4))
+    # ties: the first position reaching the maximum takes the gradient
+    wt = torch.tensor([[1.0, 2.0], [1.0, 3.0], [0.0, 3.0]])
+    check_op(lambda w, i: F.embedding_bag(i, w, mode="max"), wt, torch.tensor([[0, 1, 2]]))
+
+
+def test_embedding_bag_max_indices(dev):
+    w, i, off = R(10, 4), torch.tensor([1, 7, 3, 3, 2, 9, 3, 5]), torch.tensor([0, 2, 2, 6, 7])
+    ref = torch.ops.aten._embedding_bag(w, i, off, False, 2, False, None, False, 3)
+    got = torch.ops.aten._embedding_bag(w.to(dev), i.to(dev), off.to(dev), False, 2, False,
+                                        None, False, 3)
+    for k, (a, b) in enumerate(zip(got, ref)):
+        assert torch.equal(a.cpu(), b), "output %d: %s vs %s" % (k, a.cpu(), b)
+
+
+def test_scatter_reduce_legacy(dev):
+    # scatter(..., reduce="add" | "multiply") (no gradient in eager either)
+    x, i, s = R(4, 5), _scatter_idx().t()[:, :2].contiguous(), R(4, 3)
+    for r in ("add", "multiply"):
+        check_op(lambda x, i, s: x.scatter(1, i, s, reduce=r), x, i, s, grad=False)
+        check_op(lambda x, i: x.scatter(1, i, 1.5, reduce=r), x, i, grad=False)
+
+
+def test_scatter_reduce_integers_and_nan(dev):
+    x, i = torch.randint(-9, 9, (4, 5), generator=g), I(5, 4, 6)
+    s = torch.randint(-9, 9, (4, 6), generator=g)
+    for r in ("sum", "prod", "mean", "amax", "amin"):
+        for inc in (True, False):
+            check_op(lambda x, i, s: x.scatter_reduce(1, i, s, r, include_self=inc), x, i, s)
+    xf, sf = R(3, 4), R(3, 4)
+    sf[1, 2] = float("nan")
+    xf[0, 1] = float("nan")
+    for r in ("amax", "amin"):
+        check_op(lambda x, i, s: x.scatter_reduce(1, i, s, r), xf, I(4, 3, 4), sf, grad=False)
 
 
 def test_scatter_duplicates_last_wins(dev):

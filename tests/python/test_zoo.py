@@ -4,8 +4,9 @@ fallbacks and match eager PyTorch (losses every step, parameters after).
 Models: a transformer encoder (scaled_dot_product_attention, LayerNorm, GELU,
 AdamW, clip_grad_norm_, an LR schedule), a small UNet (GroupNorm, SiLU,
 ConvTranspose2d, upsampling, padding, cat), ResNet-18 (examples/resnet18.py),
-a bidirectional GRU, a ViT-style patch embedding, and a uint8 image pipeline
-(uint8 batches converted and normalised on the device).
+a bidirectional GRU, a ViT-style patch embedding, a uint8 image pipeline
+(uint8 batches converted and normalised on the device), and a 3-D conv net
+(Conv3d with stride and groups, ConvTranspose3d with output_padding, a skip).
 """
 import copy
 import os
@@ -170,6 +171,24 @@ class ImageNet(nn.Module):
         return F.log_softmax(self.fc(x.mean((2, 3))), dim=-1)
 
 
+class VolumeNet(nn.Module):
+    """A 3-D encoder / decoder with a skip: Conv3d (strided, grouped),
+    ConvTranspose3d (output_padding), cat, then a classifier."""
+
+    def __init__(self, classes=5):
+        super().__init__()
+        self.enc1 = nn.Conv3d(2, 6, 3, padding=1)
+        self.enc2 = nn.Conv3d(6, 8, 3, stride=2, padding=1, groups=2)
+        self.up = nn.ConvTranspose3d(8, 6, 3, stride=2, padding=1, output_padding=1)
+        self.fc = nn.Linear(12, classes)
+
+    def forward(self, x):
+        h1 = F.silu(self.enc1(x))
+        u = self.up(F.relu(self.enc2(h1)))
+        x = torch.cat([h1, u], 1)
+        return F.log_softmax(self.fc(x.mean((2, 3, 4))), dim=-1)
+
+
 # ------------------------------------------------------------------ data
 
 def data_for(kind, n=3):
@@ -193,6 +212,9 @@ def data_for(kind, n=3):
         elif kind == "vit":
             out.append(((torch.randn(4, 3, 16, 16, generator=g),),
                         torch.randint(0, 5, (4,), generator=g)))
+        elif kind == "volume":
+            out.append(((torch.randn(2, 2, 8, 8, 8, generator=g),),
+                        torch.randint(0, 5, (2,), generator=g)))
         else:
             img = torch.randint(0, 256, (4, 12, 12, 3), dtype=torch.uint8, generator=g)
             out.append(((img,), torch.randint(0, 5, (4,), generator=g)))
@@ -213,6 +235,8 @@ def make(kind):
         m = BiGRU()
     elif kind == "vit":
         m = PatchViT()
+    elif kind == "volume":
+        m = VolumeNet()
     else:
         m = ImageNet()
     if kind in ("encoder", "torch_encoder", "vit"):
@@ -253,7 +277,7 @@ def run(model, opt, sched, data, dev, clip):
     return losses
 
 
-KINDS = ["encoder", "torch_encoder", "unet", "resnet", "gru", "vit", "uint8_images"]
+KINDS = ["encoder", "torch_encoder", "unet", "resnet", "gru", "vit", "uint8_images", "volume"]
 TOL = {"resnet": 2e-3, "unet": 1e-3}
 
 

@@ -1,0 +1,45 @@
+/*
+ * lazy/profile.c — per-op device time (see profile.h). Metric names:
+ * "KernelTime::<op>" for library kernels, "KernelTime::fused(<op>)" for a
+ * fused elementwise group (op = the group's last computed op),
+ * "KernelTime::reduce(<op>)" for a reduction with its fused prologue.
+ * Metrics are looked up per sample (lock-free lookup in the registry);
+ * names are bounded by the op table.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "profile.h"
+#include "kernels/fused.h"
+
+static atomic_int prof_state;   /* 0 = unread, 1 = off, 2 = on */
+
+int lt_profile_on(void)
+{
+    int s = atomic_load_explicit(&prof_state, memory_order_relaxed);
+    if (s == 0) {
+        const char *e = getenv("LAZYTPU_PROFILE");
+        s = (e && *e && atoi(e) != 0) ? 2 : 1;
+        atomic_store_explicit(&prof_state, s, memory_order_relaxed);
+    }
+    return s == 2;
+}
+
+void lt_profile_step(const lt_step *step, int64_t ns)
+{
+    char name[96];
+    const char *op = lt_op_name(step->op);
+    if (step->kind == LT_STEP_FUSED && step->fused)
+        for (int k = step->fused->n_ins - 1; k >= 0; k--)
+            if (step->fused->ins[k].op != LT_FUSED_LOAD) {
+                op = lt_op_name((lt_op)step->fused->ins[k].op);
+                break;
+            }
+    if (step->kind == LT_STEP_FUSED)
+        snprintf(name, sizeof name, "KernelTime::fused(%s)", op);
+    else if (step->kind == LT_STEP_REDUCE)
+        snprintf(name, sizeof name, "KernelTime::reduce(%s)", op);
+    else
+        snprintf(name, sizeof name, "KernelTime::%s", op);
+    lt_metric_add(lt_metric_get(name, LT_UNIT_NS), (double)ns);
+}
