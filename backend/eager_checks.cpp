@@ -79,6 +79,13 @@ void check_sub(c10::ScalarType a, c10::ScalarType b) {
               "If you are trying to invert a mask, use the `~` or `logical_not()` operator "
               "instead.");
 }
+/* at::result_type without the dispatcher call when both tensors have one
+ * dtype (the common case: the result is that dtype, whatever the dims). */
+c10::ScalarType result_type_fast(const at::Tensor &a, const at::Tensor &b) {
+  c10::ScalarType st = a.scalar_type();
+  return st == b.scalar_type() ? st : at::result_type(a, b);
+}
+
 c10::ScalarType scalar_type_of(const c10::Scalar &s) {
   return s.isBoolean() ? at::kBool : s.isIntegral(false) ? at::kLong : at::kDouble;
 }
@@ -90,7 +97,7 @@ void check_unary_like_eager(lt_op op, const at::Tensor &self) {
 }
 
 void check_binary_like_eager(lt_op op, const at::Tensor &self, const at::Tensor &other) {
-  c10::ScalarType rt = at::result_type(self, other);
+  c10::ScalarType rt = result_type_fast(self, other);
   c10::optional<c10::Scalar> d = host_value(other);
   if (op != LT_OP_div) check_zero_division(op, rt, d);   /* true division: inf */
   check_dtype_like_eager(op, rt);
@@ -105,7 +112,7 @@ void check_binary_like_eager(lt_op op, const at::Tensor &self, const c10::Scalar
 }
 
 void check_div_mode_like_eager(const at::Tensor &self, const at::Tensor &other) {
-  check_zero_division(LT_OP_div, at::result_type(self, other), host_value(other));
+  check_zero_division(LT_OP_div, result_type_fast(self, other), host_value(other));
 }
 void check_div_mode_like_eager(const at::Tensor &self, const c10::Scalar &other) {
   check_zero_division(LT_OP_div, at::result_type(self, other), other);
@@ -120,7 +127,7 @@ static c10::ScalarType alpha_check(c10::ScalarType rt, const c10::Scalar &alpha)
 }
 c10::ScalarType check_alpha_like_eager(const at::Tensor &self, const at::Tensor &other,
                                        const c10::Scalar &alpha) {
-  return alpha_check(at::result_type(self, other), alpha);
+  return alpha_check(result_type_fast(self, other), alpha);
 }
 c10::ScalarType check_alpha_like_eager(const at::Tensor &self, const c10::Scalar &other,
                                        const c10::Scalar &alpha) {

@@ -103,6 +103,7 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 
 namespace lazytpu {
 void register_functional_inplace();  /* functionalize.cpp */
+void register_functional_fast();  /* functionalize_fast.cpp */
 void register_composite_functionalized();  /* composite.cpp */
 void register_out_variants();  /* out_ops.cpp */
 
@@ -126,5 +127,6 @@ void lazytpu_register_late(void) {
   lazytpu::register_out_variants();
   lazytpu::register_late_fallbacks();
   lazytpu::register_functional_inplace();
+  lazytpu::register_functional_fast();
   lazytpu::register_composite_functionalized();
 }

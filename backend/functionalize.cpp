@@ -27,27 +27,24 @@
 #include <torch/library.h>
 #include "lt_register.h"
 
-#include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace lazytpu {
 namespace {
 
-/* in-place op -> its functional variant ("add_.Tensor" -> "add.Tensor") */
-std::mutex g_mu;
-std::unordered_map<std::string, c10::OperatorHandle> g_functional;
+/* in-place op -> its functional variant ("add_.Tensor" -> "add.Tensor"),
+ * keyed by the in-place op's schema (a stable address). Filled once at
+ * registration, read-only afterwards: no lock and no string per call. */
+std::unordered_map<const c10::FunctionSchema *, c10::OperatorHandle> g_functional;
 
 c10::OperatorHandle functional_of(const c10::OperatorHandle &op) {
-  const c10::OperatorName &n = op.operator_name();
-  std::string key = n.name + "." + n.overload_name;
-  std::lock_guard<std::mutex> g(g_mu);
-  auto it = g_functional.find(key);
-  if (it != g_functional.end()) return it->second;
-  std::string fname = n.name.substr(0, n.name.size() - 1);  /* drop the '_' */
-  auto h = c10::Dispatcher::singleton().findSchemaOrThrow(fname.c_str(), n.overload_name.c_str());
-  g_functional.emplace(key, h);
-  return h;
+  auto it = g_functional.find(&op.schema());
+  TORCH_CHECK(it != g_functional.end(), "lazytpu: internal: no functional variant of ",
+              op.operator_name());
+  return it->second;
 }
 
 void inplace_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
@@ -82,6 +79,10 @@ void inplace_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   }
   at::Tensor out = stack->back().toTensor();
   stack->pop_back();
+  /* an in-place op never changes self's shape: eager's error when the
+   * operands broadcast to a larger one (the functional op's result) */
+  TORCH_CHECK(out.sizes() == self.sizes(), "output with shape ", self.sizes(),
+              " doesn't match the broadcast shape ", out.sizes());
   at::functionalization::impl::replace_(self, out);
   at::functionalization::impl::commit_update(self);
   at::functionalization::impl::sync(self);
@@ -90,6 +91,83 @@ void inplace_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   static_cast<at::functionalization::FunctionalStorageImpl *>(
       w->storage().unsafeGetStorageImpl())->apply_updates();
   stack->push_back(self);
+}
+
+/* In-place foreach ops (the optimizers' _foreach_add_, _foreach_mul_, ...)
+ * as the loop over their single-tensor in-place op, element by element:
+ * the semantics of PyTorch's own slow path for foreach ops. PyTorch's
+ * generated Functionalize kernel for them first runs the op on meta tensors
+ * (a shape check through Python meta functions: ~65 us per call, more than
+ * the whole optimizer step of a small model); the single-tensor kernels
+ * above check shapes when they trace. */
+struct ForeachInfo {
+  c10::OperatorHandle single;   /* the in-place op run per element */
+  size_t n_args;                /* its argument count */
+};
+std::unordered_map<const c10::FunctionSchema *, ForeachInfo> g_foreach;
+
+void foreach_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
+  auto it = g_foreach.find(&op.schema());
+  TORCH_CHECK(it != g_foreach.end(), "lazytpu: internal: no single op for ", op.operator_name());
+  const ForeachInfo &fi = it->second;
+  size_t n = op.schema().arguments().size();
+  std::vector<c10::IValue> args(stack->end() - n, stack->end());
+  torch::jit::drop(*stack, n);
+  size_t len = args[0].toListRef().size();
+  for (size_t j = 1; j < n; j++)
+    if (args[j].isList())
+      TORCH_CHECK(args[j].toListRef().size() == len,
+                  "Tensor lists must have the same number of tensors, got ", len, " and ",
+                  args[j].toListRef().size());
+  const auto &sargs = fi.single.schema().arguments();
+  for (size_t i = 0; i < len; i++) {
+    torch::jit::Stack st;
+    st.reserve(fi.n_args);
+    for (size_t j = 0; j < n; j++)
+      st.push_back(args[j].isList() ? args[j].toListRef()[i] : args[j]);
+    for (size_t j = n; j < fi.n_args; j++) st.push_back(*sargs[j].default_value());
+    inplace_kernel(fi.single, &st);
+  }
+}
+
+/* foreach op -> single-tensor in-place op (both must exist; the single op
+ * must be one of kInplace and take the foreach op's arguments, element-wise,
+ * plus trailing defaults) */
+const char *const kForeach[][2] = {
+    {"_foreach_add_.Scalar", "add_.Scalar"}, {"_foreach_add_.List", "add_.Tensor"},
+    {"_foreach_add_.ScalarList", "add_.Scalar"}, {"_foreach_add_.Tensor", "add_.Tensor"},
+    {"_foreach_sub_.Scalar", "sub_.Scalar"}, {"_foreach_sub_.List", "sub_.Tensor"},
+    {"_foreach_sub_.ScalarList", "sub_.Scalar"},
+    {"_foreach_mul_.Scalar", "mul_.Scalar"}, {"_foreach_mul_.List", "mul_.Tensor"},
+    {"_foreach_mul_.ScalarList", "mul_.Scalar"}, {"_foreach_mul_.Tensor", "mul_.Tensor"},
+    {"_foreach_div_.Scalar", "div_.Scalar"}, {"_foreach_div_.List", "div_.Tensor"},
+    {"_foreach_div_.ScalarList", "div_.Scalar"}, {"_foreach_div_.Tensor", "div_.Tensor"},
+    {"_foreach_addcmul_.Scalar", "addcmul_"}, {"_foreach_addcmul_.ScalarList", "addcmul_"},
+    {"_foreach_addcdiv_.Scalar", "addcdiv_"}, {"_foreach_addcdiv_.ScalarList", "addcdiv_"},
+    {"_foreach_lerp_.List", "lerp_.Tensor"}, {"_foreach_lerp_.Scalar", "lerp_.Scalar"},
+    {"_foreach_lerp_.ScalarList", "lerp_.Scalar"},
+    {"_foreach_zero_", "zero_"}, {"_foreach_copy_", "copy_"}, {"_foreach_sqrt_", "sqrt_"},
+};
+
+std::pair<std::string, std::string> split_name(const std::string &s) {
+  auto dot = s.find('.');
+  return {"aten::" + s.substr(0, dot), dot == std::string::npos ? "" : s.substr(dot + 1)};
+}
+
+/* The foreach op's arguments map onto the single op's: a list onto its
+ * element type, anything else onto the same type; the single op's extra
+ * trailing arguments have defaults. */
+bool foreach_matches(const c10::FunctionSchema &f, const c10::FunctionSchema &s) {
+  const auto &fa = f.arguments(), &sa = s.arguments();
+  if (fa.size() > sa.size()) return false;
+  for (size_t j = 0; j < fa.size(); j++) {
+    c10::TypePtr ft = fa[j].type(), st = sa[j].type();
+    if (auto l = ft->cast<c10::ListType>()) ft = l->getElementType();
+    if (ft->kind() != st->kind()) return false;
+  }
+  for (size_t j = fa.size(); j < sa.size(); j++)
+    if (!sa[j].default_value()) return false;
+  return true;
 }
 
 /* _to_copy on the Functionalize key. PyTorch's kernel wraps the result in a
@@ -150,8 +228,20 @@ void register_functional_inplace() {
     std::string name = "aten::" + s.substr(0, dot);
     std::string ov = dot == std::string::npos ? "" : s.substr(dot + 1);
     std::string fname = name.substr(0, name.size() - 1);
-    if (!d.findSchema({name, ov}) || !d.findSchema({fname, ov})) continue;
+    auto ip = d.findSchema({name, ov});
+    auto fn = d.findSchema({fname, ov});
+    if (!ip || !fn) continue;
+    g_functional.emplace(&ip->schema(), *fn);
     lib->impl(full, torch::CppFunction::makeFromBoxedFunction<&inplace_kernel>());
+  }
+  for (const auto &pair : kForeach) {
+    auto f = split_name(pair[0]), one = split_name(pair[1]);
+    auto fop = d.findSchema({f.first, f.second});
+    auto sop = d.findSchema({one.first, one.second});
+    if (!fop || !sop || !g_functional.count(&sop->schema())) continue;
+    if (!foreach_matches(fop->schema(), sop->schema())) continue;
+    g_foreach.emplace(&fop->schema(), ForeachInfo{*sop, sop->schema().arguments().size()});
+    lib->impl(pair[0], torch::CppFunction::makeFromBoxedFunction<&foreach_kernel>());
   }
   lib->impl("_to_copy", TORCH_FN(to_copy_functionalize));
 }

@@ -2,9 +2,12 @@
  * lazy/graph.c — graph capture: iterative post-order DFS from the roots,
  * parameters, aliasing, outputs and the graph keys (see graph.h).
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include "graph.h"
+#include "tensor.h"
 
 /* ---------------------------------------------- pointer -> int hash map */
 
@@ -82,6 +85,31 @@ static int ptrmap_put(ptrmap *m, const void *k, int v)
 
 /* ----------------------------------------------------------------- capture */
 
+/* Node positions during a capture live in the nodes themselves (cap_mark,
+ * cap_pos): a node is placed in this capture iff its mark is this capture's
+ * number. No hash map, no per-capture table to clear. Captures on one core
+ * are serialised (a node belongs to one core, so captures on different
+ * cores never share nodes). */
+static _Atomic uint64_t g_cap_seq;
+static pthread_mutex_t g_cap_mu[LT_RT_MAX_CORES];
+static pthread_once_t g_cap_once = PTHREAD_ONCE_INIT;
+
+static void cap_init(void)
+{
+    for (int i = 0; i < LT_RT_MAX_CORES; i++) pthread_mutex_init(&g_cap_mu[i], NULL);
+}
+
+static inline int cap_get(const lt_node *n, uint64_t mark)
+{
+    return n->cap_mark == mark ? n->cap_pos : -1;
+}
+
+static inline void cap_put(lt_node *n, uint64_t mark, int pos)
+{
+    n->cap_mark = mark;
+    n->cap_pos = pos;
+}
+
 typedef struct frame {
     lt_node *n;
     int next;              /* next operand to visit */
@@ -107,10 +135,9 @@ void lt_graph_free(lt_graph *g)
     memset(g, 0, sizeof *g);
 }
 
-static lt_status oom(lt_graph *g, ptrmap *pos, frame *stack)
+static lt_status oom(lt_graph *g, frame *stack)
 {
     free(stack);
-    ptrmap_free(pos);
     lt_graph_free(g);
     return lt_set_error(LT_ERR_INTERNAL, "capture: out of host memory");
 }
@@ -120,8 +147,30 @@ lt_status lt_graph_capture(lt_node *const *roots, int n_roots, lt_graph *g)
     return lt_graph_capture_sized(roots, n_roots, g, 0);
 }
 
+static lt_status capture_locked(lt_node *const *roots, int n_roots, lt_graph *g,
+                                int64_t size_hint, uint64_t mark);
+
 lt_status lt_graph_capture_sized(lt_node *const *roots, int n_roots, lt_graph *g,
                                  int64_t size_hint)
+{
+    memset(g, 0, sizeof *g);
+    if (n_roots < 1 || !roots)
+        return lt_set_error(LT_ERR_ARG, "capture: no roots");
+    if (!roots[0])
+        return lt_set_error(LT_ERR_ARG, "capture: NULL root 0");
+    int core = roots[0]->core;
+    if (core < 0 || core >= LT_RT_MAX_CORES)
+        return lt_set_error(LT_ERR_DEVICE, "capture: invalid core %d", core);
+    pthread_once(&g_cap_once, cap_init);
+    pthread_mutex_lock(&g_cap_mu[core]);
+    uint64_t mark = atomic_fetch_add(&g_cap_seq, 1) + 1;
+    lt_status st = capture_locked(roots, n_roots, g, size_hint, mark);
+    pthread_mutex_unlock(&g_cap_mu[core]);
+    return st;
+}
+
+static lt_status capture_locked(lt_node *const *roots, int n_roots, lt_graph *g,
+                                int64_t size_hint, uint64_t mark)
 {
     memset(g, 0, sizeof *g);
     if (n_roots < 1 || !roots)
@@ -139,18 +188,13 @@ lt_status lt_graph_capture_sized(lt_node *const *roots, int n_roots, lt_graph *g
     size_t hint = size_hint > 0 && size_hint < ((int64_t)1 << 26)
                       ? (size_t)size_hint + (size_t)size_hint / 4 + 16 : 256;
     if (hint < 256) hint = 256;
-    ptrmap pos;
-    if (!ptrmap_init(&pos, hint)) {
-        ptrmap_free(&pos);
-        return lt_set_error(LT_ERR_INTERNAL, "capture: out of host memory");
-    }
     size_t ncap = hint, ecap = hint * 2, scap = 64;
     int n_edges = 0;
     g->nodes = malloc(ncap * sizeof *g->nodes);
     g->in_pos = malloc(ecap * sizeof *g->in_pos);
     g->in_off = malloc((ncap + 1) * sizeof *g->in_off);
     frame *stack = malloc(scap * sizeof *stack);
-    if (!g->nodes || !g->in_pos || !g->in_off || !stack) return oom(g, &pos, stack);
+    if (!g->nodes || !g->in_pos || !g->in_off || !stack) return oom(g, stack);
     g->in_off[0] = 0;
 
     /* Operand positions wait on an edge stack until their user is emitted:
@@ -158,26 +202,26 @@ lt_status lt_graph_capture_sized(lt_node *const *roots, int n_roots, lt_graph *g
      * (no cycles), so an emitted node is never emitted again. */
     size_t escap = 256, etop = 0;
     int *es = malloc(escap * sizeof *es);
-    if (!es) return oom(g, &pos, stack);
+    if (!es) return oom(g, stack);
 #define ES_PUSH(v)                                                      \
     do {                                                                \
         if (etop == escap) {                                            \
             int *ne_ = realloc(es, escap * 2 * sizeof *es);             \
-            if (!ne_) { free(es); return oom(g, &pos, stack); }         \
+            if (!ne_) { free(es); return oom(g, stack); }         \
             es = ne_;                                                   \
             escap *= 2;                                                 \
         }                                                               \
         es[etop++] = (v);                                               \
     } while (0)
     for (int r = 0; r < n_roots; r++) {
-        if (ptrmap_get(&pos, roots[r]) >= 0) continue;
+        if (cap_get(roots[r], mark) >= 0) continue;
         size_t top = 0;
         stack[top++] = (frame){roots[r], 0};
         while (top > 0) {
             frame *f = &stack[top - 1];
             if (f->next < f->n->n_in) {
                 lt_node *c = f->n->in[f->next++];
-                int cp = ptrmap_get(&pos, c);
+                int cp = cap_get(c, mark);
                 if (cp >= 0) {
                     ES_PUSH(cp);
                     continue;
@@ -185,7 +229,7 @@ lt_status lt_graph_capture_sized(lt_node *const *roots, int n_roots, lt_graph *g
                 if (top == scap) {
                     scap *= 2;
                     frame *ns = realloc(stack, scap * sizeof *stack);
-                    if (!ns) { free(es); return oom(g, &pos, stack); }
+                    if (!ns) { free(es); return oom(g, stack); }
                     stack = ns;
                 }
                 stack[top++] = (frame){c, 0};
@@ -197,16 +241,16 @@ lt_status lt_graph_capture_sized(lt_node *const *roots, int n_roots, lt_graph *g
             if ((size_t)g->n_nodes == ncap) {
                 ncap *= 2;
                 lt_node **nn = realloc(g->nodes, ncap * sizeof *nn);
-                if (!nn) { free(es); return oom(g, &pos, stack); }
+                if (!nn) { free(es); return oom(g, stack); }
                 g->nodes = nn;
                 int *no = realloc(g->in_off, (ncap + 1) * sizeof *no);
-                if (!no) { free(es); return oom(g, &pos, stack); }
+                if (!no) { free(es); return oom(g, stack); }
                 g->in_off = no;
             }
             while ((size_t)(n_edges + n->n_in) > ecap) {
                 ecap *= 2;
                 int *ne = realloc(g->in_pos, ecap * sizeof *ne);
-                if (!ne) { free(es); return oom(g, &pos, stack); }
+                if (!ne) { free(es); return oom(g, stack); }
                 g->in_pos = ne;
             }
             int id = g->n_nodes;
@@ -215,7 +259,7 @@ lt_status lt_graph_capture_sized(lt_node *const *roots, int n_roots, lt_graph *g
             g->nodes[id] = lt_node_retain(n);
             g->n_nodes++;
             g->in_off[id + 1] = n_edges;
-            if (!ptrmap_put(&pos, n, id)) { free(es); return oom(g, &pos, stack); }
+            cap_put(n, mark, id);
             if (top > 0) ES_PUSH(id);
         }
     }
@@ -231,11 +275,11 @@ lt_status lt_graph_capture_sized(lt_node *const *roots, int n_roots, lt_graph *g
     g->output_pos = malloc((size_t)n_roots * sizeof *g->output_pos);
     g->root_out = malloc((size_t)n_roots * sizeof *g->root_out);
     if (!g->param_pos || !g->param_alias || !g->output_pos || !g->root_out)
-        return oom(g, &pos, NULL);
+        return oom(g, NULL);
     ptrmap bufs;
     if (!ptrmap_init(&bufs, (size_t)np + 1)) {
         ptrmap_free(&bufs);
-        return oom(g, &pos, NULL);
+        return oom(g, NULL);
     }
     for (int i = 0; i < g->n_nodes; i++) {
         lt_node *n = g->nodes[i];
@@ -248,7 +292,7 @@ lt_status lt_graph_capture_sized(lt_node *const *roots, int n_roots, lt_graph *g
             if (prev >= 0) g->param_alias[j] = prev;
             else if (!ptrmap_put(&bufs, n->buf, j)) {
                 ptrmap_free(&bufs);
-                return oom(g, &pos, NULL);
+                return oom(g, NULL);
             }
         }
     }
@@ -258,22 +302,21 @@ lt_status lt_graph_capture_sized(lt_node *const *roots, int n_roots, lt_graph *g
     ptrmap outs;
     if (!ptrmap_init(&outs, (size_t)n_roots)) {
         ptrmap_free(&outs);
-        return oom(g, &pos, NULL);
+        return oom(g, NULL);
     }
     for (int r = 0; r < n_roots; r++) {
         int o = ptrmap_get(&outs, roots[r]);
         if (o < 0) {
             o = g->n_outputs++;
-            g->output_pos[o] = ptrmap_get(&pos, roots[r]);
+            g->output_pos[o] = cap_get(roots[r], mark);
             if (!ptrmap_put(&outs, roots[r], o)) {
                 ptrmap_free(&outs);
-                return oom(g, &pos, NULL);
+                return oom(g, NULL);
             }
         }
         g->root_out[r] = o;
     }
     ptrmap_free(&outs);
-    ptrmap_free(&pos);
 
     /* keys */
     uint64_t k = lt_hash_mix_inline(0x4B4559u, (uint64_t)g->n_nodes);

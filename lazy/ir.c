@@ -88,6 +88,8 @@ static lt_node *node_alloc(int n_in)
         if (!n) return NULL;
         n->in = (lt_node **)(n + 1);
     }
+    n->cap_mark = 0;
+    n->cap_pos = -1;
     return n;
 }
 

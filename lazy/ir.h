@@ -46,6 +46,8 @@ typedef struct lt_node {
                                  node: see lt_node_set_fault */
     struct lt_node **in;      /* n_in owned references (points at in_inline when n_in <= 3) */
     struct lt_node *in_inline[3];
+    uint64_t cap_mark;        /* graph capture (graph.c): the capture that last */
+    int cap_pos;              /* placed this node, and its position there */
 } lt_node;
 
 /* Creates a node holding one new reference to each input (inputs must be

@@ -125,20 +125,37 @@ class RateTracker:
         return self._count / dt if dt > 0 else 0.0
 
 
+_frame_text = {}   # (code, line) -> "file.py:LINE in function"; code -> False if internal
+
+
 def _caller(depth=2):
     """The user's frame as "file.py:LINE in function": the first frame
     outside lazytpu and torch, starting `depth` frames up; only called on rare events (step
-    boundaries), never per traced op."""
+    boundaries), never per traced op. Texts are cached per code object and
+    line (a step boundary called from the same line every step formats
+    nothing)."""
     try:
         f = sys._getframe(depth)
     except ValueError:
         return None
+    cache = _frame_text
     while f is not None:
-        fn = f.f_code.co_filename
-        if ("/lazytpu/" not in fn and "/torch/" not in fn
-                and not fn.startswith("<frozen")):
-            return "%s:%d in %s" % (os.path.basename(fn), f.f_lineno,
-                                    f.f_code.co_name)
+        code = f.f_code
+        inside = cache.get(code)
+        if inside is None:
+            fn = code.co_filename
+            inside = ("/lazytpu/" in fn or "/torch/" in fn or fn.startswith("<frozen"))
+            if len(cache) < 8192:
+                cache[code] = inside
+        if not inside:
+            key = (code, f.f_lineno)
+            text = cache.get(key)
+            if text is None:
+                text = "%s:%d in %s" % (os.path.basename(code.co_filename), f.f_lineno,
+                                        code.co_name)
+                if len(cache) < 8192:
+                    cache[key] = text
+            return text
         f = f.f_back
     return None
 
