@@ -21,6 +21,7 @@
 #include <ATen/FunctionalStorageImpl.h>
 #include <ATen/FunctionalTensorWrapper.h>
 #include <ATen/ops/_to_copy_ops.h>
+#include <ATen/ops/polygamma.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -206,10 +207,29 @@ const char *const kInplace[] = {
     "div_.Tensor", "div_.Scalar", "addcmul_", "addcdiv_", "lerp_.Scalar", "lerp_.Tensor",
     "zero_", "fill_.Scalar", "fill_.Tensor", "clamp_", "clamp_min_", "clamp_max_", "relu_",
     "sqrt_", "neg_", "exp_", "sigmoid_", "tanh_", "masked_fill_.Scalar", "threshold_",
-    "leaky_relu_", "hardtanh_", "pow_.Scalar", "abs_", "reciprocal_", "rsqrt_",
+    "leaky_relu_", "hardtanh_", "pow_.Scalar=Tensor_Scalar", "pow_.Tensor=Tensor_Tensor",
+    "abs_", "reciprocal_", "rsqrt_",
     "bernoulli_.float", "uniform_", "index_put_", "copy_",
 };
 
+/* The functional op takes the in-place op's arguments in the same order and
+ * of the same types (pow.Scalar is (Scalar self, Tensor exponent): not the
+ * twin of pow_.Scalar, whose functional op is pow.Tensor_Scalar). */
+bool same_arguments(const c10::FunctionSchema &ip, const c10::FunctionSchema &fn) {
+  const auto &a = ip.arguments(), &b = fn.arguments();
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); i++)
+    if (a[i].type()->str() != b[i].type()->str()) return false;
+  return true;
+}
+
+/* polygamma_(self, n) has no functional twin with its argument order
+ * (polygamma(n, self)), so PyTorch's functionalization refuses it. */
+at::Tensor &polygamma_functionalize(at::Tensor &self, int64_t n) {
+  at::Tensor r = at::polygamma(n, self);
+  self.copy_(r);
+  return self;
+}
 
 }  // namespace
 
@@ -222,15 +242,22 @@ void register_functional_inplace() {
   lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::Functionalize,
                            __FILE__, __LINE__);
   auto &d = c10::Dispatcher::singleton();
-  for (const char *full : kInplace) {
-    std::string s(full);
+  for (const char *entry : kInplace) {
+    /* "op_.overload" or "op_.overload=functional_overload" */
+    std::string s(entry), fov;
+    auto eq = s.find('=');
+    if (eq != std::string::npos) {
+      fov = s.substr(eq + 1);
+      s = s.substr(0, eq);
+    }
     auto dot = s.find('.');
     std::string name = "aten::" + s.substr(0, dot);
     std::string ov = dot == std::string::npos ? "" : s.substr(dot + 1);
     std::string fname = name.substr(0, name.size() - 1);
     auto ip = d.findSchema({name, ov});
-    auto fn = d.findSchema({fname, ov});
-    if (!ip || !fn) continue;
+    auto fn = d.findSchema({fname, eq == std::string::npos ? ov : fov});
+    if (!ip || !fn || !same_arguments(ip->schema(), fn->schema())) continue;
+    const char *full = s.c_str();
     g_functional.emplace(&ip->schema(), *fn);
     lib->impl(full, torch::CppFunction::makeFromBoxedFunction<&inplace_kernel>());
   }
@@ -244,6 +271,7 @@ void register_functional_inplace() {
     lib->impl(pair[0], torch::CppFunction::makeFromBoxedFunction<&foreach_kernel>());
   }
   lib->impl("_to_copy", TORCH_FN(to_copy_functionalize));
+  lib->impl("polygamma_", TORCH_FN(polygamma_functionalize));
 }
 
 }  // namespace lazytpu
