@@ -37,6 +37,7 @@ from . import metrics  # noqa: E402
 from . import debug  # noqa: E402
 from . import _patches  # noqa: E402
 from . import loader  # noqa: E402,F401
+from . import _exit  # noqa: E402,F401  (autograd device threads at exit)
 from . import amp, compat, distributed, utils  # noqa: E402,F401
 
 # torch_xla-style module names: lazytpu.xm.xla_device(), lazytpu.met.*
