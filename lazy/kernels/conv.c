@@ -24,21 +24,6 @@ typedef struct conv_geom {
     int64_t Cg, Og, ckk, ohw, hw;
 } conv_geom;
 
-/* First output coordinate o with o*s - p + k*d >= 0, and first one past the
- * input (>= n): the valid range is [lo, hi). */
-static void valid_range(int64_t n, int64_t nout, int64_t s, int64_t p, int64_t kd,
-                        int64_t *lo, int64_t *hi)
-{
-    int64_t a = p - kd;                 /* need o*s >= a */
-    int64_t l = a <= 0 ? 0 : (a + s - 1) / s;
-    int64_t b = n + p - kd;             /* need o*s < b */
-    int64_t h = b <= 0 ? 0 : (b + s - 1) / s;
-    if (l > nout) l = nout;
-    if (h > nout) h = nout;
-    if (h < l) h = l;
-    *lo = l;
-    *hi = h;
-}
 
 /* im2col of one input channel x ([H,W] contiguous) into its kh*kw rows of
  * col (row r at col + r*ld, oh*ow columns); col2im accumulates them back
@@ -53,11 +38,11 @@ static void im2col_##SUF(const conv_geom *q, const T *x, T *col, int64_t ld)    
     int flat = q->sw == 1 && q->ow == q->W;                                              \
     for (int64_t i = 0; i < q->kh; i++) {                                                \
         int64_t y0, y1;                                                                  \
-        valid_range(q->H, q->oh, q->sh, q->ph, i * q->dh, &y0, &y1);                     \
+        kt_conv_valid_range(q->H, q->oh, q->sh, q->ph, i * q->dh, &y0, &y1);                     \
         for (int64_t j = 0; j < q->kw; j++) {                                            \
             T *row = col + (i * q->kw + j) * ld;                                         \
             int64_t x0, x1;                                                              \
-            valid_range(q->W, q->ow, q->sw, q->pw, j * q->dw, &x0, &x1);                 \
+            kt_conv_valid_range(q->W, q->ow, q->sw, q->pw, j * q->dw, &x0, &x1);                 \
             if (flat && q->sh == 1 && y0 < y1 && x0 < x1) {                              \
                 int64_t a = y0 * q->ow + x0, b = (y1 - 1) * q->ow + x1;                  \
                 const T *src = x + (y0 - q->ph + i * q->dh) * q->W - q->pw + j * q->dw   \
@@ -95,11 +80,11 @@ static void col2im_##SUF(const conv_geom *q, T *col, int64_t ld, T *dx)         
     int flat = q->sw == 1 && q->ow == q->W;                                              \
     for (int64_t i = 0; i < q->kh; i++) {                                                \
         int64_t y0, y1;                                                                  \
-        valid_range(q->H, q->oh, q->sh, q->ph, i * q->dh, &y0, &y1);                     \
+        kt_conv_valid_range(q->H, q->oh, q->sh, q->ph, i * q->dh, &y0, &y1);                     \
         for (int64_t j = 0; j < q->kw; j++) {                                            \
             T *row = col + (i * q->kw + j) * ld;                                         \
             int64_t x0, x1;                                                              \
-            valid_range(q->W, q->ow, q->sw, q->pw, j * q->dw, &x0, &x1);                 \
+            kt_conv_valid_range(q->W, q->ow, q->sw, q->pw, j * q->dw, &x0, &x1);                 \
             if (flat && q->sh == 1 && y0 < y1 && x0 < x1) {                              \
                 int64_t a = y0 * q->ow + x0, b = (y1 - 1) * q->ow + x1;                  \
                 T *dst = dx + (y0 - q->ph + i * q->dh) * q->W - q->pw + j * q->dw        \

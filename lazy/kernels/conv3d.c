@@ -20,21 +20,6 @@ typedef struct geom3 {
     int64_t Cg, Og, kk, ckk, L, vol;   /* kk = kd*kh*kw, L = od*oh*ow, vol = D*H*W */
 } geom3;
 
-/* Output positions o in [lo, hi) along one dim read input o*s - p + kd
- * inside [0, n). */
-static void valid_range(int64_t n, int64_t nout, int64_t s, int64_t p, int64_t kd,
-                        int64_t *lo, int64_t *hi)
-{
-    int64_t a = p - kd;                 /* need o*s >= a */
-    int64_t l = a <= 0 ? 0 : (a + s - 1) / s;
-    int64_t b = n + p - kd;             /* need o*s < b */
-    int64_t h = b <= 0 ? 0 : (b + s - 1) / s;
-    if (l > nout) l = nout;
-    if (h > nout) h = nout;
-    if (h < l) h = l;
-    *lo = l;
-    *hi = h;
-}
 
 /* im2col of one channel x ([D,H,W] contiguous) into its kk rows of col (row
  * r at col + r*L); col2im accumulates the rows back into dx. */
@@ -47,7 +32,7 @@ static void im2col_##SUF(const geom3 *q, const T *x, T *col)                    
     for (int64_t c = 0; c < q->k[2]; c++) {                                               \
         T *row = col + ((a * q->k[1] + b) * q->k[2] + c) * q->L;                          \
         int64_t x0, x1;                                                                   \
-        valid_range(W, ow, q->s[2], q->p[2], c * q->d[2], &x0, &x1);                      \
+        kt_conv_valid_range(W, ow, q->s[2], q->p[2], c * q->d[2], &x0, &x1);                      \
         for (int64_t oz = 0; oz < q->o[0]; oz++) {                                        \
             int64_t iz = oz * q->s[0] - q->p[0] + a * q->d[0];                            \
             for (int64_t oy = 0; oy < oh; oy++) {                                         \
@@ -73,7 +58,7 @@ static void col2im_##SUF(const geom3 *q, const T *col, T *dx)                   
     for (int64_t c = 0; c < q->k[2]; c++) {                                               \
         const T *row = col + ((a * q->k[1] + b) * q->k[2] + c) * q->L;                    \
         int64_t x0, x1;                                                                   \
-        valid_range(W, ow, q->s[2], q->p[2], c * q->d[2], &x0, &x1);                      \
+        kt_conv_valid_range(W, ow, q->s[2], q->p[2], c * q->d[2], &x0, &x1);                      \
         for (int64_t oz = 0; oz < q->o[0]; oz++) {                                        \
             int64_t iz = oz * q->s[0] - q->p[0] + a * q->d[0];                            \
             if (iz < 0 || iz >= q->sp[0]) continue;                                       \

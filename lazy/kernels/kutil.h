@@ -125,6 +125,22 @@ static inline void kt_cvt(const void *src, lt_dtype sdt, int64_t si,
     }
 }
 
+/* Convolution along one dim: output positions o in [*lo, *hi) read input
+ * o*s - p + kd inside [0, n) (kd = kernel tap * dilation); empty when none. */
+static inline void kt_conv_valid_range(int64_t n, int64_t nout, int64_t s, int64_t p,
+                                       int64_t kd, int64_t *lo, int64_t *hi)
+{
+    int64_t a = p - kd;                 /* need o*s >= a */
+    int64_t l = a <= 0 ? 0 : (a + s - 1) / s;
+    int64_t b = n + p - kd;             /* need o*s < b */
+    int64_t h = b <= 0 ? 0 : (b + s - 1) / s;
+    if (l > nout) l = nout;
+    if (h > nout) h = nout;
+    if (h < l) h = l;
+    *lo = l;
+    *hi = h;
+}
+
 static inline int64_t kt_numel(const lt_shape *s)
 {
     int64_t n = 1;
