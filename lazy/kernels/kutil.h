@@ -237,6 +237,16 @@ void lt_kutil_gemm(lt_dtype cdt, int ta, int tb, int64_t M, int64_t N, int64_t K
 void lt_kutil_gemm_par(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, int ta, int tb,
                        int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
                        const void *B, int64_t ldb, double beta, void *C, int64_t ldc);
+/* lt_kutil_gemm_par with an epilogue done as a prologue: every row of C
+ * starts as bias (N values in the compute type cdt, caller-owned) and the
+ * product accumulates onto it (C = bias + op(A) op(B)). Each block fills
+ * its own rows (or columns) right before its BLAS call, on the worker that
+ * runs it, so the bias costs no separate pass over C and C's block is
+ * still in cache when the GEMM reads it back. bias NULL: beta 0. */
+void lt_kutil_gemm_par_bias(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, int ta, int tb,
+                            int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
+                            const void *B, int64_t ldb, const void *bias, void *C,
+                            int64_t ldc);
 /* Makes OpenBLAS (process-global setting) single-threaded, once: the core's
  * kernels parallelise GEMMs themselves. OpenBLAS's own threads split a call
  * statically, so one preempted thread stalls the call, and after every call

@@ -119,43 +119,21 @@ static int gemm_batched(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, const mm
     return 1;
 }
 
-/* addmm's epilogue, done as a prologue: C's rows start as the bias (in the
- * compute type) and the GEMM accumulates onto them (beta 1), so the bias
- * costs one write of C (on the helpers) instead of a separate
- * read-add-write pass over the product. */
-typedef struct bias_fill {
-    const void *row;     /* the bias in the compute type */
-    size_t row_bytes;
-    int64_t M, per;
-    char *c;
-} bias_fill;
-
-static void bias_fill_chunk(void *arg, int64_t ci, int w)
-{
-    const bias_fill *j = arg;
-    (void)w;
-    int64_t lo = ci * j->per, hi = lo + j->per < j->M ? lo + j->per : j->M;
-    for (int64_t i = lo; i < hi; i++) memcpy(j->c + i * (int64_t)j->row_bytes, j->row, j->row_bytes);
-}
-
-static lt_status fill_bias(const lt_kernel_ctx *ctx, int nt, const lt_view *bias, lt_dtype cdt,
-                           int64_t M, int64_t N, void *c)
+/* addmm's bias [N] (any stride and float dtype) as a contiguous row in the
+ * compute type; NULL (error set) on OOM. The caller frees it. */
+static void *bias_row(const lt_view *bias, lt_dtype cdt, int64_t N)
 {
     int nd = bias->shape.ndim;
     int64_t bs = bias->strides[nd - 1];
     size_t es = kt_dtsize(cdt);
-    char *row = malloc((size_t)(N > 0 ? N : 1) * es);
-    if (!row) return lt_set_error(LT_ERR_OOM, "addmm: cannot allocate host scratch");
+    char *row = lt_kutil_alloc((size_t)(N > 0 ? N : 1) * es, "addmm");
+    if (!row) return NULL;
     for (int64_t j = 0; j < N; j++) {
         double v = kt_load(bias->data, bias->dtype, bias->offset + j * bs);
         if (cdt == LT_F64) ((double *)row)[j] = v;
         else ((float *)row)[j] = (float)v;
     }
-    int64_t per = 64, nch = (M + per - 1) / per;
-    bias_fill job = {row, (size_t)N * es, M, per, c};
-    lt_par_for(ctx, M * N > 65536 ? nt : 1, nch, bias_fill_chunk, &job);
-    free(row);
-    return LT_OK;
+    return row;
 }
 
 static lt_status matmul_float(const lt_view *a, const lt_view *b, const lt_view *bias,
@@ -173,14 +151,25 @@ static lt_status matmul_float(const lt_view *a, const lt_view *b, const lt_view 
         if (!cown) return LT_ERR_OOM;
         cptr = cown;
     }
-    double beta = 0.0;
-    if (bias) {                  /* addmm: never batched */
-        lt_status st = fill_bias(ctx, nt, bias, cdt, M, N, cptr);
-        if (st != LT_OK) { free(cown); return st; }
-        beta = 1.0;
-    }
+    /* addmm (never batched): the bias is the GEMM's prologue, each block
+     * of C filled with it right before its BLAS call (lt_kutil_gemm_par_bias) */
+    void *brow = NULL;
+    if (bias && !(brow = bias_row(bias, cdt, N))) { free(cown); return LT_ERR_OOM; }
     if (K == 0) {
         if (!bias) memset(cptr, 0, (size_t)(B * M * N) * es);
+        else for (int64_t i = 0; i < M; i++) memcpy((char *)cptr + i * N * (int64_t)es, brow, (size_t)N * es);
+    } else if (bias) {
+        mm_operand oa, ob;
+        lt_status st = mm_operand_init(a, 0, cdt, nt, &oa);
+        if (st == LT_OK) {
+            st = mm_operand_init(b, 0, cdt, nt, &ob);
+            if (st != LT_OK) free(oa.owned);
+        }
+        if (st != LT_OK) { free(brow); free(cown); return st; }
+        lt_kutil_gemm_par_bias(ctx, nt, cdt, oa.trans, ob.trans, M, N, K, oa.base, oa.ld,
+                               ob.base, ob.ld, brow, cptr, N);
+        free(oa.owned);
+        free(ob.owned);
     } else {
         mm_operand oa, ob;
         lt_status st = mm_operand_init(a, batched, cdt, nt, &oa);
@@ -193,13 +182,14 @@ static lt_status matmul_float(const lt_view *a, const lt_view *b, const lt_view 
          * each. Otherwise each product split over the core's helpers. */
         if (B > 1 && nt > 1 && (double)M * N * K < 64.0 * 64 * 64 && B >= nt) {
             #pragma omp parallel for num_threads(nt) schedule(static)
-            for (int64_t bi = 0; bi < B; bi++) gemm_one(ctx, 1, cdt, &oa, &ob, bi, M, N, K, beta, cptr);
+            for (int64_t bi = 0; bi < B; bi++) gemm_one(ctx, 1, cdt, &oa, &ob, bi, M, N, K, 0.0, cptr);
         } else if (!(B > 1 && gemm_batched(ctx, nt, cdt, &oa, &ob, B, M, N, K, cptr))) {
-            for (int64_t bi = 0; bi < B; bi++) gemm_one(ctx, nt, cdt, &oa, &ob, bi, M, N, K, beta, cptr);
+            for (int64_t bi = 0; bi < B; bi++) gemm_one(ctx, nt, cdt, &oa, &ob, bi, M, N, K, 0.0, cptr);
         }
         free(oa.owned);
         free(ob.owned);
     }
+    free(brow);
     if (cown) {
         lt_kutil_unpack(cown, cdt, out, nt);
         free(cown);
