@@ -71,3 +71,82 @@ def test_addmm_bias_k0_and_empty():
         x, w = torch.randn(M, K), torch.randn(5, K)
         got = F.linear(x.to(DEV), w.to(DEV), b.to(DEV)).cpu()
         assert torch.equal(got, F.linear(x, w, b))
+
+
+# ---- softmax with a folded scale (lazy/compile_pattern.c, norm.c) ----
+
+def _att(scale_kind, dim):
+    def fn(q, k, v):
+        s = q @ k.transpose(-2, -1)
+        if scale_kind == "float":
+            s = s * 0.125
+        elif scale_kind == "neg_first":
+            s = -0.3 * s
+        elif scale_kind == "tensor":
+            s = s * torch.tensor(0.25, dtype=s.dtype, device=s.device)
+        elif scale_kind == "shared":     # the scaled scores have another user
+            s = s * 0.125
+            return torch.softmax(s, dim=dim) @ v + s.sum(-1, keepdim=True)
+        elif scale_kind == "int":        # mul by an integer scalar
+            s = s * 3
+        return torch.softmax(s, dim=dim) @ v
+    return fn
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("scale_kind", ["float", "neg_first", "tensor", "shared", "int", "none"])
+@pytest.mark.parametrize("dim", [-1, 1])
+def test_softmax_scaled_attention(dt, scale_kind, dim):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(6, 33, 16, dtype=dt) for _ in range(3))
+    want = _grads(_att(scale_kind, dim), [q, k, v], "cpu")
+    got = _grads(_att(scale_kind, dim), [q, k, v], DEV)
+    _close(want, got, {torch.float64: 1e-10, torch.float32: 2e-5, torch.bfloat16: 0.05}[dt])
+
+
+def test_softmax_scaled_noncontiguous_and_output():
+    """The scaled scores a strided view (transposed) and a graph output
+    themselves (then the mul is kept): values as eager's."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 40, 24)
+    for keep in (False, True):
+        xd = x.to(DEV)
+        s = xd.transpose(1, 2) * 0.5
+        p = torch.softmax(s, -1)
+        got = [p.cpu()] + ([s.cpu()] if keep else [])
+        sw = x.transpose(1, 2) * 0.5
+        want = [torch.softmax(sw, -1)] + ([sw] if keep else [])
+        for a, c in zip(want, got):
+            assert torch.allclose(a, c, atol=1e-6, rtol=1e-5)
+
+
+FOLD_SCRIPT = r'''
+import torch, lazytpu
+dev = lazytpu.device()
+torch.manual_seed(0)
+q, k, v = (torch.randn(8, 64, 32, device=dev, requires_grad=True) for _ in range(3))
+for _ in range(2):
+    o = torch.softmax(q @ k.transpose(-2, -1) * 0.125, dim=-1) @ v
+    o.sum().backward()
+    lazytpu.mark_step()
+lazytpu.wait_device_ops()
+print(lazytpu.metrics.metrics_report())
+'''
+
+
+def test_softmax_scale_is_folded():
+    """The only multiplications of attention (scale forward, scale of the
+    scores' gradient backward) run inside softmax / softmax_backward: the
+    kernel profile shows no fused(mul) step."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, LAZYTPU_NUM_CORES="1", LAZYTPU_PROFILE="1")
+    env.pop("LAZYTPU_CHECK_FINITE", None)
+    p = subprocess.run([sys.executable, "-c", FOLD_SCRIPT], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    table = p.stdout[p.stdout.index("== kernel profile =="):]
+    rows = [line.split()[0] for line in table.splitlines()[2:] if line.strip()]
+    assert "softmax" in rows and "softmax_backward" in rows, table
+    assert not any(r.startswith("fused(mul") for r in rows), table

@@ -1,0 +1,85 @@
+/*
+ * lazy/compile_pattern.c — kernel epilogues/prologues found in the graph.
+ *
+ * Runs after lt_cc_views (every live node classified) and before fusion.
+ * A multiplication by a scalar next to a softmax kernel costs a full pass
+ * over the (large) attention scores; the softmax kernel applies the scale
+ * for free while the row is in registers (lazy/kernels/norm.c takes the
+ * scalar as an extra last input):
+ *
+ *   softmax(mul(x, s))               -> softmax(x, s)          [forward]
+ *   mul(softmax_backward(g, y), s)   -> softmax_backward(g, y, s)  [backward]
+ *
+ * s is a 0-d scalar (constant, scalar parameter or 0-d device tensor); the
+ * mul must have x's shape and dtype (no broadcast, no promotion), and the
+ * folded node must have no other user and not be a graph output. The
+ * folded node becomes CN_DEAD; the kernel step reads its operands instead
+ * (lt_cnode.fold_src / fold_scale, used by compile_emit.c). Skipped when
+ * fusion is off (LAZYTPU_CHECK_FINITE: one op per step).
+ */
+#include "compile_int.h"
+
+/* Position of mul node m's 0-d scalar operand (the other one is returned in
+ * *x), or -1. */
+static int scalar_operand(lt_cctx *c, int m, int *x)
+{
+    const lt_node *nd = lt_cc_node(c, m);
+    if (nd->op != LT_OP_mul || lt_cc_nin(c, m) != 2 || c->cn[m].kind != CN_EW)
+        return -1;
+    for (int k = 0; k < 2; k++) {
+        int s = lt_cc_in(c, m, k), o = lt_cc_in(c, m, 1 - k);
+        const lt_node *sn = lt_cc_node(c, s), *on = lt_cc_node(c, o);
+        int kind = c->cn[s].kind;
+        if (sn->shape.ndim != 0 || !c->cn[s].has_pv ||
+            (kind != CN_CONST && kind != CN_SLOT && kind != CN_PARAM))
+            continue;
+        if (s == o || !lt_shape_equal(&on->shape, &nd->shape) || on->dtype != nd->dtype ||
+            !lt_dtype_is_float(nd->dtype))
+            continue;
+        *x = o;
+        return s;
+    }
+    return -1;
+}
+
+static int single_use(const lt_cctx *c, int p)
+{
+    return c->cn[p].n_users == 1 && c->cn[p].output < 0;
+}
+
+lt_status lt_cc_patterns(lt_cctx *c)
+{
+    if (c->no_fuse)
+        return LT_OK;
+    for (int i = 0; i < c->n; i++) {
+        lt_cnode *cn = &c->cn[i];
+        const lt_node *nd = lt_cc_node(c, i);
+        int x, s;
+        if (cn->kind == CN_KERNEL && !cn->copy_src && nd->op == LT_OP_softmax &&
+            lt_cc_nin(c, i) == 1) {
+            int m = lt_cc_in(c, i, 0);
+            if (!single_use(c, m) || (s = scalar_operand(c, m, &x)) < 0)
+                continue;
+            /* x and s lose the mul as a user and gain the softmax step: their
+             * counts stay (an elementwise x is stored: its user is outside) */
+            c->cn[m].kind = CN_DEAD;
+            cn->fold_src = i + 1;
+            cn->fold_scale = s + 1;
+            cn->fold_in0 = x + 1;
+        } else if (cn->kind == CN_EW && (s = scalar_operand(c, i, &x)) >= 0) {
+            const lt_node *xn = lt_cc_node(c, x);
+            if (c->cn[x].kind != CN_KERNEL || c->cn[x].copy_src || xn->op != LT_OP_softmax_backward ||
+                !single_use(c, x) || lt_cc_nin(c, x) != 2)
+                continue;
+            /* the mul becomes the softmax_backward step, writing its own buffer */
+            c->cn[x].kind = CN_DEAD;
+            cn->kind = CN_KERNEL;
+            cn->fold_src = x + 1;
+            cn->fold_scale = s + 1;
+            lt_status st = lt_cc_materialise(c, i);
+            if (st != LT_OK)
+                return st;
+        }
+    }
+    return LT_OK;
+}
