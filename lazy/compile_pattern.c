@@ -1,6 +1,11 @@
 /*
  * lazy/compile_pattern.c — kernel epilogues/prologues found in the graph.
  *
+ * cat of reshapes: a reshape that had to be materialised (its source is a
+ * strided view, e.g. the transposed per-head gradients of attention) and
+ * is used only by a cat is not copied first: the cat reads the source and
+ * writes it into its region of the output directly (lazy/kernels/cat.c).
+ *
  * Runs after lt_cc_views (every live node classified) and before fusion.
  * A multiplication by a scalar next to a softmax kernel costs a full pass
  * over the (large) attention scores; the softmax kernel applies the scale
@@ -17,7 +22,9 @@
  * (lt_cnode.fold_src / fold_scale, used by compile_emit.c). Skipped when
  * fusion is off (LAZYTPU_CHECK_FINITE: one op per step).
  */
+#include <string.h>
 #include "compile_int.h"
+#include "kernels/kutil.h"
 
 /* Position of mul node m's 0-d scalar operand (the other one is returned in
  * *x), or -1. */
@@ -47,6 +54,43 @@ static int single_use(const lt_cctx *c, int p)
     return c->cn[p].n_users == 1 && c->cn[p].output < 0;
 }
 
+/* cat node i reads input q (a materialising reshape copy used only here)
+ * from the copy's strided source instead, when its region of the output
+ * can be viewed in the source's shape (lazy/kernels/cat.c). */
+static void cat_reads_sources(lt_cctx *c, int i)
+{
+    const lt_node *nd = lt_cc_node(c, i);
+    int ndim = nd->shape.ndim;
+    int64_t dim = nd->attrs.n > 0 ? nd->attrs.i[0] : 0;
+    if (dim < 0)
+        dim += ndim;
+    if (dim < 0 || dim >= ndim)
+        return;
+    for (int k = 0; k < lt_cc_nin(c, i); k++) {
+        int q = lt_cc_in(c, i, k);
+        lt_cnode *cq = &c->cn[q];
+        const lt_node *qn = lt_cc_node(c, q);
+        if (cq->kind != CN_KERNEL || !cq->copy_src || qn->op != LT_OP_reshape ||
+            !single_use(c, q) || qn->shape.ndim != ndim || qn->dtype != nd->dtype ||
+            cq->copy_in.v.dtype != qn->dtype)
+            continue;
+        lt_view r;
+        memset(&r, 0, sizeof r);
+        r.dtype = nd->dtype;
+        r.shape = nd->shape;
+        lt_contiguous_strides(&nd->shape, r.strides);
+        r.shape.dims[dim] = qn->shape.dims[dim];
+        int64_t st[LT_MAX_DIMS];
+        if (!lt_kutil_reshape_strides(&r, &cq->copy_in.v.shape, st))
+            continue;
+        /* q becomes a view of its source, in the source's shape; its
+         * buffer is never produced */
+        cq->kind = CN_VIEW;
+        cq->copy_src = 0;
+        cq->pv = cq->copy_in;
+    }
+}
+
 lt_status lt_cc_patterns(lt_cctx *c)
 {
     if (c->no_fuse)
@@ -55,7 +99,9 @@ lt_status lt_cc_patterns(lt_cctx *c)
         lt_cnode *cn = &c->cn[i];
         const lt_node *nd = lt_cc_node(c, i);
         int x, s;
-        if (cn->kind == CN_KERNEL && !cn->copy_src && nd->op == LT_OP_softmax &&
+        if (cn->kind == CN_KERNEL && !cn->copy_src && nd->op == LT_OP_cat) {
+            cat_reads_sources(c, i);
+        } else if (cn->kind == CN_KERNEL && !cn->copy_src && nd->op == LT_OP_softmax &&
             lt_cc_nin(c, i) == 1) {
             int m = lt_cc_in(c, i, 0);
             if (!single_use(c, m) || (s = scalar_operand(c, m, &x)) < 0)

@@ -270,3 +270,53 @@ void lt_kutil_gemm_par_bias(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, int 
 {
     gemm_par(ctx, nt, cdt, ta, tb, M, N, K, A, lda, B, ldb, bias ? 1.0 : 0.0, bias, C, ldc);
 }
+
+int lt_kutil_reshape_strides(const lt_view *src, const lt_shape *to, int64_t *strides)
+{
+    /* drop size-1 source dims */
+    int64_t sd[LT_MAX_DIMS], ss[LT_MAX_DIMS];
+    int n = 0;
+    for (int k = 0; k < src->shape.ndim; k++)
+        if (src->shape.dims[k] != 1) {
+            sd[n] = src->shape.dims[k];
+            ss[n] = src->strides[k];
+            n++;
+        }
+    int i = 0;   /* source dim cursor */
+    int j = 0;   /* target dim cursor */
+    while (j < to->ndim) {
+        if (to->dims[j] == 1) {
+            strides[j] = 1;
+            j++;
+            continue;
+        }
+        if (i >= n)
+            return 0;
+        /* take source dims [i, i2) and target dims [j, j2) with equal product */
+        int64_t ps = sd[i], pt = to->dims[j];
+        int i2 = i + 1, j2 = j + 1;
+        while (ps != pt) {
+            if (ps < pt) {
+                if (i2 >= n)
+                    return 0;
+                ps *= sd[i2++];
+            } else {
+                if (j2 >= to->ndim)
+                    return 0;
+                pt *= to->dims[j2++];
+            }
+        }
+        /* the source group must be contiguous within itself */
+        for (int k = i; k + 1 < i2; k++)
+            if (ss[k] != ss[k + 1] * sd[k + 1])
+                return 0;
+        int64_t st = ss[i2 - 1];
+        for (int k = j2 - 1; k >= j; k--) {
+            strides[k] = st;
+            st *= to->dims[k];
+        }
+        i = i2;
+        j = j2;
+    }
+    return i == n;
+}

@@ -254,6 +254,12 @@ void lt_kutil_gemm_par_bias(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, int 
  * machine from the tracing thread and the core (profile of the CNN step). */
 void lt_kutil_blas_serial(void);
 
+/* Reshape of a strided view without copying (row-major order kept): every
+ * group of source dims that maps onto a group of target dims must be
+ * internally contiguous. Returns 1 and fills strides[to->ndim], or 0.
+ * Numels must match (not checked). */
+int lt_kutil_reshape_strides(const lt_view *src, const lt_shape *to, int64_t *strides);
+
 /* Writes "[2, 3]" for s into buf (cap >= 2). */
 const char *lt_kutil_shape_str(const lt_shape *s, char *buf, size_t cap);
 

@@ -134,19 +134,85 @@ print(lazytpu.metrics.metrics_report())
 '''
 
 
-def test_softmax_scale_is_folded():
-    """The only multiplications of attention (scale forward, scale of the
-    scores' gradient backward) run inside softmax / softmax_backward: the
-    kernel profile shows no fused(mul) step."""
+def _profile_rows(script):
     import os
     import subprocess
     import sys
     env = dict(os.environ, LAZYTPU_NUM_CORES="1", LAZYTPU_PROFILE="1")
     env.pop("LAZYTPU_CHECK_FINITE", None)
-    p = subprocess.run([sys.executable, "-c", FOLD_SCRIPT], env=env, capture_output=True,
+    p = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     table = p.stdout[p.stdout.index("== kernel profile =="):]
-    rows = [line.split()[0] for line in table.splitlines()[2:] if line.strip()]
+    return [line.split()[0] for line in table.splitlines()[2:] if line.strip()], table
+
+
+def test_softmax_scale_is_folded():
+    """The only multiplications of attention (scale forward, scale of the
+    scores' gradient backward) run inside softmax / softmax_backward: the
+    kernel profile shows no fused(mul) step."""
+    rows, table = _profile_rows(FOLD_SCRIPT)
     assert "softmax" in rows and "softmax_backward" in rows, table
     assert not any(r.startswith("fused(mul") for r in rows), table
+
+
+# ---- cat reading reshape sources (compile_pattern.c, cat.c) ----
+
+def _heads_cat(dim, kind):
+    def fn(a, b, c):
+        ts = [t * 1.0 for t in (a, b, c)]            # intermediates, [n, h, s, d]
+        n, h, s_, d = ts[0].shape
+        parts = [t.transpose(1, 2).reshape(n, s_, h * d) for t in ts]
+        if kind == "shared":                         # a reshape with another user
+            return torch.cat(parts, dim) + parts[0].sum()
+        if kind == "twice":
+            return torch.cat([parts[0], parts[1], parts[0]], dim)
+        if kind == "mixed":                          # a contiguous input between
+            return torch.cat([parts[0], torch.ones_like(parts[1]), parts[2]], dim)
+        return torch.cat(parts, dim)
+    return fn
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("dim", [-1, 1, 0])
+@pytest.mark.parametrize("kind", ["plain", "shared", "twice", "mixed"])
+def test_cat_of_transposed_reshapes(dt, dim, kind):
+    torch.manual_seed(0)
+    a, b, c = (torch.randn(5, 3, 7, 8, dtype=dt) for _ in range(3))
+    want = _grads(_heads_cat(dim, kind), [a, b, c], "cpu")
+    got = _grads(_heads_cat(dim, kind), [a, b, c], DEV)
+    _close(want, got, {torch.float64: 1e-10, torch.float32: 2e-5, torch.bfloat16: 2e-2}[dt])
+
+
+def test_cat_large_blocks_and_empty():
+    """Blocks of the leading dim over the helpers (a large output), a
+    length-1 leading dim, and legacy empty 1-D inputs between."""
+    torch.manual_seed(0)
+    for shape in ((32, 4, 128, 64), (1, 2, 300, 40)):
+        xs = [torch.randn(*shape) for _ in range(3)]
+        n, h, s_, d = shape
+
+        def fn(*ts):
+            ps = [(t + 0).transpose(1, 2).reshape(n, s_, h * d) for t in ts]
+            return torch.cat([ps[0], torch.empty(0), ps[1], ps[2]], -1)
+        got = fn(*[x.to(DEV) for x in xs]).cpu()
+        assert torch.equal(got, fn(*xs))
+
+
+CAT_SCRIPT = r'''
+import torch, lazytpu
+dev = lazytpu.device()
+xs = [torch.randn(4, 2, 16, 8, device=dev) for _ in range(3)]
+for _ in range(2):
+    y = torch.cat([(x * 2).transpose(1, 2).reshape(4, 16, 16) for x in xs], -1)
+    lazytpu.mark_step()
+lazytpu.wait_device_ops()
+print(lazytpu.metrics.metrics_report())
+'''
+
+
+def test_cat_reads_reshape_sources():
+    """The transposed reshapes are not materialised before the cat."""
+    rows, table = _profile_rows(CAT_SCRIPT)
+    assert "cat" in rows, table
+    assert "reshape" not in rows, table
