@@ -17,6 +17,7 @@
  * multiplication) gives softmax(s * x) forward and s * backward(g, y).
  */
 #include "kutil.h"
+#include "par.h"
 
 #define NORM_BLOCK 64
 
@@ -105,21 +106,40 @@ static void norm_block_##SUF(int kind, const T *a, const T *b, T *y, int64_t D, 
             }                                                                            \
     }                                                                                    \
 }                                                                                        \
-static void norm_run_##SUF(int kind, const T *a, const T *b, T *y, int64_t outer,        \
-                           int64_t D, int64_t inner, int nt, T sc)                       \
+typedef struct norm_job_##SUF {                                                          \
+    int kind;                                                                            \
+    const T *a, *b;                                                                      \
+    T *y, sc;                                                                            \
+    int64_t D, inner, nblk, tasks, per;                                                  \
+} norm_job_##SUF;                                                                        \
+static void norm_chunk_##SUF(void *arg, int64_t ci, int w)                               \
+{                                                                                        \
+    const norm_job_##SUF *j = arg;                                                       \
+    (void)w;                                                                             \
+    int64_t lo = ci * j->per, hi = lo + j->per < j->tasks ? lo + j->per : j->tasks;      \
+    for (int64_t t = lo; t < hi; t++) {                                                  \
+        int64_t o = t / j->nblk, j0 = (t % j->nblk) * NORM_BLOCK;                        \
+        int64_t nb = j->inner - j0 < NORM_BLOCK ? j->inner - j0 : NORM_BLOCK;            \
+        int64_t base = o * j->D * j->inner + j0;                                         \
+        const T *b = j->b ? j->b + base : NULL;                                          \
+        if (j->inner == 1)                                                               \
+            norm_row_##SUF(j->kind, j->a + base, b, j->y + base, j->D, j->sc);           \
+        else                                                                             \
+            norm_block_##SUF(j->kind, j->a + base, b, j->y + base, j->D, j->inner, nb, j->sc); \
+    }                                                                                    \
+}                                                                                        \
+/* rows (blocks) in chunks claimed on the core's helpers (par.h) */                     \
+static void norm_run_##SUF(const lt_kernel_ctx *ctx, int kind, const T *a, const T *b,   \
+                           T *y, int64_t outer, int64_t D, int64_t inner, int nt, T sc)  \
 {                                                                                        \
     int64_t nblk = (inner + NORM_BLOCK - 1) / NORM_BLOCK;                                \
     int64_t tasks = outer * nblk;                                                        \
-    _Pragma("omp parallel for num_threads(nt) schedule(static) if (outer * D * inner > 16384)") \
-    for (int64_t t = 0; t < tasks; t++) {                                                \
-        int64_t o = t / nblk, j0 = (t % nblk) * NORM_BLOCK;                              \
-        int64_t nb = inner - j0 < NORM_BLOCK ? inner - j0 : NORM_BLOCK;                  \
-        int64_t base = o * D * inner + j0;                                               \
-        if (inner == 1)                                                                  \
-            norm_row_##SUF(kind, a + base, b ? b + base : NULL, y + base, D, sc);        \
-        else                                                                             \
-            norm_block_##SUF(kind, a + base, b ? b + base : NULL, y + base, D, inner, nb, sc); \
-    }                                                                                    \
+    if (outer * D * inner <= 16384) nt = 1;                                              \
+    int64_t nch = (int64_t)nt * 8;                                                       \
+    if (nch > tasks) nch = tasks;                                                        \
+    int64_t per = (tasks + nch - 1) / nch;                                               \
+    norm_job_##SUF j = {kind, a, b, y, sc, D, inner, nblk, tasks, per};                  \
+    lt_par_for(ctx, nt, (tasks + per - 1) / per, norm_chunk_##SUF, &j);                  \
 }
 
 NORM_IMPL(float, f, lt_vexpf)
@@ -181,8 +201,8 @@ lt_status lt_kernel_norm(lt_op op, const lt_attrs *attrs, const lt_view *in, int
         free(ao); free(bo);
         return LT_ERR_OOM;
     }
-    if (cdt == LT_F64) norm_run_d(kind, a, b, y, outer, D, inner, nt, sc);
-    else norm_run_f(kind, a, b, y, outer, D, inner, nt, (float)sc);
+    if (cdt == LT_F64) norm_run_d(ctx, kind, a, b, y, outer, D, inner, nt, sc);
+    else norm_run_f(ctx, kind, a, b, y, outer, D, inner, nt, (float)sc);
     if (yo) lt_kutil_unpack(yo, cdt, out, nt);
     free(ao); free(bo); free(yo);
     return LT_OK;
