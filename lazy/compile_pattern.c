@@ -1,6 +1,11 @@
 /*
  * lazy/compile_pattern.c — kernel epilogues/prologues found in the graph.
  *
+ * bmm of merged heads: a reshape [B1, B2, r, c] -> [B1*B2, r, c] that had to
+ * be materialised (a transposed source), used only by bmm kernels (directly
+ * or with its last two dims swapped) is read in place by the bmms as a 4-D
+ * operand (lazy/kernels/matmul.c).
+ *
  * cat of reshapes: a reshape that had to be materialised (its source is a
  * strided view, e.g. the transposed per-head gradients of attention) and
  * is used only by a cat is not copied first: the cat reads the source and
@@ -91,6 +96,66 @@ static void cat_reads_sources(lt_cctx *c, int i)
     }
 }
 
+/* 1 if every live use of node q is as an operand of a bmm kernel; with
+ * allow_t, also through views that swap q's last two dims (permute
+ * [0, 2, 1], not outputs) used only by bmm kernels, which are listed in
+ * tv[] (*ntv, at most cap). */
+static int bmm_only_users(lt_cctx *c, int q, int allow_t, int *tv, int *ntv, int cap)
+{
+    int seen = 0;
+    for (int j = q + 1; j < c->n; j++) {
+        lt_cnode *cj = &c->cn[j];
+        if (cj->kind == CN_DEAD)
+            continue;
+        for (int k = 0; k < lt_cc_nin(c, j); k++) {
+            if (lt_cc_in(c, j, k) != q)
+                continue;
+            seen++;
+            const lt_node *jn = lt_cc_node(c, j);
+            if (cj->kind == CN_KERNEL && !cj->copy_src && !cj->fold_src && jn->op == LT_OP_bmm)
+                continue;
+            if (!allow_t || cj->kind != CN_VIEW || cj->output >= 0 || jn->op != LT_OP_permute ||
+                jn->attrs.n != 3 || jn->attrs.i[0] != 0 || jn->attrs.i[1] != 2 ||
+                jn->attrs.i[2] != 1 || *ntv >= cap || !bmm_only_users(c, j, 0, NULL, NULL, 0))
+                return 0;
+            tv[(*ntv)++] = j;
+        }
+    }
+    return seen == c->cn[q].n_users;
+}
+
+/* A materialising reshape [B1, B2, r, c] -> [B1*B2, r, c] (the attention's
+ * heads merged into the batch) read only by bmm kernels, directly or
+ * transposed: the bmms read the strided 4-D source in place instead
+ * (lazy/kernels/matmul.c), and the copy is not made. */
+static void bmm_reads_source(lt_cctx *c, int q)
+{
+    lt_cnode *cq = &c->cn[q];
+    const lt_node *qn = lt_cc_node(c, q);
+    const lt_view *src = &cq->copy_in.v;
+    if (qn->op != LT_OP_reshape || cq->output >= 0 || qn->shape.ndim != 3 ||
+        src->shape.ndim != 4 || !lt_dtype_is_float(qn->dtype) || src->dtype != qn->dtype ||
+        lt_dtype_is_complex(qn->dtype) ||
+        src->shape.dims[0] * src->shape.dims[1] != qn->shape.dims[0] ||
+        src->shape.dims[2] != qn->shape.dims[1] || src->shape.dims[3] != qn->shape.dims[2])
+        return;
+    int tv[8], ntv = 0;
+    if (!bmm_only_users(c, q, 1, tv, &ntv, 8))
+        return;
+    cq->kind = CN_VIEW;
+    cq->copy_src = 0;
+    cq->pv = cq->copy_in;
+    for (int t = 0; t < ntv; t++) {
+        lt_pview *pv = &c->cn[tv[t]].pv;
+        *pv = cq->copy_in;
+        int64_t d = pv->v.shape.dims[2], st = pv->v.strides[2];
+        pv->v.shape.dims[2] = pv->v.shape.dims[3];
+        pv->v.strides[2] = pv->v.strides[3];
+        pv->v.shape.dims[3] = d;
+        pv->v.strides[3] = st;
+    }
+}
+
 lt_status lt_cc_patterns(lt_cctx *c)
 {
     if (c->no_fuse)
@@ -99,7 +164,9 @@ lt_status lt_cc_patterns(lt_cctx *c)
         lt_cnode *cn = &c->cn[i];
         const lt_node *nd = lt_cc_node(c, i);
         int x, s;
-        if (cn->kind == CN_KERNEL && !cn->copy_src && nd->op == LT_OP_cat) {
+        if (cn->kind == CN_KERNEL && cn->copy_src) {
+            bmm_reads_source(c, i);
+        } else if (cn->kind == CN_KERNEL && !cn->copy_src && nd->op == LT_OP_cat) {
             cat_reads_sources(c, i);
         } else if (cn->kind == CN_KERNEL && !cn->copy_src && nd->op == LT_OP_softmax &&
             lt_cc_nin(c, i) == 1) {

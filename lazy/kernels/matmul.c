@@ -34,6 +34,8 @@ static int blas_layout(int64_t rows, int64_t cols, int64_t s0, int64_t s1,
 typedef struct mm_operand {
     const char *base;   /* element 0 of batch 0 */
     int64_t bstride;    /* batch stride in elements (0 = broadcast) */
+    int64_t bdim2, bstride2;  /* a 4-D operand [B1, B2, r, c]: batch bi is at
+                                 (bi / bdim2) * bstride + (bi % bdim2) * bstride2 */
     int trans;
     int64_t ld;
     void *owned;
@@ -47,16 +49,21 @@ static lt_status mm_operand_init(const lt_view *v, int batched, lt_dtype cdt, in
     int nd = v->shape.ndim;
     int64_t rows = v->shape.dims[nd - 2], cols = v->shape.dims[nd - 1];
     int64_t bs = batched ? v->strides[0] : 0;
-    if (batched && v->shape.dims[0] == 1) bs = 0;
+    if (batched && nd == 3 && v->shape.dims[0] == 1) bs = 0;
     o->owned = NULL;
+    o->bdim2 = batched && nd == 4 ? v->shape.dims[1] : 1;
+    o->bstride2 = batched && nd == 4 ? v->strides[1] : 0;
+    if (o->bdim2 < 1) o->bdim2 = 1;
     if (v->dtype == cdt &&
         blas_layout(rows, cols, v->strides[nd - 2], v->strides[nd - 1], &o->trans, &o->ld)) {
         o->base = kt_ptr(v);
         o->bstride = bs;
         return LT_OK;
     }
+    o->bdim2 = 1;   /* packed: [B, rows, cols] */
+    o->bstride2 = 0;
     lt_view pv = *v;
-    if (batched && bs == 0) {   /* broadcast batch: pack one matrix only */
+    if (batched && nd == 3 && bs == 0) {   /* broadcast batch: pack one matrix only */
         pv.shape.ndim = 2;
         pv.shape.dims[0] = rows; pv.shape.dims[1] = cols;
         pv.strides[0] = v->strides[1]; pv.strides[1] = v->strides[2];
@@ -66,7 +73,7 @@ static lt_status mm_operand_init(const lt_view *v, int batched, lt_dtype cdt, in
     o->base = p;
     o->trans = 0;
     o->ld = cols > 1 ? cols : 1;
-    o->bstride = (batched && bs != 0) ? rows * cols : 0;
+    o->bstride = (batched && (bs != 0 || nd == 4)) ? rows * cols : 0;
     return LT_OK;
 }
 
@@ -77,8 +84,8 @@ static void gemm_one(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, const mm_op
                      double beta, void *c)
 {
     size_t es = kt_dtsize(cdt);
-    const char *pa = a->base + bi * a->bstride * (int64_t)es;
-    const char *pb = b->base + bi * b->bstride * (int64_t)es;
+    const char *pa = a->base + ((bi / a->bdim2) * a->bstride + (bi % a->bdim2) * a->bstride2) * (int64_t)es;
+    const char *pb = b->base + ((bi / b->bdim2) * b->bstride + (bi % b->bdim2) * b->bstride2) * (int64_t)es;
     lt_kutil_gemm_par(ctx, nt, cdt, a->trans, b->trans, M, N, K, pa, a->ld, pb, b->ld, beta,
                       (char *)c + bi * M * N * (int64_t)es, N);
 }
@@ -139,9 +146,9 @@ static void *bias_row(const lt_view *bias, lt_dtype cdt, int64_t N)
 static lt_status matmul_float(const lt_view *a, const lt_view *b, const lt_view *bias,
                               const lt_view *out, int batched, int nt, const lt_kernel_ctx *ctx)
 {
-    int nd = a->shape.ndim;
-    int64_t B = batched ? a->shape.dims[0] : 1;
-    int64_t M = a->shape.dims[nd - 2], K = a->shape.dims[nd - 1], N = b->shape.dims[nd - 1];
+    int na = a->shape.ndim, nb = b->shape.ndim;
+    int64_t B = batched ? out->shape.dims[0] : 1;
+    int64_t M = a->shape.dims[na - 2], K = a->shape.dims[na - 1], N = b->shape.dims[nb - 1];
     lt_dtype cdt = kt_compute_dt(out->dtype);
     size_t es = kt_dtsize(cdt);
     if (B * M * N == 0) return LT_OK;
@@ -249,14 +256,21 @@ lt_status lt_kernel_matmul(lt_op op, const lt_attrs *attrs, const lt_view *in, i
     const lt_view *bias = addmm ? &in[0] : NULL;
     const lt_view *m = addmm ? in + 1 : in;
     int want = batched ? 3 : 2;
-    if (m[0].shape.ndim != want || m[1].shape.ndim != want ||
+    /* bmm: an operand may also be 4-D [B1, B2, r, c] with B1*B2 = B (a
+     * reshape's strided source, read in place: compile_pattern.c) */
+    int four = 0;
+    for (int k = 0; batched && k < 2; k++)
+        if (m[k].shape.ndim == 4 && out->shape.ndim == 3 &&
+            m[k].shape.dims[0] * m[k].shape.dims[1] == out->shape.dims[0]) four = 1;
+    if ((m[0].shape.ndim != want && !(four && m[0].shape.ndim == 4)) ||
+        (m[1].shape.ndim != want && !(four && m[1].shape.ndim == 4)) ||
         (bias && (bias->shape.ndim < 1 || bias->shape.dims[bias->shape.ndim - 1] !=
                                                m[1].shape.dims[1])))
         return lt_set_error(LT_ERR_SHAPE, "%s: expected %d-D operands", lt_op_name(op), want);
     if (kt_is_float(out->dtype) && kt_is_float(m[0].dtype) && kt_is_float(m[1].dtype) &&
         (!bias || kt_is_float(bias->dtype)))
         return matmul_float(&m[0], &m[1], bias, out, batched, nt, ctx);
-    if (!addmm && kt_is_index(out->dtype) && kt_is_index(in[0].dtype) && kt_is_index(in[1].dtype))
+    if (!addmm && !four && kt_is_index(out->dtype) && kt_is_index(in[0].dtype) && kt_is_index(in[1].dtype))
         return matmul_int(&in[0], &in[1], out, batched, nt);
     return lt_kutil_dtype_error(op, in, n_in, out);
 }

@@ -216,3 +216,87 @@ def test_cat_reads_reshape_sources():
     rows, table = _profile_rows(CAT_SCRIPT)
     assert "cat" in rows, table
     assert "reshape" not in rows, table
+
+
+# ---- bmm reading merged-heads sources in place (compile_pattern.c, matmul.c) ----
+
+def _mha(x, wqkv, bqkv, wo, heads):
+    b, s, d = x.shape
+    q, k, v = F.linear(x, wqkv, bqkv).split(d, dim=2)
+    q, k, v = (t.reshape(b, s, heads, d // heads).transpose(1, 2) for t in (q, k, v))
+    att = torch.softmax(q @ k.transpose(-2, -1) * (d // heads) ** -0.5, dim=-1)
+    o = (att @ v).transpose(1, 2).reshape(b, s, d)
+    return F.linear(o, wo)
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("bshd", [(3, 17, 3, 8), (2, 128, 4, 16), (1, 5, 2, 3)])
+def test_multihead_attention(dt, bshd):
+    """The models.py attention: q, k, v, the output gradient read by bmm
+    as 4-D strided views (the heads merged into the batch), the q/k/v
+    gradients cat straight from their transposed sources."""
+    b, s, h, dh = bshd
+    d = h * dh
+    torch.manual_seed(0)
+    x = torch.randn(b, s, d, dtype=dt)
+    wqkv = torch.randn(3 * d, d, dtype=dt) / d ** 0.5
+    bqkv = torch.randn(3 * d, dtype=dt)
+    wo = torch.randn(d, d, dtype=dt) / d ** 0.5
+    fn = lambda *a: _mha(*a, heads=h)   # noqa: E731
+    want = _grads(fn, [x, wqkv, bqkv, wo], "cpu")
+    got = _grads(fn, [x, wqkv, bqkv, wo], DEV)
+    _close(want, got, {torch.float64: 1e-10, torch.float32: 1e-4, torch.bfloat16: 0.1}[dt])
+
+
+def test_bmm_4d_broadcast_and_plain_batches():
+    """A merged-heads operand whose source is expanded (stride 0) along the
+    first dim, an operand also used elsewhere (stays a copy), integer bmm."""
+    torch.manual_seed(0)
+    a = torch.randn(1, 3, 5, 6)
+    bm = torch.randn(4, 3, 6, 2)
+
+    def fn(a, bm):
+        ae = (a * 1).expand(4, 3, 5, 6).transpose(2, 3).reshape(12, 6, 5)
+        return torch.bmm(ae.transpose(1, 2), bm.reshape(12, 6, 2))
+    got = fn(a.to(DEV), bm.to(DEV)).cpu()
+    assert torch.allclose(got, fn(a, bm), atol=1e-5)
+
+    def fn2(a, bm):
+        r = (a * 1).expand(4, 3, 5, 6).transpose(2, 3).reshape(12, 6, 5)
+        return torch.bmm(r.transpose(1, 2), bm.reshape(12, 6, 2)), r.sum()
+    for g, w in zip(fn2(a.to(DEV), bm.to(DEV)), fn2(a, bm)):
+        assert torch.allclose(g.cpu(), w, atol=1e-5)
+    ia = torch.randint(-5, 5, (2, 3, 4, 5))
+    ib = torch.randint(-5, 5, (6, 5, 2))
+    want = torch.bmm(ia.transpose(2, 3).reshape(6, 5, 4).transpose(1, 2), ib)
+    got = torch.bmm(ia.to(DEV).transpose(2, 3).reshape(6, 5, 4).transpose(1, 2), ib.to(DEV)).cpu()
+    assert torch.equal(got, want)
+
+
+MHA_SCRIPT = r'''
+import torch, lazytpu
+import torch.nn.functional as F
+dev = lazytpu.device()
+torch.manual_seed(0)
+b, s, h, dh = 2, 16, 4, 8
+d = h * dh
+x = torch.randn(b, s, d, device=dev)
+w = torch.randn(3 * d, d, device=dev, requires_grad=True)
+for _ in range(2):
+    q, k, v = F.linear(x, w).split(d, dim=2)
+    q, k, v = (t.reshape(b, s, h, dh).transpose(1, 2) for t in (q, k, v))
+    att = torch.softmax(q @ k.transpose(-2, -1) * dh ** -0.5, dim=-1)
+    (att @ v).sum().backward()
+    lazytpu.mark_step()
+lazytpu.wait_device_ops()
+print(lazytpu.metrics.metrics_report())
+'''
+
+
+def test_attention_heads_not_copied():
+    """No reshape copy is left in the attention (forward and backward):
+    q, k, v and the output gradient are read in place by the bmms, the q/k/v
+    gradients by the cat."""
+    rows, table = _profile_rows(MHA_SCRIPT)
+    assert "bmm" in rows and "cat" in rows, table
+    assert "reshape" not in rows, table
