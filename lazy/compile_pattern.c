@@ -6,6 +6,11 @@
  * or with its last two dims swapped) is read in place by the bmms as a 4-D
  * operand (lazy/kernels/matmul.c).
  *
+ * bmm into merged heads: a materialising copy of a bmm's result seen
+ * through views ([B1*B2, r, c] -> [B1, B2, r, c] -> transposed, e.g. the
+ * attention output before it is reshaped to [B, s, H*d]) that is the bmm's
+ * only use: the bmm writes the copy's layout directly (a 4-D strided result).
+ *
  * cat of reshapes: a reshape that had to be materialised (its source is a
  * strided view, e.g. the transposed per-head gradients of attention) and
  * is used only by a cat is not copied first: the cat reads the source and
@@ -156,6 +161,70 @@ static void bmm_reads_source(lt_cctx *c, int q)
     }
 }
 
+/* A materialising copy q whose source is the result of a bmm kernel m,
+ * reached only through views ([B1*B2, M, N] -> [B1, B2, M, N] -> a
+ * permutation: the attention's heads merged back into the width), used by
+ * nothing else: m writes its result straight into q's buffer as a 4-D
+ * strided result [B1, B2, M, N] (lazy/kernels/matmul.c) and q becomes a
+ * view of that buffer; the copy is not made. */
+static void bmm_writes_dest(lt_cctx *c, int q)
+{
+    lt_cnode *cq = &c->cn[q];
+    const lt_node *qn = lt_cc_node(c, q);
+    const lt_view *src = &cq->copy_in.v;
+    if (cq->copy_in.base != LT_BASE_BUF || cq->copy_in.byte_off != 0 || src->offset != 0 ||
+        src->shape.ndim != 4 || src->dtype != qn->dtype ||
+        (qn->dtype != LT_F32 && qn->dtype != LT_F64))
+        return;
+    int m = lt_cc_in(c, q, 0);
+    while (c->cn[m].kind == CN_VIEW && single_use(c, m))
+        m = lt_cc_in(c, m, 0);
+    lt_cnode *cm = &c->cn[m];
+    const lt_node *mn = lt_cc_node(c, m);
+    if (cm->kind != CN_KERNEL || cm->copy_src || cm->fold_src || mn->op != LT_OP_bmm ||
+        !single_use(c, m) || cm->buf != cq->copy_in.index || mn->dtype != qn->dtype ||
+        mn->shape.ndim != 3 || lt_cc_node(c, lt_cc_in(c, m, 0))->shape.ndim < 3 ||
+        lt_cc_node(c, lt_cc_in(c, m, 0))->shape.dims[2] == 0)
+        return;
+    /* src's dims ordered by stride (outermost first) must be m's
+     * contiguous [B1, B2, M, N] */
+    int perm[4] = {0, 1, 2, 3};
+    for (int a = 0; a < 4; a++) {
+        if (src->shape.dims[a] < 2)
+            return;
+        for (int b = a + 1; b < 4; b++)
+            if (src->strides[perm[b]] > src->strides[perm[a]]) {
+                int t = perm[a]; perm[a] = perm[b]; perm[b] = t;
+            }
+    }
+    int64_t want = 1;
+    for (int a = 3; a >= 0; a--) {
+        if (src->strides[perm[a]] != want)
+            return;
+        want *= src->shape.dims[perm[a]];
+    }
+    const int64_t *md = mn->shape.dims;
+    if (src->shape.dims[perm[0]] * src->shape.dims[perm[1]] != md[0] ||
+        src->shape.dims[perm[2]] != md[1] || src->shape.dims[perm[3]] != md[2])
+        return;
+    /* q's buffer holds src's shape contiguously */
+    int64_t cs[4];
+    lt_contiguous_strides(&src->shape, cs);
+    if (cs[perm[3]] != 1)
+        return;
+    lt_pview out = lt_cc_buf_view(cq->buf, &src->shape, src->dtype);
+    for (int a = 0; a < 4; a++) {
+        out.v.shape.dims[a] = src->shape.dims[perm[a]];
+        out.v.strides[a] = cs[perm[a]];
+    }
+    if (out.v.strides[2] < md[2])
+        return;
+    cm->pv = out;
+    cm->buf = cq->buf;
+    cq->kind = CN_VIEW;
+    cq->copy_src = 0;
+}
+
 lt_status lt_cc_patterns(lt_cctx *c)
 {
     if (c->no_fuse)
@@ -166,6 +235,8 @@ lt_status lt_cc_patterns(lt_cctx *c)
         int x, s;
         if (cn->kind == CN_KERNEL && cn->copy_src) {
             bmm_reads_source(c, i);
+            if (cn->kind == CN_KERNEL && cn->copy_src)
+                bmm_writes_dest(c, i);
         } else if (cn->kind == CN_KERNEL && !cn->copy_src && nd->op == LT_OP_cat) {
             cat_reads_sources(c, i);
         } else if (cn->kind == CN_KERNEL && !cn->copy_src && nd->op == LT_OP_softmax &&
@@ -196,3 +267,4 @@ lt_status lt_cc_patterns(lt_cctx *c)
     }
     return LT_OK;
 }
+

@@ -77,17 +77,43 @@ static lt_status mm_operand_init(const lt_view *v, int batched, lt_dtype cdt, in
     return LT_OK;
 }
 
-/* Product bi of the batch into C's matrix bi: split over up to nt workers
- * when worth it (lt_kutil_gemm_par; nt = 1: one serial BLAS call). */
+/* Element offset of batch bi's matrix in operand o. */
+static inline int64_t mm_batch_off(const mm_operand *o, int64_t bi)
+{
+    return (bi / o->bdim2) * o->bstride + (bi % o->bdim2) * o->bstride2;
+}
+
+/* Product bi of the batch into C's matrix bi (c: base, batch strides and
+ * ld of the result, see mm_out_init): split over up to nt workers when
+ * worth it (lt_kutil_gemm_par; nt = 1: one serial BLAS call). */
 static void gemm_one(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, const mm_operand *a,
                      const mm_operand *b, int64_t bi, int64_t M, int64_t N, int64_t K,
-                     double beta, void *c)
+                     double beta, const mm_operand *c)
 {
     size_t es = kt_dtsize(cdt);
-    const char *pa = a->base + ((bi / a->bdim2) * a->bstride + (bi % a->bdim2) * a->bstride2) * (int64_t)es;
-    const char *pb = b->base + ((bi / b->bdim2) * b->bstride + (bi % b->bdim2) * b->bstride2) * (int64_t)es;
+    const char *pa = a->base + mm_batch_off(a, bi) * (int64_t)es;
+    const char *pb = b->base + mm_batch_off(b, bi) * (int64_t)es;
     lt_kutil_gemm_par(ctx, nt, cdt, a->trans, b->trans, M, N, K, pa, a->ld, pb, b->ld, beta,
-                      (char *)c + bi * M * N * (int64_t)es, N);
+                      (char *)c->base + mm_batch_off(c, bi) * (int64_t)es, c->ld);
+}
+
+/* The result operand: contiguous [B, M, N] at p, or (bmm) the 4-D strided
+ * view out [B1, B2, M, N] with unit column stride (compile_pattern.c: the
+ * bmm writes straight into the layout its transposed reshape wants). */
+static void mm_out_init(const lt_view *out, void *p, int64_t M, int64_t N, mm_operand *c)
+{
+    memset(c, 0, sizeof *c);
+    c->base = p;
+    if (out->shape.ndim == 4) {
+        c->bstride = out->strides[0];
+        c->bdim2 = out->shape.dims[1] > 0 ? out->shape.dims[1] : 1;
+        c->bstride2 = out->strides[1];
+        c->ld = out->strides[2];
+    } else {
+        c->bstride = M * N;
+        c->bdim2 = 1;
+        c->ld = N;
+    }
 }
 
 /* A batch of products claimed in chunks of whole matrices on the core's
@@ -99,7 +125,7 @@ typedef struct mm_batch {
     lt_dtype cdt;
     const mm_operand *a, *b;
     int64_t B, M, N, K, per;
-    void *c;
+    const mm_operand *c;
 } mm_batch;
 
 static void mm_batch_chunk(void *arg, int64_t ci, int w)
@@ -115,7 +141,7 @@ static void mm_batch_chunk(void *arg, int64_t ci, int w)
  * product should be split instead (few large matrices). */
 static int gemm_batched(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, const mm_operand *a,
                         const mm_operand *b, int64_t B, int64_t M, int64_t N, int64_t K,
-                        void *c)
+                        const mm_operand *c)
 {
     if (nt < 2 || B < 2 * (int64_t)nt || 2.0 * (double)M * N * K > 5e7) return 0;
     int64_t nch = (int64_t)nt * 4;          /* a late helper costs a quarter */
@@ -147,12 +173,16 @@ static lt_status matmul_float(const lt_view *a, const lt_view *b, const lt_view 
                               const lt_view *out, int batched, int nt, const lt_kernel_ctx *ctx)
 {
     int na = a->shape.ndim, nb = b->shape.ndim;
-    int64_t B = batched ? out->shape.dims[0] : 1;
+    int out4 = batched && out->shape.ndim == 4;
+    int64_t B = !batched ? 1 : out4 ? out->shape.dims[0] * out->shape.dims[1] : out->shape.dims[0];
     int64_t M = a->shape.dims[na - 2], K = a->shape.dims[na - 1], N = b->shape.dims[nb - 1];
     lt_dtype cdt = kt_compute_dt(out->dtype);
     size_t es = kt_dtsize(cdt);
     if (B * M * N == 0) return LT_OK;
     void *cptr = kt_ptr(out), *cown = NULL;
+    if (out4 && (out->dtype != cdt || K == 0 || out->strides[3] != 1 ||
+                 out->strides[2] < (N > 1 ? N : 1)))
+        return lt_set_error(LT_ERR_INTERNAL, "bmm: unsupported 4-D result layout");
     if (out->dtype != cdt) {
         cown = lt_kutil_alloc((size_t)(B * M * N) * es, "matmul");
         if (!cown) return LT_ERR_OOM;
@@ -185,13 +215,15 @@ static lt_status matmul_float(const lt_view *a, const lt_view *b, const lt_view 
             if (st != LT_OK) free(oa.owned);
         }
         if (st != LT_OK) { free(cown); return st; }
+        mm_operand oc;
+        mm_out_init(out, cptr, M, N, &oc);
         /* Many small matrices: OpenMP over the batch, one serial BLAS call
          * each. Otherwise each product split over the core's helpers. */
         if (B > 1 && nt > 1 && (double)M * N * K < 64.0 * 64 * 64 && B >= nt) {
             #pragma omp parallel for num_threads(nt) schedule(static)
-            for (int64_t bi = 0; bi < B; bi++) gemm_one(ctx, 1, cdt, &oa, &ob, bi, M, N, K, 0.0, cptr);
-        } else if (!(B > 1 && gemm_batched(ctx, nt, cdt, &oa, &ob, B, M, N, K, cptr))) {
-            for (int64_t bi = 0; bi < B; bi++) gemm_one(ctx, nt, cdt, &oa, &ob, bi, M, N, K, 0.0, cptr);
+            for (int64_t bi = 0; bi < B; bi++) gemm_one(ctx, 1, cdt, &oa, &ob, bi, M, N, K, 0.0, &oc);
+        } else if (!(B > 1 && gemm_batched(ctx, nt, cdt, &oa, &ob, B, M, N, K, &oc))) {
+            for (int64_t bi = 0; bi < B; bi++) gemm_one(ctx, nt, cdt, &oa, &ob, bi, M, N, K, 0.0, &oc);
         }
         free(oa.owned);
         free(ob.owned);
@@ -242,7 +274,9 @@ static lt_status matmul_int(const lt_view *a, const lt_view *b, const lt_view *o
 }
 
 /* mm ([M,K] x [K,N]), bmm ([B,M,K] x [B,K,N]) and addmm (bias [N] or [1,N],
- * a [M,K], b [K,N]: a @ b + bias on every row) into contiguous out.
+ * a [M,K], b [K,N]: a @ b + bias on every row) into contiguous out; a bmm
+ * of f32/f64 may also write a 4-D strided out [B1, B2, M, N] (B1*B2 = B,
+ * unit column stride, row stride >= N: compile_pattern.c).
  * Float outputs (f32, f64, bf16 storage) use BLAS; i64/i32 outputs an integer
  * loop (not addmm). Returns LT_ERR_DTYPE for bool or mixed int/float, LT_ERR_OOM if
  * scratch cannot be allocated. */
@@ -259,9 +293,11 @@ lt_status lt_kernel_matmul(lt_op op, const lt_attrs *attrs, const lt_view *in, i
     /* bmm: an operand may also be 4-D [B1, B2, r, c] with B1*B2 = B (a
      * reshape's strided source, read in place: compile_pattern.c) */
     int four = 0;
+    int64_t ob = out->shape.ndim == 4 ? out->shape.dims[0] * out->shape.dims[1]
+                                      : out->shape.dims[0];
+    if (batched && out->shape.ndim == 4) four = 1;   /* result [B1, B2, M, N] */
     for (int k = 0; batched && k < 2; k++)
-        if (m[k].shape.ndim == 4 && out->shape.ndim == 3 &&
-            m[k].shape.dims[0] * m[k].shape.dims[1] == out->shape.dims[0]) four = 1;
+        if (m[k].shape.ndim == 4 && m[k].shape.dims[0] * m[k].shape.dims[1] == ob) four = 1;
     if ((m[0].shape.ndim != want && !(four && m[0].shape.ndim == 4)) ||
         (m[1].shape.ndim != want && !(four && m[1].shape.ndim == 4)) ||
         (bias && (bias->shape.ndim < 1 || bias->shape.dims[bias->shape.ndim - 1] !=

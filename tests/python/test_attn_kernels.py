@@ -300,3 +300,98 @@ def test_attention_heads_not_copied():
     rows, table = _profile_rows(MHA_SCRIPT)
     assert "bmm" in rows and "cat" in rows, table
     assert "reshape" not in rows, table
+
+
+# ---- bmm writing the merged-heads layout (compile_pattern.c, matmul.c) ----
+
+MHA_OUT_SCRIPT = r'''
+import torch, lazytpu
+import torch.nn.functional as F
+dev = lazytpu.device()
+torch.manual_seed(0)
+b, s, h, dh = 2, 16, 4, 8
+d = h * dh
+x = torch.randn(b, s, d, device=dev)
+w = torch.randn(3 * d, d, device=dev, requires_grad=True)
+wo = torch.randn(d, d, device=dev, requires_grad=True)
+def step():   # the intermediate views die before the sync (no outputs)
+    q, k, v = F.linear(x, w).split(d, dim=2)
+    q, k, v = (t.reshape(b, s, h, dh).transpose(1, 2) for t in (q, k, v))
+    att = torch.softmax(q @ k.transpose(-2, -1) * dh ** -0.5, dim=-1)
+    o = (att @ v).transpose(1, 2).reshape(b, s, d)
+    F.linear(o, wo).sum().backward()
+for _ in range(2):
+    step()
+    lazytpu.mark_step()
+lazytpu.wait_device_ops()
+print(lazytpu.metrics.metrics_report())
+'''
+
+
+def test_attention_output_not_copied():
+    """The attention output (att @ v) transposed and reshaped to [b, s, d]
+    for the output projection: the bmm writes that layout itself, no
+    reshape copy is left in the whole step."""
+    rows, table = _profile_rows(MHA_OUT_SCRIPT)
+    assert "bmm" in rows and "mm" in rows, table
+    assert "reshape" not in rows, table
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.float64, torch.bfloat16, torch.int64])
+@pytest.mark.parametrize("case", ["proj", "output", "other_use", "bmm_output", "size1",
+                                  "perm_0213", "perm_1023", "view_only"])
+def test_bmm_writes_merged_layout(dt, case):
+    """bmm results viewed [B1*B2, M, N] -> [B1, B2, M, N] -> permuted and
+    materialised: written in place when the copy is the bmm's only use
+    (also when the copy is returned), else copied (the bmm result also
+    used, or returned, or a size-1 dim); every layout matches eager."""
+    torch.manual_seed(0)
+    b1, b2, m, n, k = 3, 4, 5, 6, 7
+    if case == "size1":
+        b1 = 1
+    if dt.is_floating_point:
+        a = torch.randn(b1 * b2, m, k, dtype=dt)
+        bb = torch.randn(b1 * b2, k, n, dtype=dt)
+    else:
+        a = torch.randint(-4, 4, (b1 * b2, m, k), dtype=dt)
+        bb = torch.randint(-4, 4, (b1 * b2, k, n), dtype=dt)
+
+    def fn(a, bb):
+        r = torch.bmm(a * 1, bb).reshape(b1, b2, m, n)
+        if case == "perm_0213" or case in ("proj", "output", "other_use", "bmm_output", "size1"):
+            t = r.transpose(1, 2).reshape(b1, m, b2 * n)
+        elif case == "perm_1023":
+            t = r.transpose(0, 1).reshape(b2, b1 * m, n)
+        else:
+            t = r.reshape(b1 * b2 * m, n)
+        if case == "proj":
+            return (t * 1 + 1,) if not dt.is_floating_point else \
+                (t.reshape(-1, b2 * n) @ torch.ones(b2 * n, 3, dtype=dt, device=a.device),)
+        if case == "other_use":
+            return t + 1, r.sum(dim=1)
+        if case == "bmm_output":
+            return t * 2, r
+        return (t,) if case == "output" else (t + 1,)
+    want = fn(a, bb)
+    got = fn(a.to(DEV), bb.to(DEV))
+    for w, g in zip(want, got):
+        g = g.cpu()
+        assert g.shape == w.shape
+        if dt.is_floating_point:
+            assert torch.allclose(g.double(), w.double(), atol={torch.bfloat16: 0.1}.get(dt, 1e-4)), case
+        else:
+            assert torch.equal(g, w), case
+
+
+def test_attention_output_grads_f32():
+    """Forward and backward of the attention with output projection at
+    the bench's head layout (the written-in-place path) vs eager."""
+    b, s, h, dh = 2, 32, 4, 16
+    d = h * dh
+    torch.manual_seed(1)
+    x = torch.randn(b, s, d)
+    wqkv = torch.randn(3 * d, d) / d ** 0.5
+    bqkv = torch.randn(3 * d)
+    wo = torch.randn(d, d) / d ** 0.5
+    fn = lambda *a: _mha(*a, heads=h)   # noqa: E731
+    _close(_grads(fn, [x, wqkv, bqkv, wo], "cpu"), _grads(fn, [x, wqkv, bqkv, wo], DEV), 1e-4)
