@@ -91,7 +91,10 @@ class _LazytpuGraph:
 
     def _run(self, rec, args):
         outs = _ops.replay_run(rec.rid, [args[i] for i in rec.tensor_idx])
-        res = [outs[t] if t.__class__ is int else t[1] for t in rec.template]
+        res = [outs[t] if t.__class__ is int else
+               t[1] if t[0] == "c" else
+               (outs[t[1]] if t[0] == "v" else args[t[1]]).as_strided(t[2], t[3], t[4])
+               for t in rec.template]
         for i, k in rec.mutated:
             with torch.no_grad():
                 args[i].copy_(outs[k])
@@ -109,12 +112,24 @@ class _LazytpuGraph:
             _ops.replay_sync_inputs(inputs)
         before = _host_events()
         with torch.no_grad():
-            outs = list(self.gm(*args))
+            outs, roots, root_vals = _run_with_view_roots(self.gm, args)
         if reason is None:
             reason = _host_events_reason(before)
         template, out_ts = [], []
-        for o in outs:
-            if _is_dev(o):
+        root_out = {}
+        for o, root in zip(outs, roots):
+            if root is not None:
+                # a strided view of a graph input or of an intermediate:
+                # the program returns the base (no copy), the view is made
+                # per call (attention's saved q/k/v, a transposed weight)
+                kind, ref = root
+                if kind == "v":
+                    if ref not in root_out:
+                        root_out[ref] = len(out_ts)
+                        out_ts.append(root_vals[ref])
+                    ref = root_out[ref]
+                template.append((kind, ref, tuple(o.shape), o.stride(), o.storage_offset()))
+            elif _is_dev(o):
                 template.append(len(out_ts))
                 out_ts.append(o)
             elif o is None or isinstance(o, (bool, int)):
@@ -143,6 +158,61 @@ class _LazytpuGraph:
         # assigned by the traced run already); later calls replay
         self.recs[key] = _Recording(rid, tensor_idx, template, mutated)
         return outs
+
+
+_aten = torch.ops.aten
+# ops whose result shares its operand's storage (as eager lays it out)
+_VIEW_OPS = {_aten.t.default, _aten.transpose.int, _aten.permute.default,
+             _aten.view.default, _aten._unsafe_view.default, _aten.unsqueeze.default,
+             _aten.squeeze.dim, _aten.squeeze.dims, _aten.squeeze.default,
+             _aten.slice.Tensor, _aten.select.int, _aten.alias.default,
+             _aten.split.Tensor, _aten.split_with_sizes.default}
+
+
+def _view_root(n):
+    """The node whose storage FX node n views (through _VIEW_OPS and the
+    getitems of a split), or n itself."""
+    import operator
+    while n.op == "call_function" and (n.target in _VIEW_OPS or n.target is operator.getitem):
+        n = n.args[0]
+    return n
+
+
+def _run_with_view_roots(gm, args):
+    """Runs gm on args (tracing); returns its outputs, per output None or
+    the base it is a strided view of (("a", placeholder index) or ("v",
+    node)), and node -> value of those bases. An output is listed only when
+    it is not laid out contiguously at offset 0 (those are free already)
+    and its base is (a view of a copy would need one anyway)."""
+    graph = gm.graph
+    out_node = next(n for n in graph.nodes if n.op == "output")
+    onodes = out_node.args[0]
+    if not isinstance(onodes, (list, tuple)):
+        onodes = [onodes]
+    ph = {n: i for i, n in enumerate(n for n in graph.nodes if n.op == "placeholder")}
+    want = {}
+    for o in onodes:
+        if isinstance(o, torch.fx.Node):
+            r = _view_root(o)
+            if r is not o:
+                want[o] = r
+    interp = torch.fx.Interpreter(gm, garbage_collect_values=False)
+    outs = list(interp.run(*args))
+    roots, vals = [], {}
+    for o, val in zip(onodes, outs):
+        r = want.get(o) if isinstance(o, torch.fx.Node) else None
+        base = interp.env.get(r) if r is not None else None
+        if (r is None or not _is_dev(val) or not _is_dev(base) or base.dtype != val.dtype or
+                not base.is_contiguous() or base.storage_offset() != 0 or
+                (val.is_contiguous() and val.storage_offset() == 0)):
+            roots.append(None)
+            continue
+        if r in ph:
+            roots.append(("a", ph[r]))
+        else:
+            roots.append(("v", r))
+            vals[r] = base
+    return outs, roots, vals
 
 
 def _host_events():

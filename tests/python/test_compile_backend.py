@@ -138,8 +138,12 @@ def test_whole_step_compiled_runs_without_tracing():
             # autograd's AccumulateGrad copies each gradient it cannot steal
             # (one identity reshape per parameter, outside the graphs)
             traced = traced_since(before)
-            assert set(traced) <= {"lazytpu::reshape"}, traced
-            assert traced.get("lazytpu::reshape", 0) <= 4
+            # the saved transposed weight of fc2 comes back as a view of
+            # the weight (lazytpu.compile: no copy in the program): one
+            # as_strided traced per call
+            assert set(traced) <= {"lazytpu::reshape", "lazytpu::as_strided"}, traced
+            assert traced.get("lazytpu::as_strided", 0) <= 1
+            assert traced.get("lazytpu::reshape", 0) <= 4 + traced.get("lazytpu::as_strided", 0)
             assert met.counter_value("CompiledGraphRun") - runs == 2
         loss_ref = loss_fn(ref, x, y)
         loss_ref.backward()
