@@ -5,10 +5,16 @@
  * the output/grad shape computed by the shape rule), count_include_pad,
  * divisor_override. Max: flat h*W+w indices, NaN counts as the max, ties keep
  * the first. Backward passes recompute the window from x and accumulate
- * (overlapping windows add up). OpenMP over planes (N*C). Max pooling
+ * (overlapping windows add up). Max pooling runs a row of outputs at a
+ * time (one vectorised loop per window tap, max_row) on the core's helper
+ * threads; average pooling is OpenMP over planes (N*C). Max pooling
  * with 2x2 windows and stride 2 goes to pool_max2.c.
  */
 #include "pool.h"
+#include "par.h"
+
+/* outputs of a row handled per pass of the general max pooling */
+#define POOL_TILE 64
 
 /* Max: lt_pool_max_at (see pool.h). */
 #define POOL_IMPL(T, SUF)                                                                 \
@@ -33,35 +39,89 @@ int64_t lt_pool_max_at_##SUF(const pool_geom *q, const T *x, int64_t oy, int64_t
     *val = m;                                                                             \
     return best;                                                                          \
 }                                                                                         \
-static void max_fwd_##SUF(const pool_geom *q, const T *x, T *y, void *idx, lt_dtype idt,  \
-                          int nt)                                                         \
+/* Max pooling over output row oy, outputs [t0, t1) (t1 - t0 <=          \
+ * POOL_TILE) of plane x: running max m[] and flat index best[] per output, \
+ * the window's valid taps in row-major order, each one loop over the      \
+ * outputs that read it (vectorised): the same scan as lt_pool_max_at, so  \
+ * the same result, without a call and clipping per output. */           \
+static void max_row_##SUF(const pool_geom *q, const T *x, int64_t oy, int64_t t0,       \
+                          int64_t t1, T *restrict m, int64_t *restrict best)             \
 {                                                                                         \
-    int64_t ohw = q->oh * q->ow;                                                          \
-    _Pragma("omp parallel for num_threads(nt) schedule(static) if (q->P * ohw > 4096)")  \
-    for (int64_t p = 0; p < q->P; p++) {                                                  \
-        const T *xp = x + p * q->H * q->W;                                                \
-        for (int64_t oy = 0; oy < q->oh; oy++)                                            \
-            for (int64_t ox = 0; ox < q->ow; ox++) {                                      \
-                T v;                                                                      \
-                int64_t k = lt_pool_max_at_##SUF(q, xp, oy, ox, &v);                              \
-                int64_t o = p * ohw + oy * q->ow + ox;                                    \
-                if (y) y[o] = v;                                                          \
-                if (idx) kt_store_i(idx, idt, o, k);                                      \
+    int64_t h0 = oy * q->sh - q->ph, hf = h0;                                             \
+    if (hf < 0) hf += (-hf + q->dh - 1) / q->dh * q->dh;                                  \
+    for (int64_t ox = t0; ox < t1; ox++) {                                                \
+        int64_t wf = ox * q->sw - q->pw;                                                  \
+        if (wf < 0) wf += (-wf + q->dw - 1) / q->dw * q->dw;                              \
+        best[ox - t0] = hf * q->W + wf;                                                   \
+        m[ox - t0] = -INFINITY;                                                           \
+    }                                                                                     \
+    for (int64_t i = 0; i < q->kh; i++) {                                                 \
+        int64_t h = h0 + i * q->dh;                                                       \
+        if (h < 0 || h >= q->H) continue;                                                 \
+        const T *xr = x + h * q->W;                                                       \
+        for (int64_t j = 0; j < q->kw; j++) {                                             \
+            int64_t a, b, off = j * q->dw - q->pw, sw = q->sw;                            \
+            kt_conv_valid_range(q->W, q->ow, q->sw, q->pw, j * q->dw, &a, &b);            \
+            if (a < t0) a = t0;                                                           \
+            if (b > t1) b = t1;                                                           \
+            int64_t base = h * q->W + off;                                                \
+            T *restrict mm = m - t0;                                                      \
+            int64_t *restrict bb = best - t0;                                             \
+            if (sw == 1) {                                                                \
+                _Pragma("omp simd")                                                       \
+                for (int64_t ox = a; ox < b; ox++) {                                      \
+                    T v = xr[ox + off];                                                   \
+                    int take = (v > mm[ox]) | (v != v);                                   \
+                    mm[ox] = take ? v : mm[ox];                                           \
+                    bb[ox] = take ? base + ox : bb[ox];                                   \
+                }                                                                         \
+            } else if (sw == 2) {                                                         \
+                _Pragma("omp simd")                                                       \
+                for (int64_t ox = a; ox < b; ox++) {                                      \
+                    T v = xr[2 * ox + off];                                               \
+                    int take = (v > mm[ox]) | (v != v);                                   \
+                    mm[ox] = take ? v : mm[ox];                                           \
+                    bb[ox] = take ? base + 2 * ox : bb[ox];                               \
+                }                                                                         \
+            } else {                                                                      \
+                for (int64_t ox = a; ox < b; ox++) {                                      \
+                    T v = xr[ox * sw + off];                                              \
+                    int take = (v > mm[ox]) | (v != v);                                   \
+                    mm[ox] = take ? v : mm[ox];                                           \
+                    bb[ox] = take ? base + ox * sw : bb[ox];                              \
+                }                                                                         \
             }                                                                             \
+        }                                                                                 \
     }                                                                                     \
 }                                                                                         \
-static void max_bwd_##SUF(const pool_geom *q, const T *g, const T *x, T *dx, int nt)      \
+/* Planes [p0, p1): forward (values into y and/or indices into idx, either  \
+ * may be NULL) or, with g, backward (dx fully written). */              \
+static void max_planes_##SUF(const pool_geom *q, const T *x, const T *g, T *y, void *idx, \
+                             lt_dtype idt, T *dx, int64_t p0, int64_t p1)                 \
 {                                                                                         \
     int64_t ohw = q->oh * q->ow, hw = q->H * q->W;                                        \
-    _Pragma("omp parallel for num_threads(nt) schedule(static) if (q->P * ohw > 4096)")  \
-    for (int64_t p = 0; p < q->P; p++) {                                                  \
-        T *dp = dx + p * hw;                                                              \
-        memset(dp, 0, (size_t)hw * sizeof(T));                                            \
+    T m[POOL_TILE];                                                                       \
+    int64_t best[POOL_TILE];                                                              \
+    for (int64_t p = p0; p < p1; p++) {                                                   \
+        const T *xp = x + p * hw;                                                         \
+        if (dx) memset(dx + p * hw, 0, (size_t)hw * sizeof(T));                           \
         for (int64_t oy = 0; oy < q->oh; oy++)                                            \
-            for (int64_t ox = 0; ox < q->ow; ox++) {                                      \
-                T v;                                                                      \
-                int64_t k = lt_pool_max_at_##SUF(q, x + p * hw, oy, ox, &v);                      \
-                if (k >= 0 && k < hw) dp[k] += g[p * ohw + oy * q->ow + ox];              \
+            for (int64_t t0 = 0; t0 < q->ow; t0 += POOL_TILE) {                           \
+                int64_t t1 = t0 + POOL_TILE < q->ow ? t0 + POOL_TILE : q->ow;             \
+                int64_t o = p * ohw + oy * q->ow + t0, n = t1 - t0;                       \
+                max_row_##SUF(q, xp, oy, t0, t1, m, best);                                \
+                if (dx) {                                                                 \
+                    T *dp = dx + p * hw;                                                  \
+                    for (int64_t k = 0; k < n; k++)                                       \
+                        if (best[k] >= 0 && best[k] < hw) dp[best[k]] += g[o + k];        \
+                    continue;                                                             \
+                }                                                                         \
+                if (y) memcpy(y + o, m, (size_t)n * sizeof(T));                           \
+                if (idx && idt == LT_I64) memcpy((int64_t *)idx + o, best, (size_t)n * 8); \
+                else if (idx && idt == LT_I32)                                            \
+                    for (int64_t k = 0; k < n; k++) ((int32_t *)idx)[o + k] = (int32_t)best[k]; \
+                else if (idx)                                                             \
+                    for (int64_t k = 0; k < n; k++) kt_store_i(idx, idt, o + k, best[k]); \
             }                                                                             \
     }                                                                                     \
 }                                                                                         \
@@ -151,6 +211,38 @@ static void adaptive_##SUF(const pool_geom *q, const T *x, const T *g, T *out, i
 POOL_IMPL(float, f)
 POOL_IMPL(double, d)
 
+/* General max pooling over chunks of planes on the core's helper threads. */
+typedef struct maxg_job {
+    lt_dtype cdt, idt;
+    const pool_geom *q;
+    const void *x, *g;
+    void *y, *idx, *dx;
+    int64_t per;                /* planes per chunk */
+} maxg_job;
+
+static void maxg_chunk(void *arg, int64_t c, int w)
+{
+    (void)w;
+    const maxg_job *j = arg;
+    int64_t p0 = c * j->per, p1 = p0 + j->per < j->q->P ? p0 + j->per : j->q->P;
+    if (j->cdt == LT_F64)
+        max_planes_d(j->q, j->x, j->g, j->y, j->idx, j->idt, j->dx, p0, p1);
+    else
+        max_planes_f(j->q, j->x, j->g, j->y, j->idx, j->idt, j->dx, p0, p1);
+}
+
+/* Forward (y and/or idx) when g is NULL, else backward into dx. Chunks of
+ * planes of ~16K input elements; one worker below 64K elements. */
+static void max_general(lt_dtype cdt, const pool_geom *q, const void *x, const void *g, void *y,
+                        void *idx, lt_dtype idt, void *dx, int nt, const lt_kernel_ctx *ctx)
+{
+    int64_t hw = q->H * q->W;
+    maxg_job j = {cdt, idt, q, x, g, y, idx, dx, hw > 0 ? 16384 / hw : 1};
+    if (j.per < 1) j.per = 1;
+    if (q->P * hw < 65536) nt = 1;
+    lt_par_for(ctx, nt, (q->P + j.per - 1) / j.per, maxg_chunk, &j);
+}
+
 static int is_max(lt_op op)
 {
     return op == LT_OP_max_pool2d || op == LT_OP_max_pool2d_indices ||
@@ -234,12 +326,12 @@ lt_status lt_kernel_pool(lt_op op, const lt_attrs *attrs, const lt_view *in, int
     case LT_OP_max_pool2d_indices:
         if (lt_pool_is_max2(&q))
             lt_pool_max2_fwd(cdt, &q, xp, y, idx_out ? kt_ptr(out) : NULL, out->dtype, nt, ctx);
-        else if (dbl) max_fwd_d(&q, xp, y, idx_out ? kt_ptr(out) : NULL, out->dtype, nt);
-        else max_fwd_f(&q, xp, y, idx_out ? kt_ptr(out) : NULL, out->dtype, nt);
+        else max_general(cdt, &q, xp, NULL, y, idx_out ? kt_ptr(out) : NULL, out->dtype, NULL, nt,
+                         ctx);
         break;
     case LT_OP_max_pool2d_backward:
         if (lt_pool_is_max2(&q)) lt_pool_max2_bwd(cdt, &q, gp, xp, y, nt, ctx);
-        else if (dbl) max_bwd_d(&q, gp, xp, y, nt); else max_bwd_f(&q, gp, xp, y, nt);
+        else max_general(cdt, &q, xp, gp, NULL, NULL, LT_F32, y, nt, ctx);
         break;
     case LT_OP_avg_pool2d:
         if (dbl) avg_fwd_d(&q, xp, y, nt); else avg_fwd_f(&q, xp, y, nt);
