@@ -15,6 +15,8 @@
 
 /* outputs of a row handled per pass of the general max pooling */
 #define POOL_TILE 64
+/* widest kernel of the row kernel (wider: per-output scan) */
+#define POOL_MAX_KW 64
 
 /* Max: lt_pool_max_at (see pool.h). */
 #define POOL_IMPL(T, SUF)                                                                 \
@@ -40,68 +42,81 @@ int64_t lt_pool_max_at_##SUF(const pool_geom *q, const T *x, int64_t oy, int64_t
     return best;                                                                          \
 }                                                                                         \
 /* Max pooling over output row oy, outputs [t0, t1) (t1 - t0 <=          \
- * POOL_TILE) of plane x: running max m[] and flat index best[] per output, \
- * the window's valid taps in row-major order, each one loop over the      \
- * outputs that read it (vectorised): the same scan as lt_pool_max_at, so  \
- * the same result, without a call and clipping per output. */           \
+ * POOL_TILE) of plane x: running max m[] and (when best is non-NULL) flat \
+ * index best[] per output, the window's valid taps in row-major order,    \
+ * each one loop over the outputs that read it (vectorised): the same scan \
+ * as lt_pool_max_at, so the same result. xa/xb: the outputs [xa[j], xb[j]) \
+ * whose column tap j is inside the plane (kt_conv_valid_range). */        \
 static void max_row_##SUF(const pool_geom *q, const T *x, int64_t oy, int64_t t0,       \
-                          int64_t t1, T *restrict m, int64_t *restrict best)             \
+                          int64_t t1, const int64_t *xa, const int64_t *xb,              \
+                          T *restrict m, int32_t *restrict best)                         \
 {                                                                                         \
-    int64_t h0 = oy * q->sh - q->ph, hf = h0;                                             \
+    int64_t h0 = oy * q->sh - q->ph, hf = h0, sw = q->sw;                                 \
     if (hf < 0) hf += (-hf + q->dh - 1) / q->dh * q->dh;                                  \
-    for (int64_t ox = t0; ox < t1; ox++) {                                                \
-        int64_t wf = ox * q->sw - q->pw;                                                  \
-        if (wf < 0) wf += (-wf + q->dw - 1) / q->dw * q->dw;                              \
-        best[ox - t0] = hf * q->W + wf;                                                   \
-        m[ox - t0] = -INFINITY;                                                           \
-    }                                                                                     \
+    for (int64_t ox = t0; ox < t1; ox++) m[ox - t0] = -INFINITY;                          \
+    if (best)                                                                             \
+        for (int64_t ox = t0; ox < t1; ox++) {                                            \
+            int64_t wf = ox * sw - q->pw;                                                 \
+            if (wf < 0) wf += (-wf + q->dw - 1) / q->dw * q->dw;                          \
+            best[ox - t0] = (int32_t)(hf * q->W + wf);                                    \
+        }                                                                                 \
+    T *restrict mm = m - t0;                                                              \
+    int32_t *restrict bb = best ? best - t0 : NULL;                                       \
     for (int64_t i = 0; i < q->kh; i++) {                                                 \
         int64_t h = h0 + i * q->dh;                                                       \
         if (h < 0 || h >= q->H) continue;                                                 \
         const T *xr = x + h * q->W;                                                       \
         for (int64_t j = 0; j < q->kw; j++) {                                             \
-            int64_t a, b, off = j * q->dw - q->pw, sw = q->sw;                            \
-            kt_conv_valid_range(q->W, q->ow, q->sw, q->pw, j * q->dw, &a, &b);            \
-            if (a < t0) a = t0;                                                           \
-            if (b > t1) b = t1;                                                           \
-            int64_t base = h * q->W + off;                                                \
-            T *restrict mm = m - t0;                                                      \
-            int64_t *restrict bb = best - t0;                                             \
-            if (sw == 1) {                                                                \
+            int64_t a = xa[j] < t0 ? t0 : xa[j], b = xb[j] > t1 ? t1 : xb[j];             \
+            int64_t off = j * q->dw - q->pw;                                              \
+            int32_t base = (int32_t)(h * q->W + off);                                     \
+            const T *xo = xr + off;                                                       \
+            if (!bb) {                                                                    \
                 _Pragma("omp simd")                                                       \
                 for (int64_t ox = a; ox < b; ox++) {                                      \
-                    T v = xr[ox + off];                                                   \
+                    T v = xo[ox * sw];                                                    \
+                    mm[ox] = ((v > mm[ox]) | (v != v)) ? v : mm[ox];                      \
+                }                                                                         \
+            } else if (sw == 1) {                                                         \
+                _Pragma("omp simd")                                                       \
+                for (int64_t ox = a; ox < b; ox++) {                                      \
+                    T v = xo[ox];                                                         \
                     int take = (v > mm[ox]) | (v != v);                                   \
                     mm[ox] = take ? v : mm[ox];                                           \
-                    bb[ox] = take ? base + ox : bb[ox];                                   \
+                    bb[ox] = take ? base + (int32_t)ox : bb[ox];                          \
                 }                                                                         \
             } else if (sw == 2) {                                                         \
                 _Pragma("omp simd")                                                       \
                 for (int64_t ox = a; ox < b; ox++) {                                      \
-                    T v = xr[2 * ox + off];                                               \
+                    T v = xo[2 * ox];                                                     \
                     int take = (v > mm[ox]) | (v != v);                                   \
                     mm[ox] = take ? v : mm[ox];                                           \
-                    bb[ox] = take ? base + 2 * ox : bb[ox];                               \
+                    bb[ox] = take ? base + 2 * (int32_t)ox : bb[ox];                      \
                 }                                                                         \
             } else {                                                                      \
                 for (int64_t ox = a; ox < b; ox++) {                                      \
-                    T v = xr[ox * sw + off];                                              \
+                    T v = xo[ox * sw];                                                    \
                     int take = (v > mm[ox]) | (v != v);                                   \
                     mm[ox] = take ? v : mm[ox];                                           \
-                    bb[ox] = take ? base + ox * sw : bb[ox];                              \
+                    bb[ox] = take ? base + (int32_t)(ox * sw) : bb[ox];                   \
                 }                                                                         \
             }                                                                             \
         }                                                                                 \
     }                                                                                     \
 }                                                                                         \
 /* Planes [p0, p1): forward (values into y and/or indices into idx, either  \
- * may be NULL) or, with g, backward (dx fully written). */              \
+ * may be NULL) or, with g, backward (dx fully written). Planes of more    \
+ * than 2^31 elements take lt_pool_max_at per output. */                  \
 static void max_planes_##SUF(const pool_geom *q, const T *x, const T *g, T *y, void *idx, \
                              lt_dtype idt, T *dx, int64_t p0, int64_t p1)                 \
 {                                                                                         \
     int64_t ohw = q->oh * q->ow, hw = q->H * q->W;                                        \
     T m[POOL_TILE];                                                                       \
-    int64_t best[POOL_TILE];                                                              \
+    int32_t best[POOL_TILE];                                                              \
+    int64_t xa[POOL_MAX_KW], xb[POOL_MAX_KW];                                             \
+    int need_idx = idx || dx;                                                             \
+    for (int64_t j = 0; j < q->kw; j++)                                                   \
+        kt_conv_valid_range(q->W, q->ow, q->sw, q->pw, j * q->dw, &xa[j], &xb[j]);        \
     for (int64_t p = p0; p < p1; p++) {                                                   \
         const T *xp = x + p * hw;                                                         \
         if (dx) memset(dx + p * hw, 0, (size_t)hw * sizeof(T));                           \
@@ -109,7 +124,7 @@ static void max_planes_##SUF(const pool_geom *q, const T *x, const T *g, T *y, v
             for (int64_t t0 = 0; t0 < q->ow; t0 += POOL_TILE) {                           \
                 int64_t t1 = t0 + POOL_TILE < q->ow ? t0 + POOL_TILE : q->ow;             \
                 int64_t o = p * ohw + oy * q->ow + t0, n = t1 - t0;                       \
-                max_row_##SUF(q, xp, oy, t0, t1, m, best);                                \
+                max_row_##SUF(q, xp, oy, t0, t1, xa, xb, m, need_idx ? best : NULL);      \
                 if (dx) {                                                                 \
                     T *dp = dx + p * hw;                                                  \
                     for (int64_t k = 0; k < n; k++)                                       \
@@ -117,11 +132,33 @@ static void max_planes_##SUF(const pool_geom *q, const T *x, const T *g, T *y, v
                     continue;                                                             \
                 }                                                                         \
                 if (y) memcpy(y + o, m, (size_t)n * sizeof(T));                           \
-                if (idx && idt == LT_I64) memcpy((int64_t *)idx + o, best, (size_t)n * 8); \
-                else if (idx && idt == LT_I32)                                            \
-                    for (int64_t k = 0; k < n; k++) ((int32_t *)idx)[o + k] = (int32_t)best[k]; \
+                if (idx && idt == LT_I64)                                                 \
+                    for (int64_t k = 0; k < n; k++) ((int64_t *)idx)[o + k] = best[k];    \
+                else if (idx && idt == LT_I32) memcpy((int32_t *)idx + o, best, (size_t)n * 4); \
                 else if (idx)                                                             \
                     for (int64_t k = 0; k < n; k++) kt_store_i(idx, idt, o + k, best[k]); \
+            }                                                                             \
+    }                                                                                     \
+}                                                                                         \
+/* The same by lt_pool_max_at per output (planes >= 2^31 elements, kernels \
+ * wider than POOL_MAX_KW). */                                            \
+static void max_planes_slow_##SUF(const pool_geom *q, const T *x, const T *g, T *y,      \
+                                  void *idx, lt_dtype idt, T *dx, int64_t p0, int64_t p1) \
+{                                                                                         \
+    int64_t ohw = q->oh * q->ow, hw = q->H * q->W;                                        \
+    for (int64_t p = p0; p < p1; p++) {                                                   \
+        if (dx) memset(dx + p * hw, 0, (size_t)hw * sizeof(T));                           \
+        for (int64_t oy = 0; oy < q->oh; oy++)                                            \
+            for (int64_t ox = 0; ox < q->ow; ox++) {                                      \
+                T v;                                                                      \
+                int64_t k = lt_pool_max_at_##SUF(q, x + p * hw, oy, ox, &v);              \
+                int64_t o = p * ohw + oy * q->ow + ox;                                    \
+                if (dx) {                                                                 \
+                    if (k >= 0 && k < hw) dx[p * hw + k] += g[o];                         \
+                    continue;                                                             \
+                }                                                                         \
+                if (y) y[o] = v;                                                          \
+                if (idx) kt_store_i(idx, idt, o, k);                                      \
             }                                                                             \
     }                                                                                     \
 }                                                                                         \
@@ -225,10 +262,13 @@ static void maxg_chunk(void *arg, int64_t c, int w)
     (void)w;
     const maxg_job *j = arg;
     int64_t p0 = c * j->per, p1 = p0 + j->per < j->q->P ? p0 + j->per : j->q->P;
+    int slow = j->q->kw > POOL_MAX_KW || j->q->H * j->q->W > INT32_MAX;
     if (j->cdt == LT_F64)
-        max_planes_d(j->q, j->x, j->g, j->y, j->idx, j->idt, j->dx, p0, p1);
+        (slow ? max_planes_slow_d : max_planes_d)(j->q, j->x, j->g, j->y, j->idx, j->idt, j->dx,
+                                                  p0, p1);
     else
-        max_planes_f(j->q, j->x, j->g, j->y, j->idx, j->idt, j->dx, p0, p1);
+        (slow ? max_planes_slow_f : max_planes_f)(j->q, j->x, j->g, j->y, j->idx, j->idt, j->dx,
+                                                  p0, p1);
 }
 
 /* Forward (y and/or idx) when g is NULL, else backward into dx. Chunks of
