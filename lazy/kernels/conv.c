@@ -6,9 +6,12 @@
  * The batch is cut into chunks of samples whose im2col matrix
  * [C/g*kh*kw, chunk*oh*ow] is ~2 MB, so each chunk is one large GEMM per
  * group (1.3-2x faster than per-sample GEMMs for batch-64 MNIST-size convs).
- * Threading: with >= nthreads samples, chunks are claimed by the core's
- * helper threads (lt_par_for, one job per kernel) with BLAS single-threaded;
- * small batches run chunks in order with OpenMP layout loops.
+ * Threading (BLAS single-threaded, work on the core's helper threads via
+ * lt_par_for): when each thread's share of the batch still makes a GEMM
+ * with >= CONV_SPLIT_MIN_COLS im2col columns, chunks of samples run in
+ * parallel ("batch split"); otherwise (small batch or small feature maps)
+ * chunks run in order and each GEMM is split into blocks of its output,
+ * the layout loops into items ("GEMM split").
  * Compute type is f32 for f32/bf16 storage (bf16 inputs converted, f32
  * accumulation, rounded to nearest even on store) and f64 for f64.
  */
@@ -367,11 +370,8 @@ static lt_status conv_run(lt_op op, const conv_geom *q, lt_dtype cdt, const void
     double flops = 2.0 * (double)q->N * (double)q->O * (double)q->ohw * (double)q->ckk;
     int64_t parts = (int64_t)nt * 2 < q->N ? (int64_t)nt * 2 : q->N;
     int64_t per = parts > 0 ? (q->N + parts - 1) / parts : 1;
-    int64_t min_cols = CONV_SPLIT_MIN_COLS;
-    const char *e = getenv("LT_CONV_SPLIT_MIN_COLS");   /* experiments */
-    if (e && *e) min_cols = atoll(e);
     int par = nt > 1 && q->N >= nt && flops >= 1e6 &&   /* tiny convs: fork/join costs more */
-              per * q->ohw >= min_cols;
+              per * q->ohw >= CONV_SPLIT_MIN_COLS;
     if (par && nb > per) nb = per;
     int64_t nchunks = nb > 0 ? (q->N + nb - 1) / nb : 0;
     int nth = par ? nt : 1;
@@ -420,10 +420,13 @@ static lt_status conv_run(lt_op op, const conv_geom *q, lt_dtype cdt, const void
  * faster on 3x3 convs with 64 channels. Returns 0 (nothing done) when it
  * does not apply (stride > 1, padding beyond the dilated kernel) or would
  * be slower (fewer than 16 input channels per group: the GEMM's M is Cg,
- * and C = 1 measured 4x slower); -1 with an error set on
- * OOM; 1 when dx is computed. */
+ * and C = 1 measured 4x slower; fewer than CONV_BIN_FWD_MIN_PIXELS input
+ * pixels N*H*W: flipping the weight costs O(weights) against O(weights *
+ * N*H*W) of GEMM, and ResNet-18's 4x4 and 2x2 layers (256/512 channels)
+ * measured 1.1-1.4x slower than the col2im route); -1 with an error set
+ * on OOM; 1 when dx is computed. */
 #ifndef CONV_BIN_FWD_MIN_PIXELS
-#define CONV_BIN_FWD_MIN_PIXELS 4096
+#define CONV_BIN_FWD_MIN_PIXELS 1024
 #endif
 
 static int conv_bwd_input_as_fwd(const conv_geom *q, lt_dtype cdt, const void *gy, const void *w,
@@ -432,10 +435,7 @@ static int conv_bwd_input_as_fwd(const conv_geom *q, lt_dtype cdt, const void *g
     if (q->sh != 1 || q->sw != 1 || q->ph > q->dh * (q->kh - 1) || q->pw > q->dw * (q->kw - 1) ||
         q->Cg < 16)
         return 0;
-    int64_t min_px = CONV_BIN_FWD_MIN_PIXELS;
-    const char *e = getenv("LT_CONV_BIN_FWD_MIN");   /* experiments */
-    if (e && *e) min_px = atoll(e);
-    if (q->N * q->hw < min_px) return 0;
+    if (q->N * q->hw < CONV_BIN_FWD_MIN_PIXELS) return 0;
     size_t es = kt_dtsize(cdt);
     int64_t kk = q->kh * q->kw, wn = q->O * q->Cg * kk;
     char *wt = lt_kutil_alloc((size_t)wn * es, "conv2d_backward_input");
