@@ -102,9 +102,12 @@ static const conv_case conv_cases[] = {
     {1, 2, 5, 6, 2, 1, 1, 2, 2, 0, 0, 1, 1, 1},     /* 1x1 strided, N < threads */
     {3, 4, 8, 8, 8, 3, 3, 2, 2, 1, 1, 1, 1, 4},     /* depthwise x2 */
     {2, 2, 6, 5, 3, 2, 3, 1, 2, 2, 0, 2, 2, 1},     /* padding larger than half kernel */
-    /* stride 1, >= 16 channels per group: backward input as a forward conv */
+    /* stride 1, >= 16 channels per group, >= 1024 input pixels: backward
+     * input as a forward conv (below: col2im) */
+    {2, 16, 24, 22, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+    {2, 32, 23, 24, 4, 3, 2, 1, 1, 2, 1, 2, 1, 2},  /* dilated, groups, uneven padding */
     {2, 16, 6, 5, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1},
-    {2, 32, 7, 6, 4, 3, 2, 1, 1, 2, 1, 2, 1, 2},    /* dilated, groups, uneven padding */
+    {2, 32, 7, 6, 4, 3, 2, 1, 1, 2, 1, 2, 1, 2},
     {1, 16, 5, 5, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1},    /* padding beyond the kernel: col2im */
     /* large enough for threads (>= 1e6 flops): small spatial -> GEMM split
      * (GEMM blocks and layout loops on helpers, weight gradient in place) */
@@ -112,6 +115,7 @@ static const conv_case conv_cases[] = {
     {4, 24, 7, 7, 40, 3, 3, 2, 2, 1, 1, 1, 1, 2},   /* strided: col2im, groups */
     {3, 64, 2, 2, 96, 3, 3, 1, 1, 1, 1, 1, 1, 1},   /* 2x2 maps, N < 2 threads' chunks */
     {4, 48, 4, 3, 64, 1, 1, 2, 1, 0, 0, 1, 1, 1},   /* 1x1 strided */
+    {7, 128, 12, 12, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1}, /* chunks 3+3+1 in order */
     /* >= CONV_SPLIT_MIN_COLS columns per chunk: batch split with partials */
     {5, 4, 24, 23, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1},
     {4, 3, 50, 47, 16, 7, 7, 2, 2, 3, 3, 1, 1, 1},  /* ResNet stem-like, odd size */
