@@ -10,6 +10,7 @@
  * threads; average pooling is OpenMP over planes (N*C). Max pooling
  * with 2x2 windows and stride 2 goes to pool_max2.c.
  */
+#include <stdatomic.h>
 #include "pool.h"
 #include "par.h"
 
@@ -286,7 +287,51 @@ static void max_general(lt_dtype cdt, const pool_geom *q, const void *x, const v
 static int is_max(lt_op op)
 {
     return op == LT_OP_max_pool2d || op == LT_OP_max_pool2d_indices ||
-           op == LT_OP_max_pool2d_backward;
+           op == LT_OP_max_pool2d_backward || op == LT_OP_max_pool2d_backward_idx;
+}
+
+/* max_pool2d_backward_idx over chunks of planes: dx (cdt, [P, hw]) = g
+ * ([P, ohw]) added at each plane's flat indices (i64 or i32), in output
+ * order (overlapping windows add up as eager's). An index outside [0, hw)
+ * sets bad (the caller reports it) and is skipped. */
+typedef struct bwd_idx_job {
+    lt_dtype cdt, idt;
+    int64_t P, hw, ohw, per;
+    const void *g, *idx;
+    void *dx;
+    atomic_int bad;
+} bwd_idx_job;
+
+static void bwd_idx_chunk(void *arg, int64_t c, int w)
+{
+    (void)w;
+    bwd_idx_job *j = arg;
+    int64_t p0 = c * j->per, p1 = p0 + j->per < j->P ? p0 + j->per : j->P;
+    int bad = 0;
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t *i64 = j->idt == LT_I64 ? (const int64_t *)j->idx + p * j->ohw : NULL;
+        const int32_t *i32 = j->idt == LT_I32 ? (const int32_t *)j->idx + p * j->ohw : NULL;
+        if (j->cdt == LT_F64) {
+            double *d = (double *)j->dx + p * j->hw;
+            const double *g = (const double *)j->g + p * j->ohw;
+            memset(d, 0, (size_t)j->hw * sizeof *d);
+            for (int64_t o = 0; o < j->ohw; o++) {
+                int64_t k = i64 ? i64[o] : i32[o];
+                if ((uint64_t)k < (uint64_t)j->hw) d[k] += g[o];
+                else bad = 1;
+            }
+        } else {
+            float *d = (float *)j->dx + p * j->hw;
+            const float *g = (const float *)j->g + p * j->ohw;
+            memset(d, 0, (size_t)j->hw * sizeof *d);
+            for (int64_t o = 0; o < j->ohw; o++) {
+                int64_t k = i64 ? i64[o] : i32[o];
+                if ((uint64_t)k < (uint64_t)j->hw) d[k] += g[o];
+                else bad = 1;
+            }
+        }
+    }
+    if (bad) atomic_store(&j->bad, 1);
 }
 
 static lt_status pool_geom_init(lt_op op, const lt_attrs *at, const lt_view *x,
@@ -331,15 +376,17 @@ lt_status lt_kernel_pool(lt_op op, const lt_attrs *attrs, const lt_view *in, int
                          const lt_view *out, const lt_kernel_ctx *ctx)
 {
     int nt = kt_nthreads(ctx);
-    int bwd = op == LT_OP_max_pool2d_backward || op == LT_OP_avg_pool2d_backward ||
+    int bwd = op == LT_OP_max_pool2d_backward || op == LT_OP_max_pool2d_backward_idx ||
+              op == LT_OP_avg_pool2d_backward ||
               op == LT_OP_adaptive_avg_pool2d_backward;
-    if (n_in != (bwd ? 2 : 1))
+    if (n_in != (op == LT_OP_max_pool2d_backward_idx ? 3 : bwd ? 2 : 1))
         return lt_set_error(LT_ERR_INTERNAL, "pool kernel: op %d with %d inputs", (int)op, n_in);
     const lt_view *x = bwd ? &in[1] : &in[0];
     const lt_view *g = bwd ? &in[0] : NULL;
     int idx_out = op == LT_OP_max_pool2d_indices;
     if (!kt_is_float(x->dtype) || (g && !kt_is_float(g->dtype)) ||
-        (idx_out ? !kt_is_index(out->dtype) : !kt_is_float(out->dtype)))
+        (idx_out ? !kt_is_index(out->dtype) : !kt_is_float(out->dtype)) ||
+        (n_in == 3 && !kt_is_index(in[2].dtype)))
         return lt_kutil_dtype_error(op, in, n_in, out);
     pool_geom q;
     lt_status st = pool_geom_init(op, attrs, x, bwd ? g : out, &q);
@@ -349,7 +396,8 @@ lt_status lt_kernel_pool(lt_op op, const lt_attrs *attrs, const lt_view *in, int
     int dbl = cdt == LT_F64;
     void *xo = NULL, *go = NULL, *yo = NULL;
     const void *xp = NULL, *gp = NULL;
-    int need_x = !(op == LT_OP_avg_pool2d_backward || op == LT_OP_adaptive_avg_pool2d_backward);
+    int need_x = !(op == LT_OP_avg_pool2d_backward || op == LT_OP_adaptive_avg_pool2d_backward ||
+                   op == LT_OP_max_pool2d_backward_idx);
     if (need_x && !(xp = lt_kutil_pack(x, cdt, nt, &xo))) return LT_ERR_OOM;
     if (g && !(gp = lt_kutil_pack(g, cdt, nt, &go))) { free(xo); return LT_ERR_OOM; }
     void *y = NULL;
@@ -373,6 +421,26 @@ lt_status lt_kernel_pool(lt_op op, const lt_attrs *attrs, const lt_view *in, int
         if (lt_pool_is_max2(&q)) lt_pool_max2_bwd(cdt, &q, gp, xp, y, nt, ctx);
         else max_general(cdt, &q, xp, gp, NULL, NULL, LT_F32, y, nt, ctx);
         break;
+    case LT_OP_max_pool2d_backward_idx: {
+        void *io = NULL;
+        const void *ip = lt_kutil_pack(&in[2], in[2].dtype, nt, &io);
+        if (!ip) { st = LT_ERR_OOM; break; }
+        int64_t hw = q.H * q.W, ohw = q.oh * q.ow;
+        bwd_idx_job j = {cdt, in[2].dtype, q.P, hw, ohw, 1, gp, ip, y, 0};
+        if (kt_numel(&in[2].shape) != q.P * ohw)
+            st = lt_set_error(LT_ERR_SHAPE, "max_pool2d_backward: %lld indices for a %lld-element grad",
+                              (long long)kt_numel(&in[2].shape), (long long)(q.P * ohw));
+        if (st == LT_OK) {
+            j.per = hw > 0 ? 16384 / hw : 1;
+            if (j.per < 1) j.per = 1;
+            lt_par_for(ctx, q.P * hw < 65536 ? 1 : nt, (q.P + j.per - 1) / j.per, bwd_idx_chunk, &j);
+            if (atomic_load(&j.bad))
+                st = lt_set_error(LT_ERR_ARG, "max_pool2d_backward: an index is outside the "
+                                  "%lldx%lld input plane", (long long)q.H, (long long)q.W);
+        }
+        free(io);
+        break;
+    }
     case LT_OP_avg_pool2d:
         if (dbl) avg_fwd_d(&q, xp, y, nt); else avg_fwd_f(&q, xp, y, nt);
         break;

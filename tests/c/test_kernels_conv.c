@@ -380,6 +380,20 @@ static void test_max_pool_general(void **state)
                     lt_view bin[2] = {kt_view(dt, 4, od, NULL, 0, g), xv};
                     assert_int_equal(lt_kernel_pool(LT_OP_max_pool2d_backward, &at, bin, 2, &dx, ctx), LT_OK);
                     kt_check(what, &dx, rdx, n, 1e-6, dt == LT_BF16 ? 1.0 / 128 : 1e-6);
+                    /* the same from the forward's indices (i64 / i32) */
+                    lt_view bi[3] = {bin[0], xv, yi};
+                    lt_view dx2 = kt_out(dt, 4, xd);
+                    assert_int_equal(lt_kernel_pool(LT_OP_max_pool2d_backward_idx, &at, bi, 3, &dx2, ctx),
+                                     LT_OK);
+                    kt_check(what, &dx2, rdx, n, 1e-6, dt == LT_BF16 ? 1.0 / 128 : 1e-6);
+                    if (gi == 0 && di == 0 && !ceil_mode) {   /* an index outside the plane */
+                        int64_t *iv = (int64_t *)yi.data;
+                        if (c) ((int32_t *)iv)[5] = (int32_t)(H * W);
+                        else iv[5] = -1;
+                        assert_int_equal(lt_kernel_pool(LT_OP_max_pool2d_backward_idx, &at, bi, 3, &dx2, ctx),
+                                         LT_ERR_ARG);
+                        assert_non_null(strstr(lt_last_error(), "outside"));
+                    }
                 }
                 kt_tfree_all();
             }
