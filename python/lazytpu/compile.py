@@ -112,7 +112,7 @@ class _LazytpuGraph:
             _ops.replay_sync_inputs(inputs)
         before = _host_events()
         with torch.no_grad():
-            outs, roots, root_vals = _run_with_view_roots(self.gm, args)
+            outs, roots, root_vals = _run_with_view_roots(self.gm, args, self.mutated)
         if reason is None:
             reason = _host_events_reason(before)
         template, out_ts = [], []
@@ -178,12 +178,14 @@ def _view_root(n):
     return n
 
 
-def _run_with_view_roots(gm, args):
+def _run_with_view_roots(gm, args, mutated=()):
     """Runs gm on args (tracing); returns its outputs, per output None or
     the base it is a strided view of (("a", placeholder index) or ("v",
     node)), and node -> value of those bases. An output is listed only when
     it is not laid out contiguously at offset 0 (those are free already)
-    and its base is (a view of a copy would need one anyway)."""
+    and its base is (a view of a copy would need one anyway). Inputs the
+    graph writes (mutated) are no bases: their view must keep the value
+    from before the write."""
     graph = gm.graph
     out_node = next(n for n in graph.nodes if n.op == "output")
     onodes = out_node.args[0]
@@ -208,7 +210,7 @@ def _run_with_view_roots(gm, args):
             roots.append(None)
             continue
         if r in ph:
-            roots.append(("a", ph[r]))
+            roots.append(("a", ph[r]) if ph[r] not in mutated else None)
         else:
             roots.append(("v", r))
             vals[r] = base
