@@ -80,7 +80,9 @@ typedef struct lt_fload {
 #define S f32
 #define T_IS_INT 0
 #define T_DT LT_F32
+#define T_FAST_GELU 1
 #include "fused_tmpl.h"
+#undef T_FAST_GELU
 #undef T
 #undef S
 #undef T_IS_INT
@@ -89,7 +91,9 @@ typedef struct lt_fload {
 #define S f64
 #define T_IS_INT 0
 #define T_DT LT_F64
+#define T_FAST_GELU 0
 #include "fused_tmpl.h"
+#undef T_FAST_GELU
 #undef T
 #undef S
 #undef T_IS_INT
@@ -98,7 +102,9 @@ typedef struct lt_fload {
 #define S i64
 #define T_IS_INT 1
 #define T_DT LT_I64
+#define T_FAST_GELU 0
 #include "fused_tmpl.h"
+#undef T_FAST_GELU
 #undef T
 #undef S
 #undef T_IS_INT
