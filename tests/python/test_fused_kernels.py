@@ -37,11 +37,22 @@ def _count(name):
     (torch.float64, (5, 6, 8), 2, "wb"),
     (torch.bfloat16, (4, 5, 32), 1, "wb"),
     (torch.float32, (70, 256), 1, "b"),   # several row chunks
+    (torch.float32, (5, 1037), 1, "wb"),  # several 512-element spans + tail
+    (torch.float32, (3, 7, 33), 2, "w"),  # odd width, no w-free path
+    (torch.float64, (9, 1037), 1, ""),
+    (torch.bfloat16, (6, 515), 1, "wb"),
+    (torch.float32, (40, 200), 1, "wb-offset"),   # mean 1e3: two-pass variance
+    (torch.float32, (33, 48), 1, "wb-transposed"),  # non-contiguous input
 ])
 def test_layer_norm_values_and_grads(dt, shape, k, affine):
     torch.manual_seed(0)
     ns = shape[-k:]
     x = (torch.randn(*shape, dtype=torch.float64) * 3 + 1).to(dt)
+    if "offset" in affine:
+        x = x + 1000
+    if "transposed" in affine:   # same shape, strided storage
+        x = x.t().contiguous().t()
+        assert not x.is_contiguous()
     w = torch.randn(*ns, dtype=dt) if "w" in affine else None
     b = torch.randn(*ns, dtype=dt) if "b" in affine else None
 
