@@ -25,7 +25,10 @@ that load on the machine hits all ways alike. Each run is `steps` steps and
 ends waiting for the device. Reported per way: the median ms/step over the
 runs, the worst run / median ("spread"), and the ratios of medians. Then the
 8-core data-parallel throughput against 1 core (bench/bench_multicore.py, MLP)
-and a PNG plot of the ratios. The load average is printed: the targets of
+and a PNG plot of the ratios. Also per model: the FLOPs of one step's matrix
+products and convolutions (torch.utils.flop_counter) and the time they take at
+the machine's best f32 GEMM rate measured in the same run (MKL, all threads):
+the floor under every way's step time, as a ratio to eager. The load average is printed: the targets of
 DESIGN.md section 7 are for a quiet machine.
 """
 import argparse
@@ -111,8 +114,8 @@ class Transformer(nn.Module):
 
 # name: (model, input shape, default timed steps per run)
 MODELS = {
-    "mlp": (mlp, (64, 784), 40),
-    "cnn": (CNN, (32, 1, 28, 28), 20),
+    "mlp": (mlp, (64, 784), 200),
+    "cnn": (CNN, (32, 1, 28, 28), 50),
     "transformer": (Transformer, (32, 128, 256), 2),
     "resnet18": (lambda: ResNet18(num_classes=10), (16, 3, 64, 64), 4),
 }
@@ -183,6 +186,30 @@ def bench_model(name, ways, runs, steps, warmup):
     return times
 
 
+def machine_gemm_peak():
+    """The best f32 GEMM rate this machine reaches, GFLOP/s: MKL's sgemm (what
+    eager calls) on all threads, 2048^3, best of 5 in this run."""
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2.0 * 2048 ** 3 / best / 1e9
+
+
+def step_gemm_flops(name):
+    """FLOPs of one eager training step's matrix products and convolutions
+    (forward and backward), counted by torch.utils.flop_counter."""
+    from torch.utils.flop_counter import FlopCounterMode
+    w = Way(name, "eager")
+    w.step()
+    with FlopCounterMode(display=False) as fc:
+        w.step()
+    return fc.get_total_flops()
+
+
 def multicore_ratio():
     """8 cores vs 1 core images/s on the MLP (bench_multicore.py)."""
     cmd = [sys.executable, os.path.join(HERE, "bench_multicore.py"), "--model", "mlp",
@@ -251,6 +278,19 @@ def main():
             if "inductor" in r:
                 line += "  vs inductor %.2fx" % (r[w]["median"] / r["inductor"]["median"])
             print(line, flush=True)
+    if "eager" in ways:
+        # No way can beat the time its products take at the machine's best
+        # GEMM rate: the floor below which a ratio target is not reachable.
+        peak = machine_gemm_peak()
+        print("machine f32 GEMM peak (MKL, %d threads, 2048^3): %.0f GFLOP/s" % (
+            torch.get_num_threads(), peak))
+        for name, r in results.items():
+            fl = step_gemm_flops(name)
+            floor = fl / (peak * 1e9)
+            r["floor"] = {"gflop": fl / 1e9, "peak": peak, "ms": floor * 1e3,
+                          "vs_eager": floor / r["eager"]["median"]}
+            print("%-12s products %.2f GFLOP/step: at peak %.1f ms = %.2fx eager" % (
+                name, fl / 1e9, floor * 1e3, floor / r["eager"]["median"]), flush=True)
     load1 = os.getloadavg()[0]
     mc = None
     if not args.no_multicore:
