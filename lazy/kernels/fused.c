@@ -307,6 +307,10 @@ lt_status lt_fused_finish(lt_fused *f)
     if (f->result >= 0)
         f->result = reg[f->result];
     f->n_regs = n_regs ? n_regs : 1;
+    f->compute_bound = 0;
+    for (int k = 0; k < n; k++)
+        f->compute_bound |= f->ins[k].op == LT_OP_gelu ||
+                            f->ins[k].op == LT_OP_gelu_backward;
     f->finished = 1;
     free(last); free(reg); free(free_regs);
     return LT_OK;

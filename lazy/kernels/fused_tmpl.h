@@ -126,7 +126,7 @@ static int FN(exec)(const lt_fused *f, const lt_fload *ld,
             d = (T *)out[in->direct - 1].data + out[in->direct - 1].offset + i0;
         if (in->op == LT_FUSED_LOAD) {
             const lt_fload *l = &ld[in->a];
-            if (l->kind == LT_FL_CONTIG) {
+            if (l->kind == LT_FL_CONTIG && !f->compute_bound) {
                 /* the next block of this stream: overlap memory with math */
                 const char *nx = l->base + (size_t)(i0 + n) * l->esize;
                 for (size_t o = 0; o < (size_t)n * l->esize; o += 64)
