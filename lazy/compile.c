@@ -192,6 +192,8 @@ lt_status lt_compile(const lt_graph *g, lt_program **out)
     if (st == LT_OK)
         st = lt_cc_views(&c);
     if (st == LT_OK)
+        st = lt_cc_patterns(&c);
+    if (st == LT_OK)
         st = lt_cc_fuse(&c);
     if (st == LT_OK)
         st = lt_cc_emit(&c);

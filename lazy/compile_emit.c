@@ -208,14 +208,16 @@ static lt_status emit_reduce(lt_cctx *c, emit_state *es, int i)
 
 static lt_status emit_kernel(lt_cctx *c, int i)
 {
-    const lt_node *nd = lt_cc_node(c, i);
     lt_cnode *cn = &c->cn[i];
     lt_step s;
     memset(&s, 0, sizeof s);
     s.kind = LT_STEP_KERNEL;
-    s.op = nd->op;
-    s.attrs = nd->attrs;
-    int na = cn->copy_src ? 1 : lt_cc_nin(c, i);
+    /* a folded pattern (compile_pattern.c): run src's op on its operands */
+    int src = cn->fold_src ? cn->fold_src - 1 : i;
+    const lt_node *sn = lt_cc_node(c, src);
+    s.op = sn->op;
+    s.attrs = sn->attrs;
+    int na = cn->copy_src ? 1 : lt_cc_nin(c, src) + (cn->fold_scale != 0);
     s.in = malloc((na ? na : 1) * sizeof *s.in);
     s.out = malloc(sizeof *s.out);
     if (!s.in || !s.out) {
@@ -231,14 +233,16 @@ static lt_status emit_kernel(lt_cctx *c, int i)
         s.out[0] = lt_cc_buf_view(cn->buf, &cn->copy_in.v.shape,
                                   cn->copy_in.v.dtype);
     } else {
-        s.fn = lt_kernel_for(nd->op);
+        s.fn = lt_kernel_for(sn->op);
         for (int k = 0; k < na; k++) {
-            int q = lt_cc_in(c, i, k);
+            int q = cn->fold_scale && k == na - 1 ? cn->fold_scale - 1
+                    : cn->fold_in0 && k == 0     ? cn->fold_in0 - 1
+                                                 : lt_cc_in(c, src, k);
             if (!c->cn[q].has_pv) {
                 free(s.in);
                 free(s.out);
                 return lt_set_error(LT_ERR_INTERNAL, "compile: input %d of %s "
-                                    "not materialised", k, lt_op_name(nd->op));
+                                    "not materialised", k, lt_op_name(sn->op));
             }
             s.in[k] = c->cn[q].pv;
         }

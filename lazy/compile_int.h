@@ -5,6 +5,8 @@
  *   lt_cc_cse       compile_cse.c   CSE by (node hash, operands), DCE, users
  *   lt_cc_views     compile_view.c  leaves -> params/consts, movement ops ->
  *                                   strided views of their source
+ *   lt_cc_patterns  compile_pattern.c  scalar scale folded into softmax /
+ *                                   softmax_backward kernels
  *   lt_cc_fuse      compile_fuse.c  elementwise groups, stored values,
  *                                   reductions absorbing producer groups
  *   lt_cc_emit      compile_emit.c  steps (fused programs, reductions,
@@ -44,6 +46,10 @@ typedef struct lt_cnode {
     lt_pview copy_in; /* its source view */
     lt_dtype ctype;   /* CN_EW: compute type */
     int step;         /* producing step index, -1 */
+    /* compile_pattern.c (0 = none, else position + 1): the kernel step of
+     * this node runs fold_src's op, attrs and operands (fold_in0 replacing
+     * operand 0), plus fold_scale's 0-d value as an extra last input */
+    int fold_src, fold_scale, fold_in0;
 } lt_cnode;
 
 typedef struct lt_cbuf {
@@ -92,6 +98,7 @@ static inline const lt_node *lt_cc_node(const lt_cctx *c, int pos)
 
 lt_status lt_cc_cse(lt_cctx *c);
 lt_status lt_cc_views(lt_cctx *c);
+lt_status lt_cc_patterns(lt_cctx *c);
 lt_status lt_cc_fuse(lt_cctx *c);
 lt_status lt_cc_emit(lt_cctx *c);
 lt_status lt_cc_plan(lt_cctx *c);

@@ -12,60 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "compile_int.h"
-
-/* Reshape of a strided view without copying: every group of source dims
- * that maps onto a group of target dims must be internally contiguous.
- * Returns 1 and fills dst strides, or 0. */
-static int reshape_strided(const lt_view *src, const lt_shape *to,
-                           int64_t *strides)
-{
-    /* drop size-1 source dims */
-    int64_t sd[LT_MAX_DIMS], ss[LT_MAX_DIMS];
-    int n = 0;
-    for (int k = 0; k < src->shape.ndim; k++)
-        if (src->shape.dims[k] != 1) {
-            sd[n] = src->shape.dims[k];
-            ss[n] = src->strides[k];
-            n++;
-        }
-    int i = 0;   /* source dim cursor */
-    int j = 0;   /* target dim cursor */
-    while (j < to->ndim) {
-        if (to->dims[j] == 1) {
-            strides[j] = 1;
-            j++;
-            continue;
-        }
-        if (i >= n)
-            return 0;
-        /* take source dims [i, i2) and target dims [j, j2) with equal product */
-        int64_t ps = sd[i], pt = to->dims[j];
-        int i2 = i + 1, j2 = j + 1;
-        while (ps != pt) {
-            if (ps < pt) {
-                if (i2 >= n)
-                    return 0;
-                ps *= sd[i2++];
-            } else {
-                if (j2 >= to->ndim)
-                    return 0;
-                pt *= to->dims[j2++];
-            }
-        }
-        /* the source group must be contiguous within itself */
-        for (int k = i; k + 1 < i2; k++)
-            if (ss[k] != ss[k + 1] * sd[k + 1])
-                return 0;
-        int64_t st = ss[i2 - 1];
-        for (int k = j2 - 1; k >= j; k--) {
-            strides[k] = st;
-            st *= to->dims[k];
-        }
-        i = i2;
-        j = j2;
-    }
-    return i == n;
-}
+#include "kernels/kutil.h"
 
 int lt_cc_fold_view(lt_op op, const lt_attrs *a, const lt_shape *out_shape,
                     const lt_view *src, lt_view *dst)
@@ -81,7 +28,7 @@ int lt_cc_fold_view(lt_op op, const lt_attrs *a, const lt_shape *out_shape,
             lt_contiguous_strides(out_shape, v.strides);
             break;
         }
-        if (!reshape_strided(src, out_shape, v.strides))
+        if (!lt_kutil_reshape_strides(src, out_shape, v.strides))
             return 0;
         break;
     case LT_OP_permute:

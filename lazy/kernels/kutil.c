@@ -189,7 +189,18 @@ typedef struct gemm_job {
     const char *A, *B;
     double beta;
     char *C;
+    const char *bias;   /* NULL, or N values: C's block starts as the bias rows */
 } gemm_job;
+
+/* Rows [r0,r1) x columns [c0,c1) of C (leading dimension ldc) set to the
+ * bias's columns [c0,c1). */
+static void fill_bias_rows(size_t es, const char *bias, char *C, int64_t ldc, int64_t r0,
+                           int64_t r1, int64_t c0, int64_t c1)
+{
+    size_t nb = (size_t)(c1 - c0) * es;
+    for (int64_t i = r0; i < r1; i++)
+        memcpy(C + (i * ldc + c0) * (int64_t)es, bias + c0 * (int64_t)es, nb);
+}
 
 /* Block ci: rows [lo,hi) of C (A's rows: at i*lda, or column i when A is
  * transposed) or columns [lo,hi) (B's columns: at j, or row j*ldb when B is
@@ -205,6 +216,10 @@ static void gemm_block(void *arg, int64_t ci, int w)
     const char *a = j->A, *b = j->B;
     char *c = j->C;
     int64_t m = j->M, n = j->N;
+    if (j->bias) {
+        if (j->split_m) fill_bias_rows(es, j->bias, c, j->ldc, lo, hi, 0, n);
+        else fill_bias_rows(es, j->bias, c, j->ldc, 0, m, lo, hi);
+    }
     if (j->split_m) {
         a += (j->ta ? lo : lo * j->lda) * (int64_t)es;
         c += lo * j->ldc * (int64_t)es;
@@ -217,9 +232,10 @@ static void gemm_block(void *arg, int64_t ci, int w)
     lt_kutil_gemm(j->cdt, j->ta, j->tb, m, n, j->K, a, j->lda, b, j->ldb, j->beta, c, j->ldc);
 }
 
-void lt_kutil_gemm_par(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, int ta, int tb,
-                       int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
-                       const void *B, int64_t ldb, double beta, void *C, int64_t ldc)
+static void gemm_par(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, int ta, int tb,
+                     int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
+                     const void *B, int64_t ldb, double beta, const void *bias, void *C,
+                     int64_t ldc)
 {
     double flops = 2.0 * (double)M * N * K;
     int split_m = M >= N;
@@ -232,9 +248,75 @@ void lt_kutil_gemm_par(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, int ta, i
         nch = (dim + chunk - 1) / chunk;
     }
     if (nt < 2 || flops < 2e6 || nch < 2) {
+        if (bias && M > 0) fill_bias_rows(kt_dtsize(cdt), bias, C, ldc, 0, M, 0, N);
         lt_kutil_gemm(cdt, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
         return;
     }
-    gemm_job j = {cdt, ta, tb, split_m, M, N, K, chunk, lda, ldb, ldc, A, B, beta, C};
+    gemm_job j = {cdt, ta, tb, split_m, M, N, K, chunk, lda, ldb, ldc, A, B, beta, C, bias};
     lt_par_for(ctx, nt, nch, gemm_block, &j);
+}
+
+void lt_kutil_gemm_par(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, int ta, int tb,
+                       int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
+                       const void *B, int64_t ldb, double beta, void *C, int64_t ldc)
+{
+    gemm_par(ctx, nt, cdt, ta, tb, M, N, K, A, lda, B, ldb, beta, NULL, C, ldc);
+}
+
+void lt_kutil_gemm_par_bias(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, int ta, int tb,
+                            int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
+                            const void *B, int64_t ldb, const void *bias, void *C,
+                            int64_t ldc)
+{
+    gemm_par(ctx, nt, cdt, ta, tb, M, N, K, A, lda, B, ldb, bias ? 1.0 : 0.0, bias, C, ldc);
+}
+
+int lt_kutil_reshape_strides(const lt_view *src, const lt_shape *to, int64_t *strides)
+{
+    /* drop size-1 source dims */
+    int64_t sd[LT_MAX_DIMS], ss[LT_MAX_DIMS];
+    int n = 0;
+    for (int k = 0; k < src->shape.ndim; k++)
+        if (src->shape.dims[k] != 1) {
+            sd[n] = src->shape.dims[k];
+            ss[n] = src->strides[k];
+            n++;
+        }
+    int i = 0;   /* source dim cursor */
+    int j = 0;   /* target dim cursor */
+    while (j < to->ndim) {
+        if (to->dims[j] == 1) {
+            strides[j] = 1;
+            j++;
+            continue;
+        }
+        if (i >= n)
+            return 0;
+        /* take source dims [i, i2) and target dims [j, j2) with equal product */
+        int64_t ps = sd[i], pt = to->dims[j];
+        int i2 = i + 1, j2 = j + 1;
+        while (ps != pt) {
+            if (ps < pt) {
+                if (i2 >= n)
+                    return 0;
+                ps *= sd[i2++];
+            } else {
+                if (j2 >= to->ndim)
+                    return 0;
+                pt *= to->dims[j2++];
+            }
+        }
+        /* the source group must be contiguous within itself */
+        for (int k = i; k + 1 < i2; k++)
+            if (ss[k] != ss[k + 1] * sd[k + 1])
+                return 0;
+        int64_t st = ss[i2 - 1];
+        for (int k = j2 - 1; k >= j; k--) {
+            strides[k] = st;
+            st *= to->dims[k];
+        }
+        i = i2;
+        j = j2;
+    }
+    return i == n;
 }

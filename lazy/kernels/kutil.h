@@ -237,12 +237,28 @@ void lt_kutil_gemm(lt_dtype cdt, int ta, int tb, int64_t M, int64_t N, int64_t K
 void lt_kutil_gemm_par(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, int ta, int tb,
                        int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
                        const void *B, int64_t ldb, double beta, void *C, int64_t ldc);
+/* lt_kutil_gemm_par with an epilogue done as a prologue: every row of C
+ * starts as bias (N values in the compute type cdt, caller-owned) and the
+ * product accumulates onto it (C = bias + op(A) op(B)). Each block fills
+ * its own rows (or columns) right before its BLAS call, on the worker that
+ * runs it, so the bias costs no separate pass over C and C's block is
+ * still in cache when the GEMM reads it back. bias NULL: beta 0. */
+void lt_kutil_gemm_par_bias(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, int ta, int tb,
+                            int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
+                            const void *B, int64_t ldb, const void *bias, void *C,
+                            int64_t ldc);
 /* Makes OpenBLAS (process-global setting) single-threaded, once: the core's
  * kernels parallelise GEMMs themselves. OpenBLAS's own threads split a call
  * statically, so one preempted thread stalls the call, and after every call
  * they spin in sched_yield for a while: on 2 CPUs that took ~30% of the
  * machine from the tracing thread and the core (profile of the CNN step). */
 void lt_kutil_blas_serial(void);
+
+/* Reshape of a strided view without copying (row-major order kept): every
+ * group of source dims that maps onto a group of target dims must be
+ * internally contiguous. Returns 1 and fills strides[to->ndim], or 0.
+ * Numels must match (not checked). */
+int lt_kutil_reshape_strides(const lt_view *src, const lt_shape *to, int64_t *strides);
 
 /* Writes "[2, 3]" for s into buf (cap >= 2). */
 const char *lt_kutil_shape_str(const lt_shape *s, char *buf, size_t cap);

@@ -34,6 +34,8 @@ static int blas_layout(int64_t rows, int64_t cols, int64_t s0, int64_t s1,
 typedef struct mm_operand {
     const char *base;   /* element 0 of batch 0 */
     int64_t bstride;    /* batch stride in elements (0 = broadcast) */
+    int64_t bdim2, bstride2;  /* a 4-D operand [B1, B2, r, c]: batch bi is at
+                                 (bi / bdim2) * bstride + (bi % bdim2) * bstride2 */
     int trans;
     int64_t ld;
     void *owned;
@@ -47,16 +49,21 @@ static lt_status mm_operand_init(const lt_view *v, int batched, lt_dtype cdt, in
     int nd = v->shape.ndim;
     int64_t rows = v->shape.dims[nd - 2], cols = v->shape.dims[nd - 1];
     int64_t bs = batched ? v->strides[0] : 0;
-    if (batched && v->shape.dims[0] == 1) bs = 0;
+    if (batched && nd == 3 && v->shape.dims[0] == 1) bs = 0;
     o->owned = NULL;
+    o->bdim2 = batched && nd == 4 ? v->shape.dims[1] : 1;
+    o->bstride2 = batched && nd == 4 ? v->strides[1] : 0;
+    if (o->bdim2 < 1) o->bdim2 = 1;
     if (v->dtype == cdt &&
         blas_layout(rows, cols, v->strides[nd - 2], v->strides[nd - 1], &o->trans, &o->ld)) {
         o->base = kt_ptr(v);
         o->bstride = bs;
         return LT_OK;
     }
+    o->bdim2 = 1;   /* packed: [B, rows, cols] */
+    o->bstride2 = 0;
     lt_view pv = *v;
-    if (batched && bs == 0) {   /* broadcast batch: pack one matrix only */
+    if (batched && nd == 3 && bs == 0) {   /* broadcast batch: pack one matrix only */
         pv.shape.ndim = 2;
         pv.shape.dims[0] = rows; pv.shape.dims[1] = cols;
         pv.strides[0] = v->strides[1]; pv.strides[1] = v->strides[2];
@@ -66,7 +73,7 @@ static lt_status mm_operand_init(const lt_view *v, int batched, lt_dtype cdt, in
     o->base = p;
     o->trans = 0;
     o->ld = cols > 1 ? cols : 1;
-    o->bstride = (batched && bs != 0) ? rows * cols : 0;
+    o->bstride = (batched && (bs != 0 || nd == 4)) ? rows * cols : 0;
     return LT_OK;
 }
 
@@ -77,8 +84,8 @@ static void gemm_one(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, const mm_op
                      double beta, void *c)
 {
     size_t es = kt_dtsize(cdt);
-    const char *pa = a->base + bi * a->bstride * (int64_t)es;
-    const char *pb = b->base + bi * b->bstride * (int64_t)es;
+    const char *pa = a->base + ((bi / a->bdim2) * a->bstride + (bi % a->bdim2) * a->bstride2) * (int64_t)es;
+    const char *pb = b->base + ((bi / b->bdim2) * b->bstride + (bi % b->bdim2) * b->bstride2) * (int64_t)es;
     lt_kutil_gemm_par(ctx, nt, cdt, a->trans, b->trans, M, N, K, pa, a->ld, pb, b->ld, beta,
                       (char *)c + bi * M * N * (int64_t)es, N);
 }
@@ -119,51 +126,29 @@ static int gemm_batched(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, const mm
     return 1;
 }
 
-/* addmm's epilogue, done as a prologue: C's rows start as the bias (in the
- * compute type) and the GEMM accumulates onto them (beta 1), so the bias
- * costs one write of C (on the helpers) instead of a separate
- * read-add-write pass over the product. */
-typedef struct bias_fill {
-    const void *row;     /* the bias in the compute type */
-    size_t row_bytes;
-    int64_t M, per;
-    char *c;
-} bias_fill;
-
-static void bias_fill_chunk(void *arg, int64_t ci, int w)
-{
-    const bias_fill *j = arg;
-    (void)w;
-    int64_t lo = ci * j->per, hi = lo + j->per < j->M ? lo + j->per : j->M;
-    for (int64_t i = lo; i < hi; i++) memcpy(j->c + i * (int64_t)j->row_bytes, j->row, j->row_bytes);
-}
-
-static lt_status fill_bias(const lt_kernel_ctx *ctx, int nt, const lt_view *bias, lt_dtype cdt,
-                           int64_t M, int64_t N, void *c)
+/* addmm's bias [N] (any stride and float dtype) as a contiguous row in the
+ * compute type; NULL (error set) on OOM. The caller frees it. */
+static void *bias_row(const lt_view *bias, lt_dtype cdt, int64_t N)
 {
     int nd = bias->shape.ndim;
     int64_t bs = bias->strides[nd - 1];
     size_t es = kt_dtsize(cdt);
-    char *row = malloc((size_t)(N > 0 ? N : 1) * es);
-    if (!row) return lt_set_error(LT_ERR_OOM, "addmm: cannot allocate host scratch");
+    char *row = lt_kutil_alloc((size_t)(N > 0 ? N : 1) * es, "addmm");
+    if (!row) return NULL;
     for (int64_t j = 0; j < N; j++) {
         double v = kt_load(bias->data, bias->dtype, bias->offset + j * bs);
         if (cdt == LT_F64) ((double *)row)[j] = v;
         else ((float *)row)[j] = (float)v;
     }
-    int64_t per = 64, nch = (M + per - 1) / per;
-    bias_fill job = {row, (size_t)N * es, M, per, c};
-    lt_par_for(ctx, M * N > 65536 ? nt : 1, nch, bias_fill_chunk, &job);
-    free(row);
-    return LT_OK;
+    return row;
 }
 
 static lt_status matmul_float(const lt_view *a, const lt_view *b, const lt_view *bias,
                               const lt_view *out, int batched, int nt, const lt_kernel_ctx *ctx)
 {
-    int nd = a->shape.ndim;
-    int64_t B = batched ? a->shape.dims[0] : 1;
-    int64_t M = a->shape.dims[nd - 2], K = a->shape.dims[nd - 1], N = b->shape.dims[nd - 1];
+    int na = a->shape.ndim, nb = b->shape.ndim;
+    int64_t B = batched ? out->shape.dims[0] : 1;
+    int64_t M = a->shape.dims[na - 2], K = a->shape.dims[na - 1], N = b->shape.dims[nb - 1];
     lt_dtype cdt = kt_compute_dt(out->dtype);
     size_t es = kt_dtsize(cdt);
     if (B * M * N == 0) return LT_OK;
@@ -173,14 +158,25 @@ static lt_status matmul_float(const lt_view *a, const lt_view *b, const lt_view 
         if (!cown) return LT_ERR_OOM;
         cptr = cown;
     }
-    double beta = 0.0;
-    if (bias) {                  /* addmm: never batched */
-        lt_status st = fill_bias(ctx, nt, bias, cdt, M, N, cptr);
-        if (st != LT_OK) { free(cown); return st; }
-        beta = 1.0;
-    }
+    /* addmm (never batched): the bias is the GEMM's prologue, each block
+     * of C filled with it right before its BLAS call (lt_kutil_gemm_par_bias) */
+    void *brow = NULL;
+    if (bias && !(brow = bias_row(bias, cdt, N))) { free(cown); return LT_ERR_OOM; }
     if (K == 0) {
         if (!bias) memset(cptr, 0, (size_t)(B * M * N) * es);
+        else for (int64_t i = 0; i < M; i++) memcpy((char *)cptr + i * N * (int64_t)es, brow, (size_t)N * es);
+    } else if (bias) {
+        mm_operand oa, ob;
+        lt_status st = mm_operand_init(a, 0, cdt, nt, &oa);
+        if (st == LT_OK) {
+            st = mm_operand_init(b, 0, cdt, nt, &ob);
+            if (st != LT_OK) free(oa.owned);
+        }
+        if (st != LT_OK) { free(brow); free(cown); return st; }
+        lt_kutil_gemm_par_bias(ctx, nt, cdt, oa.trans, ob.trans, M, N, K, oa.base, oa.ld,
+                               ob.base, ob.ld, brow, cptr, N);
+        free(oa.owned);
+        free(ob.owned);
     } else {
         mm_operand oa, ob;
         lt_status st = mm_operand_init(a, batched, cdt, nt, &oa);
@@ -193,13 +189,14 @@ static lt_status matmul_float(const lt_view *a, const lt_view *b, const lt_view 
          * each. Otherwise each product split over the core's helpers. */
         if (B > 1 && nt > 1 && (double)M * N * K < 64.0 * 64 * 64 && B >= nt) {
             #pragma omp parallel for num_threads(nt) schedule(static)
-            for (int64_t bi = 0; bi < B; bi++) gemm_one(ctx, 1, cdt, &oa, &ob, bi, M, N, K, beta, cptr);
+            for (int64_t bi = 0; bi < B; bi++) gemm_one(ctx, 1, cdt, &oa, &ob, bi, M, N, K, 0.0, cptr);
         } else if (!(B > 1 && gemm_batched(ctx, nt, cdt, &oa, &ob, B, M, N, K, cptr))) {
-            for (int64_t bi = 0; bi < B; bi++) gemm_one(ctx, nt, cdt, &oa, &ob, bi, M, N, K, beta, cptr);
+            for (int64_t bi = 0; bi < B; bi++) gemm_one(ctx, nt, cdt, &oa, &ob, bi, M, N, K, 0.0, cptr);
         }
         free(oa.owned);
         free(ob.owned);
     }
+    free(brow);
     if (cown) {
         lt_kutil_unpack(cown, cdt, out, nt);
         free(cown);
@@ -259,14 +256,21 @@ lt_status lt_kernel_matmul(lt_op op, const lt_attrs *attrs, const lt_view *in, i
     const lt_view *bias = addmm ? &in[0] : NULL;
     const lt_view *m = addmm ? in + 1 : in;
     int want = batched ? 3 : 2;
-    if (m[0].shape.ndim != want || m[1].shape.ndim != want ||
+    /* bmm: an operand may also be 4-D [B1, B2, r, c] with B1*B2 = B (a
+     * reshape's strided source, read in place: compile_pattern.c) */
+    int four = 0;
+    for (int k = 0; batched && k < 2; k++)
+        if (m[k].shape.ndim == 4 && out->shape.ndim == 3 &&
+            m[k].shape.dims[0] * m[k].shape.dims[1] == out->shape.dims[0]) four = 1;
+    if ((m[0].shape.ndim != want && !(four && m[0].shape.ndim == 4)) ||
+        (m[1].shape.ndim != want && !(four && m[1].shape.ndim == 4)) ||
         (bias && (bias->shape.ndim < 1 || bias->shape.dims[bias->shape.ndim - 1] !=
                                                m[1].shape.dims[1])))
         return lt_set_error(LT_ERR_SHAPE, "%s: expected %d-D operands", lt_op_name(op), want);
     if (kt_is_float(out->dtype) && kt_is_float(m[0].dtype) && kt_is_float(m[1].dtype) &&
         (!bias || kt_is_float(bias->dtype)))
         return matmul_float(&m[0], &m[1], bias, out, batched, nt, ctx);
-    if (!addmm && kt_is_index(out->dtype) && kt_is_index(in[0].dtype) && kt_is_index(in[1].dtype))
+    if (!addmm && !four && kt_is_index(out->dtype) && kt_is_index(in[0].dtype) && kt_is_index(in[1].dtype))
         return matmul_int(&in[0], &in[1], out, batched, nt);
     return lt_kutil_dtype_error(op, in, n_in, out);
 }

@@ -13,8 +13,11 @@
  * difference is small.
  *   softmax_backward(g, y)     = y * (g - sum(g * y))
  *   log_softmax_backward(g, y) = g - exp(y) * sum(g)
+ * An optional last 0-d input s (compile_pattern.c's fold of a scalar
+ * multiplication) gives softmax(s * x) forward and s * backward(g, y).
  */
 #include "kutil.h"
+#include "par.h"
 
 #define NORM_BLOCK 64
 
@@ -23,43 +26,43 @@ enum { NK_SOFTMAX, NK_LOG_SOFTMAX, NK_SOFTMAX_BWD, NK_LOG_SOFTMAX_BWD };
 /* One row (inner == 1) or one block: element (d, j) at d*inner + j, j < nb.
  * a = x (or grad), b = out (backward only). */
 #define NORM_IMPL(T, SUF, EXP)                                                           \
-static void norm_row_##SUF(int kind, const T *a, const T *b, T *y, int64_t D)            \
+static void norm_row_##SUF(int kind, const T *a, const T *b, T *y, int64_t D, T sc)      \
 {                                                                                        \
     double s = 0;                                                                        \
     if (kind == NK_SOFTMAX || kind == NK_LOG_SOFTMAX) {                                  \
         T m = -INFINITY;                                                                 \
         _Pragma("omp simd reduction(max : m)")                                          \
-        for (int64_t d = 0; d < D; d++) m = a[d] > m ? a[d] : m;                         \
+        for (int64_t d = 0; d < D; d++) m = a[d] * sc > m ? a[d] * sc : m;               \
         if (isinf(m) && m < 0) m = 0; /* all -inf: keep NaN-free shift */               \
         if (kind == NK_SOFTMAX) {                                                        \
             _Pragma("omp simd reduction(+ : s)")                                        \
-            for (int64_t d = 0; d < D; d++) { y[d] = EXP(a[d] - m); s += y[d]; }         \
+            for (int64_t d = 0; d < D; d++) { y[d] = EXP(a[d] * sc - m); s += y[d]; }    \
             T r = (T)(1 / s);                                                            \
             _Pragma("omp simd")                                                         \
             for (int64_t d = 0; d < D; d++) y[d] *= r;                                   \
         } else {                                                                         \
             _Pragma("omp simd reduction(+ : s)")                                        \
-            for (int64_t d = 0; d < D; d++) s += EXP(a[d] - m);                          \
+            for (int64_t d = 0; d < D; d++) s += EXP(a[d] * sc - m);                     \
             T l = m + (T)log(s);                                                         \
             _Pragma("omp simd")                                                         \
-            for (int64_t d = 0; d < D; d++) y[d] = a[d] - l;                             \
+            for (int64_t d = 0; d < D; d++) y[d] = a[d] * sc - l;                        \
         }                                                                                \
     } else if (kind == NK_SOFTMAX_BWD) {                                                 \
         _Pragma("omp simd reduction(+ : s)")                                            \
         for (int64_t d = 0; d < D; d++) s += (double)a[d] * b[d];                        \
         T st = (T)s;                                                                     \
         _Pragma("omp simd")                                                             \
-        for (int64_t d = 0; d < D; d++) y[d] = b[d] * (a[d] - st);                       \
+        for (int64_t d = 0; d < D; d++) y[d] = b[d] * (a[d] - st) * sc;                  \
     } else {                                                                             \
         _Pragma("omp simd reduction(+ : s)")                                            \
         for (int64_t d = 0; d < D; d++) s += a[d];                                       \
         T st = (T)s;                                                                     \
         _Pragma("omp simd")                                                             \
-        for (int64_t d = 0; d < D; d++) y[d] = a[d] - EXP(b[d]) * st;                    \
+        for (int64_t d = 0; d < D; d++) y[d] = (a[d] - EXP(b[d]) * st) * sc;             \
     }                                                                                    \
 }                                                                                        \
 static void norm_block_##SUF(int kind, const T *a, const T *b, T *y, int64_t D,          \
-                             int64_t inner, int64_t nb)                                  \
+                             int64_t inner, int64_t nb, T sc)                            \
 {                                                                                        \
     T m[NORM_BLOCK], st[NORM_BLOCK];                                                     \
     double s[NORM_BLOCK];                                                                \
@@ -68,14 +71,14 @@ static void norm_block_##SUF(int kind, const T *a, const T *b, T *y, int64_t D, 
         for (int64_t d = 0; d < D; d++)                                                  \
             _Pragma("omp simd")                                                          \
             for (int64_t j = 0; j < nb; j++) {                                           \
-                T v = a[d * inner + j];                                                  \
+                T v = a[d * inner + j] * sc;                                             \
                 m[j] = v > m[j] ? v : m[j];                                              \
             }                                                                            \
         for (int64_t j = 0; j < nb; j++) if (isinf(m[j]) && m[j] < 0) m[j] = 0;          \
         for (int64_t d = 0; d < D; d++)                                                  \
             _Pragma("omp simd")                                                          \
             for (int64_t j = 0; j < nb; j++) {                                           \
-                T e = EXP(a[d * inner + j] - m[j]);                                      \
+                T e = EXP(a[d * inner + j] * sc - m[j]);                                 \
                 if (kind == NK_SOFTMAX) y[d * inner + j] = e;                            \
                 s[j] += e;                                                               \
             }                                                                            \
@@ -87,7 +90,7 @@ static void norm_block_##SUF(int kind, const T *a, const T *b, T *y, int64_t D, 
             for (int64_t j = 0; j < nb; j++) st[j] = m[j] + (T)log(s[j]);                \
             for (int64_t d = 0; d < D; d++)                                              \
                 for (int64_t j = 0; j < nb; j++)                                         \
-                    y[d * inner + j] = a[d * inner + j] - st[j];                         \
+                    y[d * inner + j] = a[d * inner + j] * sc - st[j];                    \
         }                                                                                \
     } else {                                                                             \
         int sm = kind == NK_SOFTMAX_BWD;                                                 \
@@ -99,31 +102,50 @@ static void norm_block_##SUF(int kind, const T *a, const T *b, T *y, int64_t D, 
         for (int64_t d = 0; d < D; d++)                                                  \
             for (int64_t j = 0; j < nb; j++) {                                           \
                 int64_t k = d * inner + j;                                               \
-                y[k] = sm ? b[k] * (a[k] - st[j]) : a[k] - EXP(b[k]) * st[j];            \
+                y[k] = (sm ? b[k] * (a[k] - st[j]) : a[k] - EXP(b[k]) * st[j]) * sc;     \
             }                                                                            \
     }                                                                                    \
 }                                                                                        \
-static void norm_run_##SUF(int kind, const T *a, const T *b, T *y, int64_t outer,        \
-                           int64_t D, int64_t inner, int nt)                             \
+typedef struct norm_job_##SUF {                                                          \
+    int kind;                                                                            \
+    const T *a, *b;                                                                      \
+    T *y, sc;                                                                            \
+    int64_t D, inner, nblk, tasks, per;                                                  \
+} norm_job_##SUF;                                                                        \
+static void norm_chunk_##SUF(void *arg, int64_t ci, int w)                               \
+{                                                                                        \
+    const norm_job_##SUF *j = arg;                                                       \
+    (void)w;                                                                             \
+    int64_t lo = ci * j->per, hi = lo + j->per < j->tasks ? lo + j->per : j->tasks;      \
+    for (int64_t t = lo; t < hi; t++) {                                                  \
+        int64_t o = t / j->nblk, j0 = (t % j->nblk) * NORM_BLOCK;                        \
+        int64_t nb = j->inner - j0 < NORM_BLOCK ? j->inner - j0 : NORM_BLOCK;            \
+        int64_t base = o * j->D * j->inner + j0;                                         \
+        const T *b = j->b ? j->b + base : NULL;                                          \
+        if (j->inner == 1)                                                               \
+            norm_row_##SUF(j->kind, j->a + base, b, j->y + base, j->D, j->sc);           \
+        else                                                                             \
+            norm_block_##SUF(j->kind, j->a + base, b, j->y + base, j->D, j->inner, nb, j->sc); \
+    }                                                                                    \
+}                                                                                        \
+/* rows (blocks) in chunks claimed on the core's helpers (par.h) */                     \
+static void norm_run_##SUF(const lt_kernel_ctx *ctx, int kind, const T *a, const T *b,   \
+                           T *y, int64_t outer, int64_t D, int64_t inner, int nt, T sc)  \
 {                                                                                        \
     int64_t nblk = (inner + NORM_BLOCK - 1) / NORM_BLOCK;                                \
     int64_t tasks = outer * nblk;                                                        \
-    _Pragma("omp parallel for num_threads(nt) schedule(static) if (outer * D * inner > 16384)") \
-    for (int64_t t = 0; t < tasks; t++) {                                                \
-        int64_t o = t / nblk, j0 = (t % nblk) * NORM_BLOCK;                              \
-        int64_t nb = inner - j0 < NORM_BLOCK ? inner - j0 : NORM_BLOCK;                  \
-        int64_t base = o * D * inner + j0;                                               \
-        if (inner == 1)                                                                  \
-            norm_row_##SUF(kind, a + base, b ? b + base : NULL, y + base, D);            \
-        else                                                                             \
-            norm_block_##SUF(kind, a + base, b ? b + base : NULL, y + base, D, inner, nb); \
-    }                                                                                    \
+    if (outer * D * inner <= 16384) nt = 1;                                              \
+    int64_t nch = (int64_t)nt * 8;                                                       \
+    if (nch > tasks) nch = tasks;                                                        \
+    int64_t per = (tasks + nch - 1) / nch;                                               \
+    norm_job_##SUF j = {kind, a, b, y, sc, D, inner, nblk, tasks, per};                  \
+    lt_par_for(ctx, nt, (tasks + per - 1) / per, norm_chunk_##SUF, &j);                  \
 }
 
 NORM_IMPL(float, f, lt_vexpf)
 NORM_IMPL(double, d, exp)
 
-/* softmax / log_softmax (x) and their backward (grad, out) along attrs.i[0]
+/* softmax / log_softmax (x[, s]) and their backward (grad, out[, s]) along attrs.i[0]
  * into contiguous out. Float outputs only (integer inputs are converted);
  * LT_ERR_ARG for a bad dim, LT_ERR_OOM if scratch fails. */
 lt_status lt_kernel_norm(lt_op op, const lt_attrs *attrs, const lt_view *in, int n_in,
@@ -139,7 +161,10 @@ lt_status lt_kernel_norm(lt_op op, const lt_attrs *attrs, const lt_view *in, int
     default: return lt_set_error(LT_ERR_INTERNAL, "norm kernel: unexpected op %d", (int)op);
     }
     int bwd = kind >= NK_SOFTMAX_BWD;
-    if (n_in != (bwd ? 2 : 1))
+    /* an optional last 0-d input scales the result (backward) or the input
+     * (forward): compile_pattern.c folds a multiplication by a scalar */
+    int scaled = n_in == (bwd ? 3 : 2);
+    if (n_in != (bwd ? 2 : 1) && !scaled)
         return lt_set_error(LT_ERR_INTERNAL, "norm kernel: op %d with %d inputs", (int)op, n_in);
     if (!kt_is_float(out->dtype) || (bwd && (!kt_is_float(in[0].dtype) || !kt_is_float(in[1].dtype))))
         return lt_kutil_dtype_error(op, in, n_in, out);
@@ -158,6 +183,13 @@ lt_status lt_kernel_norm(lt_op op, const lt_attrs *attrs, const lt_view *in, int
     }
     if (outer * D * inner == 0) return LT_OK;
     lt_dtype cdt = kt_compute_dt(out->dtype);
+    double sc = 1.0;
+    if (scaled) {
+        const lt_view *sv = &in[n_in - 1];
+        if (kt_numel(&sv->shape) != 1)
+            return lt_set_error(LT_ERR_SHAPE, "softmax: the scale input must be a scalar");
+        sc = kt_load(sv->data, sv->dtype, sv->offset);
+    }
     void *ao = NULL, *bo = NULL, *yo = NULL;
     const void *a = lt_kutil_pack(&in[0], cdt, nt, &ao);
     const void *b = NULL;
@@ -169,8 +201,8 @@ lt_status lt_kernel_norm(lt_op op, const lt_attrs *attrs, const lt_view *in, int
         free(ao); free(bo);
         return LT_ERR_OOM;
     }
-    if (cdt == LT_F64) norm_run_d(kind, a, b, y, outer, D, inner, nt);
-    else norm_run_f(kind, a, b, y, outer, D, inner, nt);
+    if (cdt == LT_F64) norm_run_d(ctx, kind, a, b, y, outer, D, inner, nt, sc);
+    else norm_run_f(ctx, kind, a, b, y, outer, D, inner, nt, (float)sc);
     if (yo) lt_kutil_unpack(yo, cdt, out, nt);
     free(ao); free(bo); free(yo);
     return LT_OK;
