@@ -279,10 +279,21 @@ std::tuple<at::Tensor, at::Tensor> lt_max_pool2d_with_indices(
 at::Tensor lt_max_pool2d_backward(const at::Tensor &grad, const at::Tensor &self,
                                   at::IntArrayRef k, at::IntArrayRef s, at::IntArrayRef p,
                                   at::IntArrayRef d, bool ceil, const at::Tensor &indices) {
-  int core = common_core({&grad, &self});
-  Ref g = operand(grad, core), x = operand(self, core);
   lt_attrs a = maxpool_attrs(k, s, p, d, ceil);
-  return wrap(trace(LT_OP_max_pool2d_backward, {g.get(), x.get()}, &a));
+  const int64_t *v = a.i;
+  if (v[0] == 2 && v[1] == 2 && v[2] == 2 && v[3] == 2 && v[4] == 0 && v[5] == 0 && v[6] == 1 &&
+      v[7] == 1) {
+    /* 2x2 / stride 2: recomputing the windows from x is as cheap as a
+     * scatter (pool_max2.c), and a lazy step then never computes indices */
+    int core = common_core({&grad, &self});
+    Ref g = operand(grad, core), x = operand(self, core);
+    return wrap(trace(LT_OP_max_pool2d_backward, {g.get(), x.get()}, &a));
+  }
+  /* otherwise the forward's indices, as eager: a scatter instead of
+   * recomputing every (overlapping) window (x only gives the shape) */
+  int core = common_core({&grad, &self, &indices});
+  Ref g = operand(grad, core), x = operand(self, core), i = operand(indices, core);
+  return wrap(trace(LT_OP_max_pool2d_backward_idx, {g.get(), x.get(), i.get()}, &a));
 }
 
 lt_attrs avgpool_attrs(at::IntArrayRef k, at::IntArrayRef s, at::IntArrayRef p, bool ceil,

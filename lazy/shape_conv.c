@@ -292,6 +292,12 @@ lt_status lt_shape_rule_pool_bwd(lt_op op, const lt_operand *in, int n,
     }
     if (in[0].dtype != in[1].dtype)
         return lt_shape_fail(LT_ERR_DTYPE, op, in, n, "grad and input dtypes differ");
+    if (op == LT_OP_max_pool2d_backward_idx) {
+        if (!lt_shape_equal(in[2].shape, gr))
+            return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "indices must have the grad's shape");
+        if (in[2].dtype != LT_I64 && in[2].dtype != LT_I32)
+            return lt_shape_fail(LT_ERR_DTYPE, op, in, n, "indices must be int64 or int32");
+    }
     *out = *x;
     return LT_OK;
 }

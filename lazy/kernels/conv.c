@@ -6,9 +6,12 @@
  * The batch is cut into chunks of samples whose im2col matrix
  * [C/g*kh*kw, chunk*oh*ow] is ~2 MB, so each chunk is one large GEMM per
  * group (1.3-2x faster than per-sample GEMMs for batch-64 MNIST-size convs).
- * Threading: with >= nthreads samples, chunks are claimed by the core's
- * helper threads (lt_par_for, one job per kernel) with BLAS single-threaded;
- * small batches run chunks in order with OpenMP layout loops.
+ * Threading (BLAS single-threaded, work on the core's helper threads via
+ * lt_par_for): when each thread's share of the batch still makes a GEMM
+ * with >= CONV_SPLIT_MIN_COLS im2col columns, chunks of samples run in
+ * parallel ("batch split"); otherwise (small batch or small feature maps)
+ * chunks run in order and each GEMM is split into blocks of its output,
+ * the layout loops into items ("GEMM split").
  * Compute type is f32 for f32/bf16 storage (bf16 inputs converted, f32
  * accumulation, rounded to nearest even on store) and f64 for f64.
  */
@@ -110,55 +113,72 @@ static void col2im_##SUF(const conv_geom *q, T *col, int64_t ld, T *dx)         
 CONV_IM2COL(float, f)
 CONV_IM2COL(double, d)
 
-/* col[ckk, nb*ohw] (ld = nb*ohw) from samples n0..n0+nb of group g of x
- * ([N,C,H,W] contiguous). Parallel over (sample, channel). */
-static void im2col_chunk(lt_dtype cdt, const conv_geom *q, const void *x, int64_t n0, int64_t nb,
-                         int64_t g, void *col, int nt)
+/* The layout loops between tensors and GEMM matrices, for samples
+ * n0..n0+nb of group g, split over items (sample, channel) claimed on the
+ * core's helper threads (lt_par_for; nt = 1 runs inline):
+ *   LAY_IM2COL   col[ckk, nb*ohw] (ld nb*ohw) from x [N,C,H,W]
+ *   LAY_COL2IM   dx of those samples = col2im(col), overwriting
+ *   LAY_GATHER   m[Og, nb*ohw] from the [Og, ohw] blocks of t [N,O,ohw]
+ *   LAY_SCATTER  the reverse: t's blocks from m. */
+enum { LAY_IM2COL, LAY_COL2IM, LAY_GATHER, LAY_SCATTER };
+
+typedef struct lay_job {
+    int kind;
+    lt_dtype cdt;
+    const conv_geom *q;
+    void *t, *m;                /* tensor (x, dx, y or gy) and matrix */
+    int64_t n0, nb, g, items, per;
+} lay_job;
+
+static void lay_item(const lay_job *j, int64_t t)
 {
-    size_t es = kt_dtsize(cdt);
-    int64_t ld = nb * q->ohw, kk = q->kh * q->kw;
-    #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && nb * q->Cg > 1)
-    for (int64_t t = 0; t < nb * q->Cg; t++) {
+    const conv_geom *q = j->q;
+    size_t es = kt_dtsize(j->cdt);
+    int64_t ld = j->nb * q->ohw, kk = q->kh * q->kw;
+    if (j->kind == LAY_IM2COL || j->kind == LAY_COL2IM) {
         int64_t s = t / q->Cg, c = t % q->Cg;
-        const char *xc = (const char *)x + (((n0 + s) * q->C + g * q->Cg + c) * q->hw) * es;
-        char *cc = (char *)col + ((c * kk) * ld + s * q->ohw) * es;
-        if (cdt == LT_F64) im2col_d(q, (const double *)xc, (double *)cc, ld);
-        else im2col_f(q, (const float *)xc, (float *)cc, ld);
+        char *xc = (char *)j->t + (((j->n0 + s) * q->C + j->g * q->Cg + c) * q->hw) * es;
+        char *cc = (char *)j->m + ((c * kk) * ld + s * q->ohw) * es;
+        if (j->kind == LAY_IM2COL) {
+            if (j->cdt == LT_F64) im2col_d(q, (const double *)xc, (double *)cc, ld);
+            else im2col_f(q, (const float *)xc, (float *)cc, ld);
+        } else {
+            memset(xc, 0, (size_t)q->hw * es);
+            if (j->cdt == LT_F64) col2im_d(q, (double *)cc, ld, (double *)xc);
+            else col2im_f(q, (float *)cc, ld, (float *)xc);
+        }
+        return;
     }
+    int64_t s = t / q->Og, o = t % q->Og;
+    char *tp = (char *)j->t + (((j->n0 + s) * q->O + j->g * q->Og + o) * q->ohw) * es;
+    char *mp = (char *)j->m + (o * ld + s * q->ohw) * es;
+    if (j->kind == LAY_GATHER) memcpy(mp, tp, (size_t)q->ohw * es);
+    else memcpy(tp, mp, (size_t)q->ohw * es);
 }
 
-/* dx of samples n0..n0+nb, group g = col2im(col), overwriting. */
-static void col2im_chunk(lt_dtype cdt, const conv_geom *q, void *col, int64_t n0, int64_t nb,
-                         int64_t g, void *dx, int nt)
+static void lay_chunk(void *arg, int64_t c, int w)
 {
-    size_t es = kt_dtsize(cdt);
-    int64_t ld = nb * q->ohw, kk = q->kh * q->kw;
-    #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && nb * q->Cg > 1)
-    for (int64_t t = 0; t < nb * q->Cg; t++) {
-        int64_t s = t / q->Cg, c = t % q->Cg;
-        char *xc = (char *)dx + (((n0 + s) * q->C + g * q->Cg + c) * q->hw) * es;
-        char *cc = (char *)col + ((c * kk) * ld + s * q->ohw) * es;
-        memset(xc, 0, (size_t)q->hw * es);
-        if (cdt == LT_F64) col2im_d(q, (double *)cc, ld, (double *)xc);
-        else col2im_f(q, (float *)cc, ld, (float *)xc);
-    }
+    (void)w;
+    const lay_job *j = arg;
+    int64_t t1 = (c + 1) * j->per < j->items ? (c + 1) * j->per : j->items;
+    for (int64_t t = c * j->per; t < t1; t++) lay_item(j, t);
 }
 
-/* Moves the [Og, ohw] blocks of samples n0..n0+nb, group g, between a
- * tensor t ([N,O,ohw]) and a matrix m [Og, nb*ohw]: to_mat = gather. */
-static void group_rows(lt_dtype cdt, const conv_geom *q, void *t, void *m, int64_t n0, int64_t nb,
-                       int64_t g, int to_mat, int nt)
+static void lay_run(int kind, lt_dtype cdt, const conv_geom *q, const void *t, void *m,
+                    int64_t n0, int64_t nb, int64_t g, int nt, const lt_kernel_ctx *ctx)
 {
-    size_t es = kt_dtsize(cdt);
-    int64_t ld = nb * q->ohw;
-    #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && nb * q->Og * q->ohw > 16384)
-    for (int64_t k = 0; k < nb * q->Og; k++) {
-        int64_t s = k / q->Og, o = k % q->Og;
-        char *tp = (char *)t + (((n0 + s) * q->O + g * q->Og + o) * q->ohw) * es;
-        char *mp = (char *)m + (o * ld + s * q->ohw) * es;
-        if (to_mat) memcpy(mp, tp, (size_t)q->ohw * es);
-        else memcpy(tp, mp, (size_t)q->ohw * es);
+    int rows = kind == LAY_GATHER || kind == LAY_SCATTER;
+    int64_t items = nb * (rows ? q->Og : q->Cg);
+    int64_t elems = rows ? items * q->ohw : items * q->kh * q->kw * q->ohw;
+    lay_job j = {kind, cdt, q, (void *)t, m, n0, nb, g, items, 1};
+    if (nt > 1 && elems >= 32768) {
+        int64_t nch = (int64_t)nt * 4 < items ? (int64_t)nt * 4 : items;
+        j.per = (items + nch - 1) / nch;
+    } else {
+        nt = 1;
+        j.per = items;
     }
+    lt_par_for(ctx, nt, (items + j.per - 1) / j.per, lay_chunk, &j);
 }
 
 static lt_status conv_geom_init(lt_op op, const lt_attrs *at, const lt_view *in,
@@ -246,10 +266,11 @@ static int scratch_init(const conv_geom *q, size_t es, int64_t nb, conv_scratch 
 
 /* Samples [n0, n0+b) of op: a/bb are the op's two (packed) inputs, out its
  * output; conv2d_backward_weight accumulates into acc ([O, ckk]). nt is the
- * OpenMP budget inside (1 when chunks already run in parallel). */
+ * thread budget inside (layout loops and GEMM blocks on the core's helpers;
+ * 1 when chunks already run in parallel). */
 static void conv_chunk_run(lt_op op, const conv_geom *q, lt_dtype cdt, const void *a,
                            const void *bb, void *out, void *acc, int64_t n0, int64_t b,
-                           const conv_scratch *sc, int nt)
+                           const conv_scratch *sc, int nt, const lt_kernel_ctx *ctx)
 {
     size_t es = kt_dtsize(cdt);
     int64_t L = b * q->ohw;
@@ -261,29 +282,31 @@ static void conv_chunk_run(lt_op op, const conv_geom *q, lt_dtype cdt, const voi
         if (op == LT_OP_conv2d) {
             const void *bm = sc->col;
             if (b == 1 && pw) bm = (const char *)a + xoff;
-            else im2col_chunk(cdt, q, a, n0, b, g, sc->col, nt);
+            else lay_run(LAY_IM2COL, cdt, q, a, sc->col, n0, b, g, nt, ctx);
             void *dst = b == 1 ? (char *)out + yoff : sc->mat;
-            lt_kutil_gemm(cdt, 0, 0, q->Og, L, q->ckk, (const char *)bb + woff, q->ckk, bm, L, 0.0, dst, L);
-            if (b > 1) group_rows(cdt, q, out, sc->mat, n0, b, g, 0, nt);
+            lt_kutil_gemm_par(ctx, nt, cdt, 0, 0, q->Og, L, q->ckk, (const char *)bb + woff, q->ckk,
+                              bm, L, 0.0, dst, L);
+            if (b > 1) lay_run(LAY_SCATTER, cdt, q, out, sc->mat, n0, b, g, nt, ctx);
         } else if (op == LT_OP_conv2d_backward_input) {
             const void *gm = sc->mat;
             if (b == 1) gm = (const char *)a + yoff;
-            else group_rows(cdt, q, (void *)a, sc->mat, n0, b, g, 1, nt);
+            else lay_run(LAY_GATHER, cdt, q, a, sc->mat, n0, b, g, nt, ctx);
             if (b == 1 && pw) {
-                lt_kutil_gemm(cdt, 1, 0, q->ckk, L, q->Og, (const char *)bb + woff, q->ckk, gm, L, 0.0,
-                      (char *)out + xoff, L);
+                lt_kutil_gemm_par(ctx, nt, cdt, 1, 0, q->ckk, L, q->Og, (const char *)bb + woff,
+                                  q->ckk, gm, L, 0.0, (char *)out + xoff, L);
             } else {
-                lt_kutil_gemm(cdt, 1, 0, q->ckk, L, q->Og, (const char *)bb + woff, q->ckk, gm, L, 0.0,
-                      sc->col, L);
-                col2im_chunk(cdt, q, sc->col, n0, b, g, out, nt);
+                lt_kutil_gemm_par(ctx, nt, cdt, 1, 0, q->ckk, L, q->Og, (const char *)bb + woff,
+                                  q->ckk, gm, L, 0.0, sc->col, L);
+                lay_run(LAY_COL2IM, cdt, q, out, sc->col, n0, b, g, nt, ctx);
             }
         } else {
             const void *gm = sc->mat, *bm = sc->col;
             if (b == 1) gm = (const char *)a + yoff;
-            else group_rows(cdt, q, (void *)a, sc->mat, n0, b, g, 1, nt);
+            else lay_run(LAY_GATHER, cdt, q, a, sc->mat, n0, b, g, nt, ctx);
             if (b == 1 && pw) bm = (const char *)bb + xoff;
-            else im2col_chunk(cdt, q, bb, n0, b, g, sc->col, nt);
-            lt_kutil_gemm(cdt, 0, 1, q->Og, q->ckk, L, gm, L, bm, L, 1.0, (char *)acc + woff, q->ckk);
+            else lay_run(LAY_IM2COL, cdt, q, bb, sc->col, n0, b, g, nt, ctx);
+            lt_kutil_gemm_par(ctx, nt, cdt, 0, 1, q->Og, q->ckk, L, gm, L, bm, L, 1.0,
+                              (char *)acc + woff, q->ckk);
         }
     }
 }
@@ -296,10 +319,11 @@ typedef struct conv_job {
     const void *a, *bb;
     void *out;
     int64_t nb;
-    char *partial;             /* backward weight: chunk c >= 1's sums */
+    char *partial;             /* backward weight, parallel chunks: chunk c >= 1's sums */
     conv_scratch *sc;          /* per worker, allocated on its first chunk */
     atomic_int failed;
-    int inner_nt;              /* OpenMP budget inside a chunk */
+    int inner_nt;              /* thread budget inside a chunk */
+    const lt_kernel_ctx *ctx;
 } conv_job;
 
 static void conv_job_chunk(void *arg, int64_t c, int w)
@@ -315,37 +339,48 @@ static void conv_job_chunk(void *arg, int64_t c, int w)
     int64_t n0 = c * j->nb, b = q->N - n0 < j->nb ? q->N - n0 : j->nb;
     void *acc = NULL;
     if (j->op == LT_OP_conv2d_backward_weight)
-        acc = c == 0 ? j->out : j->partial + (size_t)((c - 1) * q->O * q->ckk) * es;
-    conv_chunk_run(j->op, q, j->cdt, j->a, j->bb, j->out, acc, n0, b, sc, j->inner_nt);
+        acc = c == 0 || !j->partial ? j->out : j->partial + (size_t)((c - 1) * q->O * q->ckk) * es;
+    conv_chunk_run(j->op, q, j->cdt, j->a, j->bb, j->out, acc, n0, b, sc, j->inner_nt, j->ctx);
 }
 
-/* Runs op over the batch. With at least nthreads samples, chunks (about
- * two per thread) are claimed by the core's helper threads (lt_par_for:
- * a helper that wakes late leaves its chunks to the others instead of
- * holding up a join), each chunk single-threaded; the weight gradient's
- * per-chunk partials are summed in chunk order (the same result whoever
- * ran them). Otherwise chunks run in order with the layout loops using
- * all nthreads. BLAS is single-threaded throughout. */
+/* Batch split vs GEMM split: chunks of samples run in parallel only when
+ * each chunk's GEMM still has >= CONV_SPLIT_MIN_COLS columns of im2col
+ * (b*oh*ow); below that (the 8x8..2x2 layers of a ResNet at small batch)
+ * a chunk's GEMM is dominated by packing the whole weight matrix and, for
+ * the weight gradient, by writing a full [O, C*kh*kw] partial each, so the
+ * batch runs in large chunks in order and each GEMM is split into blocks
+ * of its output over the threads instead. */
+#ifndef CONV_SPLIT_MIN_COLS
+#define CONV_SPLIT_MIN_COLS 512
+#endif
+
+/* Runs op over the batch. Batch split (see CONV_SPLIT_MIN_COLS): chunks
+ * (about two per thread) are claimed by the core's helper threads
+ * (lt_par_for: a helper that wakes late leaves its chunks to the others
+ * instead of holding up a join), each chunk single-threaded; the weight
+ * gradient's per-chunk partials are summed in chunk order (the same result
+ * whoever ran them). GEMM split: chunks in order, the layout loops and
+ * GEMM blocks on the helpers (the weight gradient accumulates in place).
+ * BLAS is single-threaded throughout. */
 static lt_status conv_run(lt_op op, const conv_geom *q, lt_dtype cdt, const void *a,
                           const void *bb, void *out, int nt, const lt_kernel_ctx *ctx)
 {
     size_t es = kt_dtsize(cdt);
     int64_t nb = conv_chunk(q, es);
     double flops = 2.0 * (double)q->N * (double)q->O * (double)q->ohw * (double)q->ckk;
-    int par = nt > 1 && q->N >= nt && flops >= 1e6;   /* tiny convs: fork/join costs more */
-    if (par) {
-        int64_t parts = (int64_t)nt * 2 < q->N ? (int64_t)nt * 2 : q->N;
-        int64_t per = (q->N + parts - 1) / parts;
-        if (nb > per) nb = per;
-    }
+    int64_t parts = (int64_t)nt * 2 < q->N ? (int64_t)nt * 2 : q->N;
+    int64_t per = parts > 0 ? (q->N + parts - 1) / parts : 1;
+    int par = nt > 1 && q->N >= nt && flops >= 1e6 &&   /* tiny convs: fork/join costs more */
+              per * q->ohw >= CONV_SPLIT_MIN_COLS;
+    if (par && nb > per) nb = per;
     int64_t nchunks = nb > 0 ? (q->N + nb - 1) / nb : 0;
     int nth = par ? nt : 1;
     int bw = op == LT_OP_conv2d_backward_weight;
     int64_t wn = q->O * q->ckk;
-    conv_job j = {op, q, cdt, a, bb, out, nb, NULL, NULL, 0, par ? 1 : nt};
+    conv_job j = {op, q, cdt, a, bb, out, nb, NULL, NULL, 0, par ? 1 : nt, ctx};
     if (bw) {
         memset(out, 0, (size_t)wn * es);
-        if (nchunks > 1) {
+        if (par && nchunks > 1) {
             j.partial = lt_kutil_alloc((size_t)((nchunks - 1) * wn) * es, "conv2d_backward_weight");
             if (!j.partial) return LT_ERR_OOM;
             memset(j.partial, 0, (size_t)((nchunks - 1) * wn) * es);
@@ -357,7 +392,7 @@ static lt_status conv_run(lt_op op, const conv_geom *q, lt_dtype cdt, const void
         return lt_set_error(LT_ERR_OOM, "conv2d: out of host memory");
     }
     lt_par_for(ctx, nth, nchunks, conv_job_chunk, &j);
-    for (int64_t c = 1; bw && c < nchunks; c++) {
+    for (int64_t c = 1; j.partial && c < nchunks; c++) {
         const char *p = j.partial + (size_t)((c - 1) * wn) * es;
         if (cdt == LT_F64)
             for (int64_t i = 0; i < wn; i++) ((double *)out)[i] += ((const double *)p)[i];
@@ -385,26 +420,43 @@ static lt_status conv_run(lt_op op, const conv_geom *q, lt_dtype cdt, const void
  * faster on 3x3 convs with 64 channels. Returns 0 (nothing done) when it
  * does not apply (stride > 1, padding beyond the dilated kernel) or would
  * be slower (fewer than 16 input channels per group: the GEMM's M is Cg,
- * and C = 1 measured 4x slower); -1 with an error set on
- * OOM; 1 when dx is computed. */
+ * and C = 1 measured 4x slower; fewer than CONV_BIN_FWD_MIN_PIXELS input
+ * pixels N*H*W: flipping the weight costs O(weights) against O(weights *
+ * N*H*W) of GEMM, and ResNet-18's 4x4 and 2x2 layers (256/512 channels)
+ * measured 1.1-1.4x slower than the col2im route); -1 with an error set
+ * on OOM; 1 when dx is computed. */
+#ifndef CONV_BIN_FWD_MIN_PIXELS
+#define CONV_BIN_FWD_MIN_PIXELS 1024
+#endif
+
 static int conv_bwd_input_as_fwd(const conv_geom *q, lt_dtype cdt, const void *gy, const void *w,
                                  void *dx, int nt, const lt_kernel_ctx *ctx, lt_status *st)
 {
     if (q->sh != 1 || q->sw != 1 || q->ph > q->dh * (q->kh - 1) || q->pw > q->dw * (q->kw - 1) ||
         q->Cg < 16)
         return 0;
+    if (q->N * q->hw < CONV_BIN_FWD_MIN_PIXELS) return 0;
     size_t es = kt_dtsize(cdt);
     int64_t kk = q->kh * q->kw, wn = q->O * q->Cg * kk;
     char *wt = lt_kutil_alloc((size_t)wn * es, "conv2d_backward_input");
     if (!wt) { *st = LT_ERR_OOM; return -1; }
+    /* blocks of 8 input channels: reads 8*kk contiguous elements of a
+     * filter, writes 8 rows of wt sequentially */
     for (int64_t g = 0; g < q->g; g++)
-        for (int64_t o = 0; o < q->Og; o++)
-            for (int64_t c = 0; c < q->Cg; c++)
-                for (int64_t t = 0; t < kk; t++) {
-                    int64_t src = (((g * q->Og + o) * q->Cg + c) * kk) + t;
-                    int64_t dst = (((g * q->Cg + c) * q->Og + o) * kk) + (kk - 1 - t);
-                    memcpy(wt + dst * es, (const char *)w + src * es, es);
+        for (int64_t c0 = 0; c0 < q->Cg; c0 += 8) {
+            int64_t c1 = c0 + 8 < q->Cg ? c0 + 8 : q->Cg;
+            for (int64_t o = 0; o < q->Og; o++)
+                for (int64_t c = c0; c < c1; c++) {
+                    int64_t src = ((g * q->Og + o) * q->Cg + c) * kk;
+                    int64_t dst = ((g * q->Cg + c) * q->Og + o) * kk + kk - 1;
+                    if (cdt == LT_F64)
+                        for (int64_t t = 0; t < kk; t++)
+                            ((double *)wt)[dst - t] = ((const double *)w)[src + t];
+                    else
+                        for (int64_t t = 0; t < kk; t++)
+                            ((float *)wt)[dst - t] = ((const float *)w)[src + t];
                 }
+        }
     conv_geom t = *q;
     t.C = q->O; t.H = q->oh; t.W = q->ow;
     t.O = q->C; t.oh = q->H; t.ow = q->W;

@@ -241,6 +241,22 @@ int ref_eval_pool(lt_op op, const lt_attrs *at, const ref_array *in,
                      ref_array *out)
 {
     const int64_t *a = at->i;
+    if (op == LT_OP_max_pool2d_backward_idx) {
+        /* dx[plane, idx] += grad, x only for the shape */
+        pool_geo g;
+        if (pool_geometry(&in[1].shape, &g)) return -1;
+        int64_t HW = g.H * g.W, per = g.NC ? ref_numel(&in[0].shape) / g.NC : 0;
+        if (ref_numel(&in[2].shape) != ref_numel(&in[0].shape))
+            return ref_fail("ref max_pool2d_backward_idx: indices shape");
+        if (ref_array_init(out, in[0].dtype, &in[1].shape)) return -1;
+        for (int64_t pl = 0; pl < g.NC; pl++)
+            for (int64_t o = 0; o < per; o++) {
+                int64_t k = (int64_t)in[2].v[pl * per + o];
+                if (k < 0 || k >= HW) return ref_fail("ref max_pool2d_backward_idx: index range");
+                out->v[pl * HW + k] += in[0].v[pl * per + o];
+            }
+        return 0;
+    }
     int bwd = op == LT_OP_max_pool2d_backward || op == LT_OP_avg_pool2d_backward ||
               op == LT_OP_adaptive_avg_pool2d_backward;
     const ref_array *x = bwd ? &in[1] : &in[0];

@@ -102,10 +102,23 @@ static const conv_case conv_cases[] = {
     {1, 2, 5, 6, 2, 1, 1, 2, 2, 0, 0, 1, 1, 1},     /* 1x1 strided, N < threads */
     {3, 4, 8, 8, 8, 3, 3, 2, 2, 1, 1, 1, 1, 4},     /* depthwise x2 */
     {2, 2, 6, 5, 3, 2, 3, 1, 2, 2, 0, 2, 2, 1},     /* padding larger than half kernel */
-    /* stride 1, >= 16 channels per group: backward input as a forward conv */
+    /* stride 1, >= 16 channels per group, >= 1024 input pixels: backward
+     * input as a forward conv (below: col2im) */
+    {2, 16, 24, 22, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+    {2, 32, 23, 24, 4, 3, 2, 1, 1, 2, 1, 2, 1, 2},  /* dilated, groups, uneven padding */
     {2, 16, 6, 5, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1},
-    {2, 32, 7, 6, 4, 3, 2, 1, 1, 2, 1, 2, 1, 2},    /* dilated, groups, uneven padding */
+    {2, 32, 7, 6, 4, 3, 2, 1, 1, 2, 1, 2, 1, 2},
     {1, 16, 5, 5, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1},    /* padding beyond the kernel: col2im */
+    /* large enough for threads (>= 1e6 flops): small spatial -> GEMM split
+     * (GEMM blocks and layout loops on helpers, weight gradient in place) */
+    {5, 32, 6, 5, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+    {4, 24, 7, 7, 40, 3, 3, 2, 2, 1, 1, 1, 1, 2},   /* strided: col2im, groups */
+    {3, 64, 2, 2, 96, 3, 3, 1, 1, 1, 1, 1, 1, 1},   /* 2x2 maps, N < 2 threads' chunks */
+    {4, 48, 4, 3, 64, 1, 1, 2, 1, 0, 0, 1, 1, 1},   /* 1x1 strided */
+    {7, 128, 12, 12, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1}, /* chunks 3+3+1 in order */
+    /* >= CONV_SPLIT_MIN_COLS columns per chunk: batch split with partials */
+    {5, 4, 24, 23, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+    {4, 3, 50, 47, 16, 7, 7, 2, 2, 3, 3, 1, 1, 1},  /* ResNet stem-like, odd size */
 };
 
 static void test_conv_f32(void **state)
@@ -315,6 +328,77 @@ static void test_max_pool_2x2(void **state)
             }
 }
 
+/* General max pooling (pool.c's row kernel) on larger inputs: rows wider
+ * than a tile (64 outputs) with remainders, strides 1, 2 and 3 (the three
+ * inner loops), padding, dilation, ceil_mode, enough elements for two
+ * threads, NaN/-inf/ties; f32 (i64 and i32 indices), f64, bf16. */
+static void test_max_pool_general(void **state)
+{
+    static const int64_t geo[][9] = {   /* H, W, planes, kh, kw, sh, sw, ph, pw */
+        {32, 32, 70, 3, 3, 2, 2, 1, 1},   /* ResNet stem pool */
+        {9, 150, 40, 3, 2, 1, 1, 1, 0},   /* stride 1, two tiles + remainder */
+        {7, 200, 50, 2, 3, 3, 3, 1, 1},   /* stride 3 */
+        {11, 131, 45, 3, 3, 2, 2, 0, 1},
+    };
+    const lt_dtype dts[3] = {LT_F32, LT_F64, LT_BF16};
+    for (size_t gi = 0; gi < sizeof geo / sizeof *geo; gi++)
+        for (int di = 0; di < 3; di++)
+            for (int ceil_mode = 0; ceil_mode < 2; ceil_mode++) {
+                const int64_t *q = geo[gi];
+                lt_dtype dt = dts[di];
+                int64_t H = q[0], W = q[1], P = q[2], n = P * H * W;
+                int64_t dh = 1 + (gi & 1), dw = 1 + (ceil_mode && gi == 3);
+                int64_t oh = pool_out(H, q[3], q[5], q[7], dh, ceil_mode);
+                int64_t ow = pool_out(W, q[4], q[6], q[8], dw, ceil_mode);
+                int64_t no = P * oh * ow;
+                double *x = kt_rvals(n, dt);
+                for (int64_t i = 0; i < n; i++) x[i] = floor(x[i] * 4) / 4;  /* ties */
+                for (int64_t i = 0; i < n; i += 97) x[i] = NAN;
+                for (int64_t i = 5; i < n; i += 89) x[i] = -INFINITY;
+                for (int64_t i = 0; i < 3 * W && i < n; i++) x[i] = -INFINITY;  /* all -inf rows */
+                x[W + 1] = NAN;
+                double *ry = kt_talloc((size_t)no * 8), *ri = kt_talloc((size_t)no * 8);
+                double *g = kt_rvals(no, dt), *rdx = kt_talloc((size_t)n * 8);
+                int64_t k6[6] = {q[3], q[4], q[5], q[6], q[7], q[8]};
+                max_pool_ref(x, P, H, W, k6, dh, dw, oh, ow, ry, ri, g, rdx);
+                if (dt == LT_BF16)
+                    for (int64_t i = 0; i < n; i++) rdx[i] = kt_round_bf16(rdx[i]);
+                for (int c = 0; c < 2; c++) {
+                    const lt_kernel_ctx *ctx = c ? &kt_ctx2 : &kt_ctx1;
+                    char what[96];
+                    snprintf(what, sizeof what, "max_pool2d geo%zu dt%d ceil%d nt%d", gi, (int)dt,
+                             ceil_mode, c + 1);
+                    int64_t xd[4] = {1, P, H, W}, od[4] = {1, P, oh, ow};
+                    lt_view xv = kt_view(dt, 4, xd, NULL, 0, x);
+                    lt_attrs at = KATTR(q[3], q[4], q[5], q[6], q[7], q[8], dh, dw, ceil_mode);
+                    lt_view y = kt_out(dt, 4, od), dx = kt_out(dt, 4, xd);
+                    lt_view yi = kt_out(c ? LT_I32 : LT_I64, 4, od);
+                    assert_int_equal(lt_kernel_pool(LT_OP_max_pool2d, &at, &xv, 1, &y, ctx), LT_OK);
+                    kt_check(what, &y, ry, no, 0, 0);
+                    assert_int_equal(lt_kernel_pool(LT_OP_max_pool2d_indices, &at, &xv, 1, &yi, ctx), LT_OK);
+                    kt_check(what, &yi, ri, no, 0, 0);
+                    lt_view bin[2] = {kt_view(dt, 4, od, NULL, 0, g), xv};
+                    assert_int_equal(lt_kernel_pool(LT_OP_max_pool2d_backward, &at, bin, 2, &dx, ctx), LT_OK);
+                    kt_check(what, &dx, rdx, n, 1e-6, dt == LT_BF16 ? 1.0 / 128 : 1e-6);
+                    /* the same from the forward's indices (i64 / i32) */
+                    lt_view bi[3] = {bin[0], xv, yi};
+                    lt_view dx2 = kt_out(dt, 4, xd);
+                    assert_int_equal(lt_kernel_pool(LT_OP_max_pool2d_backward_idx, &at, bi, 3, &dx2, ctx),
+                                     LT_OK);
+                    kt_check(what, &dx2, rdx, n, 1e-6, dt == LT_BF16 ? 1.0 / 128 : 1e-6);
+                    if (gi == 0 && di == 0 && !ceil_mode) {   /* an index outside the plane */
+                        int64_t *iv = (int64_t *)yi.data;
+                        if (c) ((int32_t *)iv)[5] = (int32_t)(H * W);
+                        else iv[5] = -1;
+                        assert_int_equal(lt_kernel_pool(LT_OP_max_pool2d_backward_idx, &at, bi, 3, &dx2, ctx),
+                                         LT_ERR_ARG);
+                        assert_non_null(strstr(lt_last_error(), "outside"));
+                    }
+                }
+                kt_tfree_all();
+            }
+}
+
 static void test_avg_pool(void **state)
 {
     const int64_t P = 4, H = 10, W = 7, k = 3, s = 2, p = 1;  /* H: ceil window clipped at H+p */
@@ -404,6 +488,7 @@ int main(void)
         cmocka_unit_test_teardown(test_conv_errors, kt_teardown),
         cmocka_unit_test_teardown(test_max_pool, kt_teardown),
         cmocka_unit_test_teardown(test_max_pool_2x2, kt_teardown),
+        cmocka_unit_test_teardown(test_max_pool_general, kt_teardown),
         cmocka_unit_test_teardown(test_avg_pool, kt_teardown),
         cmocka_unit_test_teardown(test_adaptive_avg_pool, kt_teardown),
     };

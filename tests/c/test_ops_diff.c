@@ -413,7 +413,10 @@ static void cases_pool(lt_op op)
                 gs.dims[gs.ndim - 1] = OW;
                 int bwd = op == LT_OP_max_pool2d_backward || op == LT_OP_avg_pool2d_backward ||
                           op == LT_OP_adaptive_avg_pool2d_backward;
-                if (bwd)
+                int64_t hw = xs[s].dims[xs[s].ndim - 2] * xs[s].dims[xs[s].ndim - 1];
+                if (op == LT_OP_max_pool2d_backward_idx)   /* any indices in the plane */
+                    RUN(op, at, tol, T(gs, dts[d], G_NORM), T(xs[s], dts[d], G_NORM), TIDX(gs, hw));
+                else if (bwd)
                     RUN(op, at, tol, T(gs, dts[d], G_NORM), T(xs[s], dts[d], G_NORM));
                 else
                     RUN(op, at, tol, T(xs[s], dts[d], G_NORM));
@@ -931,7 +934,9 @@ static void cases_large(lt_op op)
         }
         int bwd = op == LT_OP_max_pool2d_backward || op == LT_OP_avg_pool2d_backward ||
                   op == LT_OP_adaptive_avg_pool2d_backward;
-        if (bwd) BIG(op, at, TOL, T(g, f, G_NORM), T(D(4, 16, 40, 40), f, G_NORM));
+        if (op == LT_OP_max_pool2d_backward_idx)
+            BIG(op, at, TOL, T(g, f, G_NORM), T(D(4, 16, 40, 40), f, G_NORM), TIDX(g, 1600));
+        else if (bwd) BIG(op, at, TOL, T(g, f, G_NORM), T(D(4, 16, 40, 40), f, G_NORM));
         else BIG(op, at, TOL, T(D(4, 16, 40, 40), f, G_NORM));
         break;
     }

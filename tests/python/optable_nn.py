@@ -117,7 +117,8 @@ def _conv3d(draw):
                 names=("conv", "convolution", "Calculated", "kernel size", "size"))
 
 
-@entry("pool2d", covers=["max_pool2d", "max_pool2d_indices", "max_pool2d_backward", "avg_pool2d",
+@entry("pool2d", covers=["max_pool2d", "max_pool2d_indices", "max_pool2d_backward",
+                         "max_pool2d_backward_idx", "avg_pool2d",
                          "avg_pool2d_backward", "adaptive_avg_pool2d",
                          "adaptive_avg_pool2d_backward"], tol=8)
 def _pool(draw):
