@@ -80,7 +80,9 @@ typedef struct lt_fload {
 #define S f32
 #define T_IS_INT 0
 #define T_DT LT_F32
+#define T_FAST_GELU 1
 #include "fused_tmpl.h"
+#undef T_FAST_GELU
 #undef T
 #undef S
 #undef T_IS_INT
@@ -89,7 +91,9 @@ typedef struct lt_fload {
 #define S f64
 #define T_IS_INT 0
 #define T_DT LT_F64
+#define T_FAST_GELU 0
 #include "fused_tmpl.h"
+#undef T_FAST_GELU
 #undef T
 #undef S
 #undef T_IS_INT
@@ -98,7 +102,9 @@ typedef struct lt_fload {
 #define S i64
 #define T_IS_INT 1
 #define T_DT LT_I64
+#define T_FAST_GELU 0
 #include "fused_tmpl.h"
+#undef T_FAST_GELU
 #undef T
 #undef S
 #undef T_IS_INT
@@ -301,6 +307,10 @@ lt_status lt_fused_finish(lt_fused *f)
     if (f->result >= 0)
         f->result = reg[f->result];
     f->n_regs = n_regs ? n_regs : 1;
+    f->compute_bound = 0;
+    for (int k = 0; k < n; k++)
+        f->compute_bound |= f->ins[k].op == LT_OP_gelu ||
+                            f->ins[k].op == LT_OP_gelu_backward;
     f->finished = 1;
     free(last); free(reg); free(free_regs);
     return LT_OK;

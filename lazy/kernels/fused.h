@@ -53,6 +53,9 @@ typedef struct lt_fused {
     int32_t *out_val;   /* value (register after finish) stored to out[k] */
     int32_t result;     /* value handed to lt_fused_eval's caller, -1 none */
     int finished;
+    int compute_bound;  /* after finish: holds gelu / gelu_backward, whose
+                           math outlasts the memory traffic (no software
+                           prefetch of its contiguous loads) */
 } lt_fused;
 
 /* Compute type of a node: f64 if any of dts is f64, else f32 if any is a

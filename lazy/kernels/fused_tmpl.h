@@ -4,6 +4,7 @@
  *   T   the compute type (float, double, int64_t)
  *   S   a suffix token (f32, f64, i64)
  *   T_IS_INT  1 for int64_t
+ *   T_FAST_GELU  1 for float: gelu / gelu_backward via vmath.h lt_vphif
  * Defines load_S, exec_S (one block) and store_S.
  * Integer arithmetic wraps (two's complement, as in PyTorch): fused.c is
  * compiled with -fwrapv. Float <-> integer conversions saturate
@@ -125,7 +126,7 @@ static int FN(exec)(const lt_fused *f, const lt_fload *ld,
             d = (T *)out[in->direct - 1].data + out[in->direct - 1].offset + i0;
         if (in->op == LT_FUSED_LOAD) {
             const lt_fload *l = &ld[in->a];
-            if (l->kind == LT_FL_CONTIG) {
+            if (l->kind == LT_FL_CONTIG && !f->compute_bound) {
                 /* the next block of this stream: overlap memory with math */
                 const char *nx = l->base + (size_t)(i0 + n) * l->esize;
                 for (size_t o = 0; o < (size_t)n * l->esize; o += 64)
@@ -157,6 +158,27 @@ static int FN(exec)(const lt_fused *f, const lt_fload *ld,
                     break;
                 }
         rp[in->dst] = d;
+#if T_FAST_GELU
+        /* exact GELU and its backward in f32: one shared exponential for
+         * the CDF and the density (vmath.h lt_vphif) instead of the
+         * expression's erf + exp */
+        if (in->op == LT_OP_gelu) {
+            for (int i = 0; i < n; i++) {
+                float e;
+                d[i] = pa[i] * lt_vphif(pa[i], &e);
+            }
+            goto narrow;
+        }
+        if (in->op == LT_OP_gelu_backward) {      /* (grad, x) */
+            _Pragma("GCC ivdep")
+            for (int i = 0; i < n; i++) {
+                float e, x = pb[i];
+                float phi = lt_vphif(x, &e);
+                d[i] = pa[i] * (phi + x * 0.39894228040143267794f * e);
+            }
+            goto narrow;
+        }
+#endif
         switch (in->op) {
 #if T_IS_INT    /* float math on integers (exp in silu_backward, ...): saturate */
 #define LT_TO_T(x) _Generic((x), float: lt_fz_f2i, double: lt_fz_f2i, default: lt_ew_id_i)(x)
@@ -178,6 +200,9 @@ static int FN(exec)(const lt_fused *f, const lt_fload *ld,
         default:
             break;
         }
+#if T_FAST_GELU
+    narrow:
+#endif
         switch (in->narrow) {
         case LT_BOOL:
             for (int i = 0; i < n; i++) d[i] = (T)(d[i] != 0);

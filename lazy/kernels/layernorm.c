@@ -20,18 +20,22 @@
  * (mean and rstd: R elements each, as the forward's outputs.)
  * rstd = 1 / sqrt(var + eps) with the biased variance, eps = attrs.f[0].
  * f32/bf16 compute in f32 with double row sums (the two-pass variance and
- * the backward's means are differences of large terms), f64 in f64; bf16
- * rounds when stored. Rows run in parallel on the core's helpers; the
- * affine sums accumulate per fixed row chunk and add the chunks in order,
- * so the result does not depend on which thread ran which chunk.
+ * the backward's means are differences of large terms; 16 vectorised f32
+ * lane partials of at most 32 terms each feed the double), f64 in f64;
+ * bf16 rounds when stored. Rows run in parallel on the core's helpers; the
+ * affine sums accumulate in the compute type per fixed chunk of 32 rows and
+ * add the chunks in order in double, so the result does not depend on which
+ * thread ran which chunk.
  */
 #include <math.h>
+#include <string.h>
 #include "kutil.h"
 #include "par.h"
 
 enum { LN_FWD, LN_STATS, LN_BWD, LN_AFFINE };
 
 #define LN_ROWS 32      /* rows per chunk of the parallel loop */
+#define LN_SPAN 512     /* elements a vector partial takes before joining the double total */
 
 typedef struct ln_job {
     int kind;
@@ -40,18 +44,90 @@ typedef struct ln_job {
     const void *x, *g, *w, *b;  /* compute type; w, b may be NULL */
     const void *mean, *rstd;    /* BWD, AFFINE: [R] */
     void *y;                    /* FWD/BWD: [R, D]; STATS: [2, R];
-                                   AFFINE: per-chunk [2, D] double */
+                                   AFFINE: per-chunk [2, D] partials, T */
 } ln_job;
+
+/* Row sums with GCC vector types (32-byte vectors; plain C fallbacks are
+ * what the compiler emits without AVX): two vector partials per sum for
+ * LN_SPAN elements at a time, then into double totals, so f32 terms are
+ * rounded over at most 32 additions per lane and the double sum is not
+ * reassociated. ln_sums_S(a, b, x, m, D, s1, s2):
+ *   s1 = sum a[i] * b[i],  s2 = sum a[i] * b[i] * (x[i] - m)   (b NULL: 1)
+ * ln_sum_S(x, m, sq, D) = sum (x[i] - m) (sq 0) or its square (sq 1). */
+#define LN_SUMS(T, SUF, NL)                                                              \
+typedef T ln_v_##SUF __attribute__((vector_size(32)));                                  \
+static inline ln_v_##SUF ln_ld_##SUF(const T *p)                                         \
+{                                                                                        \
+    ln_v_##SUF v;                                                                        \
+    memcpy(&v, p, sizeof v);                                                             \
+    return v;                                                                            \
+}                                                                                        \
+static inline double ln_hsum_##SUF(ln_v_##SUF a, ln_v_##SUF b)                           \
+{                                                                                        \
+    double s = 0;                                                                        \
+    for (int l = 0; l < NL; l++) s += (double)a[l] + (double)b[l];                       \
+    return s;                                                                            \
+}                                                                                        \
+static double ln_sum_##SUF(const T *x, T m, int sq, int64_t D)                          \
+{                                                                                        \
+    double s = 0;                                                                        \
+    for (int64_t i0 = 0; i0 < D; i0 += LN_SPAN) {                                        \
+        int64_t i1 = i0 + LN_SPAN < D ? i0 + LN_SPAN : D, i = i0;                        \
+        ln_v_##SUF p = {0}, q = {0};                                                     \
+        if (sq)                                                                          \
+            for (; i + 2 * NL <= i1; i += 2 * NL) {                                      \
+                ln_v_##SUF a = ln_ld_##SUF(x + i) - m, b = ln_ld_##SUF(x + i + NL) - m;  \
+                p += a * a;                                                              \
+                q += b * b;                                                              \
+            }                                                                            \
+        else                                                                             \
+            for (; i + 2 * NL <= i1; i += 2 * NL) {                                      \
+                p += ln_ld_##SUF(x + i) - m;                                             \
+                q += ln_ld_##SUF(x + i + NL) - m;                                        \
+            }                                                                            \
+        s += ln_hsum_##SUF(p, q);                                                        \
+        for (; i < i1; i++) s += sq ? (double)((x[i] - m) * (x[i] - m)) : x[i] - m;     \
+    }                                                                                    \
+    return s;                                                                            \
+}                                                                                        \
+static void ln_sums_##SUF(const T *a, const T *b, const T *x, T m, int64_t D,           \
+                          double *s1, double *s2)                                        \
+{                                                                                        \
+    double t1 = 0, t2 = 0;                                                               \
+    for (int64_t i0 = 0; i0 < D; i0 += LN_SPAN) {                                        \
+        int64_t i1 = i0 + LN_SPAN < D ? i0 + LN_SPAN : D, i = i0;                        \
+        ln_v_##SUF p1 = {0}, q1 = {0}, p2 = {0}, q2 = {0};                               \
+        for (; i + 2 * NL <= i1; i += 2 * NL) {                                          \
+            ln_v_##SUF u = ln_ld_##SUF(a + i), v = ln_ld_##SUF(a + i + NL);              \
+            if (b) {                                                                     \
+                u *= ln_ld_##SUF(b + i);                                                 \
+                v *= ln_ld_##SUF(b + i + NL);                                            \
+            }                                                                            \
+            p1 += u;                                                                     \
+            q1 += v;                                                                     \
+            p2 += u * (ln_ld_##SUF(x + i) - m);                                          \
+            q2 += v * (ln_ld_##SUF(x + i + NL) - m);                                     \
+        }                                                                                \
+        t1 += ln_hsum_##SUF(p1, q1);                                                     \
+        t2 += ln_hsum_##SUF(p2, q2);                                                     \
+        for (; i < i1; i++) {                                                            \
+            T u = b ? a[i] * b[i] : a[i];                                                \
+            t1 += u;                                                                     \
+            t2 += (double)(u * (x[i] - m));                                              \
+        }                                                                                \
+    }                                                                                    \
+    *s1 = t1;                                                                            \
+    *s2 = t2;                                                                            \
+}
+
+LN_SUMS(float, f, 8)
+LN_SUMS(double, d, 4)
 
 #define LN_IMPL(T, SUF, SQRT)                                                            \
 static void ln_stats_##SUF(const T *x, int64_t D, double eps, T *mean, T *rstd)          \
 {                                                                                        \
-    double s = 0, v = 0;                                                                 \
-    _Pragma("omp simd reduction(+ : s)")                                                \
-    for (int64_t d = 0; d < D; d++) s += x[d];                                           \
-    T m = (T)(s / (double)D);                                                            \
-    _Pragma("omp simd reduction(+ : v)")                                                \
-    for (int64_t d = 0; d < D; d++) { T c = x[d] - m; v += (double)c * c; }             \
+    T m = (T)(ln_sum_##SUF(x, 0, 0, D) / (double)D);                                     \
+    double v = ln_sum_##SUF(x, m, 1, D);                                                 \
     *mean = m;                                                                           \
     *rstd = (T)(1 / sqrt(v / (double)D + eps));                                          \
 }                                                                                        \
@@ -62,7 +138,7 @@ static void ln_chunk_##SUF(void *arg, int64_t ci, int wk)                       
     int64_t D = j->D, lo = ci * LN_ROWS;                                                 \
     int64_t hi = lo + LN_ROWS < j->R ? lo + LN_ROWS : j->R;                              \
     const T *w = j->w, *b = j->b;                                                        \
-    double *acc = j->kind == LN_AFFINE ? (double *)j->y + ci * 2 * D : NULL;             \
+    T *acc = j->kind == LN_AFFINE ? (T *)j->y + ci * 2 * D : NULL;                       \
     if (acc) memset(acc, 0, (size_t)(2 * D) * sizeof *acc);                              \
     for (int64_t r = lo; r < hi; r++) {                                                  \
         const T *x = (const T *)j->x + r * D;                                            \
@@ -96,28 +172,29 @@ static void ln_chunk_##SUF(void *arg, int64_t ci, int wk)                       
             continue;                                                                    \
         }                                                                                \
         const T *g = (const T *)j->g + r * D;                                            \
-        if (j->kind == LN_AFFINE) {                                                      \
-            double *aw = acc, *ab = acc + D;                                             \
+        if (j->kind == LN_AFFINE) {     /* T partials over LN_ROWS rows */               \
+            T *aw = acc, *ab = acc + D;                                                  \
             _Pragma("omp simd")                                                          \
             for (int64_t d = 0; d < D; d++) {                                            \
-                aw[d] += (double)g[d] * ((x[d] - m) * rs);                               \
+                aw[d] += g[d] * ((x[d] - m) * rs);                                       \
                 ab[d] += g[d];                                                           \
             }                                                                            \
             continue;                                                                    \
         }                                                                                \
-        double s1 = 0, s2 = 0;                                                           \
-        _Pragma("omp simd reduction(+ : s1, s2)")                                       \
-        for (int64_t d = 0; d < D; d++) {                                                \
-            T gw = w ? g[d] * w[d] : g[d];                                               \
-            s1 += gw;                                                                    \
-            s2 += (double)gw * ((x[d] - m) * rs);                                        \
-        }                                                                                \
-        T m1 = (T)(s1 / (double)D), m2 = (T)(s2 / (double)D);                            \
+        /* mean(gw) and mean(gw * xhat) = rs * mean(gw * (x - m)) */                     \
+        double s1, s2;                                                                   \
+        ln_sums_##SUF(g, w, x, m, D, &s1, &s2);                                          \
+        T m1 = (T)(s1 / (double)D), m2 = (T)(s2 * (double)rs / (double)D);               \
         T *y = (T *)j->y + r * D;                                                        \
-        _Pragma("omp simd")                                                              \
-        for (int64_t d = 0; d < D; d++) {                                                \
-            T gw = w ? g[d] * w[d] : g[d];                                               \
-            y[d] = rs * (gw - m1 - (x[d] - m) * rs * m2);                                \
+        T k2 = rs * m2;                                                                  \
+        if (w) {                                                                         \
+            _Pragma("omp simd")                                                          \
+            for (int64_t d = 0; d < D; d++)                                              \
+                y[d] = rs * (g[d] * w[d] - m1 - (x[d] - m) * k2);                        \
+        } else {                                                                         \
+            _Pragma("omp simd")                                                          \
+            for (int64_t d = 0; d < D; d++)                                              \
+                y[d] = rs * (g[d] - m1 - (x[d] - m) * k2);                               \
         }                                                                                \
     }                                                                                    \
 }
@@ -186,7 +263,7 @@ lt_status lt_kernel_lnorm(lt_op op, const lt_attrs *attrs, const lt_view *in, in
     int64_t nch = (R + LN_ROWS - 1) / LN_ROWS;
     void *y = kt_ptr(out);
     if (st == LT_OK && kind == LN_AFFINE)
-        y = yo = lt_kutil_alloc((size_t)(nch * 2 * D) * sizeof(double), "layer norm");
+        y = yo = lt_kutil_alloc((size_t)(nch * 2 * D) * es, "layer norm");
     else if (st == LT_OK && out->dtype != cdt)
         y = yo = lt_kutil_alloc((size_t)on * es, "layer norm");
     if (st == LT_OK && !y) st = LT_ERR_OOM;
@@ -200,11 +277,13 @@ lt_status lt_kernel_lnorm(lt_op op, const lt_attrs *attrs, const lt_view *in, in
     lt_par_for(ctx, R * D > 16384 ? nt : 1, nch, cdt == LT_F64 ? ln_chunk_d : ln_chunk_f, &j);
     if (kind == LN_AFFINE) {
         /* chunk partials added in chunk order: deterministic */
-        const double *acc = yo;
         lt_view o = kt_contig_view(kt_ptr(out), out->dtype, &out->shape);
         for (int64_t d = 0; d < 2 * D; d++) {
             double t = 0;
-            for (int64_t c = 0; c < nch; c++) t += acc[c * 2 * D + d];
+            if (cdt == LT_F64)
+                for (int64_t c = 0; c < nch; c++) t += ((const double *)yo)[c * 2 * D + d];
+            else
+                for (int64_t c = 0; c < nch; c++) t += ((const float *)yo)[c * 2 * D + d];
             kt_store(o.data, o.dtype, d, t);
         }
     } else if (yo) {

@@ -37,11 +37,22 @@ def _count(name):
     (torch.float64, (5, 6, 8), 2, "wb"),
     (torch.bfloat16, (4, 5, 32), 1, "wb"),
     (torch.float32, (70, 256), 1, "b"),   # several row chunks
+    (torch.float32, (5, 1037), 1, "wb"),  # several 512-element spans + tail
+    (torch.float32, (3, 7, 33), 2, "w"),  # odd width, no w-free path
+    (torch.float64, (9, 1037), 1, ""),
+    (torch.bfloat16, (6, 515), 1, "wb"),
+    (torch.float32, (40, 200), 1, "wb-offset"),   # mean 1e3: two-pass variance
+    (torch.float32, (33, 48), 1, "wb-transposed"),  # non-contiguous input
 ])
 def test_layer_norm_values_and_grads(dt, shape, k, affine):
     torch.manual_seed(0)
     ns = shape[-k:]
     x = (torch.randn(*shape, dtype=torch.float64) * 3 + 1).to(dt)
+    if "offset" in affine:
+        x = x + 1000
+    if "transposed" in affine:   # same shape, strided storage
+        x = x.t().contiguous().t()
+        assert not x.is_contiguous()
     w = torch.randn(*ns, dtype=dt) if "w" in affine else None
     b = torch.randn(*ns, dtype=dt) if "b" in affine else None
 
@@ -154,3 +165,37 @@ def test_linear_under_autocast():
         outs.append((y.float().cpu(), m.weight.grad.cpu(), m.bias.grad.cpu()))
     for a, c in zip(*outs):
         assert torch.allclose(a, c, atol=0.05, rtol=0.02), (a, c)
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("layout", ["odd", "transposed", "sliced"])
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_values_and_grads(dt, layout, approximate):
+    """GELU (exact: the f32 interpreter's own CDF, lazy/kernels/vmath.h
+    lt_vphif, shared with gelu_backward) and the tanh form: values and
+    gradients as eager's, odd lengths (vector tails), non-contiguous
+    inputs, the tails |x| ~ 10, bf16 storage."""
+    torch.manual_seed(0)
+    base = torch.randn(37, 515, dtype=torch.float64) * 3
+    base[0, :40] = torch.linspace(-12, 12, 40, dtype=torch.float64)
+    base = base.to(dt)
+
+    def view(t):
+        if layout == "transposed":
+            return t.t()
+        if layout == "sliced":
+            return t[:, 1::2]
+        return t
+
+    def fn(x):
+        return F.gelu(view(x), approximate=approximate)
+
+    want = _grads(fn, [base], "cpu")
+    got = _grads(fn, [base], DEV)
+    tol = {torch.float64: 1e-12, torch.float32: 2e-6, torch.bfloat16: 2e-2,
+           torch.float16: 2e-3}[dt]
+    for i, (a, c) in enumerate(zip(want, got)):
+        # eager's f32 erf is within ~1.5e-7 absolute: relative to |x|
+        err = (a.detach() - c).abs() / (1 + base.double().abs().reshape(a.shape)
+                               if i else 1 + view(base.double()).abs())
+        assert float(err.max()) <= tol, ("output %d" % i, float(err.max()))
