@@ -55,6 +55,20 @@ static inline float lt_vm_sel(int c, float a, float b)
     return lt_vm_bits_f((lt_vm_f_bits(a) & m) | (lt_vm_f_bits(b) & ~m));
 }
 
+/* exp(r) for |r| <= ln2/2 as its degree-7 Taylor polynomial (Horner):
+ * the core of lt_vexpf and lt_vphif. */
+static inline float lt_vm_exp_poly(float r)
+{
+    float p = 1.0f / 5040;
+    p = p * r + 1.0f / 720;
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    return p * r + 1.0f;
+}
+
 /* exp(x). x = n*ln2 + r with |r| <= ln2/2 (ln2 split in an exact 8-bit
  * high part and a low part), e^r by its degree-7 Taylor polynomial
  * (truncation < 6e-9 relative), then * 2^n as two factors 2^(n/2) so the
@@ -68,14 +82,7 @@ static inline float lt_vexpf(float x)
     float n = __builtin_rintf(xc * 1.44269504088896341f);
     float r = xc - n * 0.693359375f;
     r = r + n * 2.12194440e-4f;
-    float p = 1.0f / 5040;
-    p = p * r + 1.0f / 720;
-    p = p * r + 1.0f / 120;
-    p = p * r + 1.0f / 24;
-    p = p * r + 1.0f / 6;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
+    float p = lt_vm_exp_poly(r);
     int32_t ni = (int32_t)n;
     int32_t n1 = ni >> 1, n2 = ni - n1;          /* n1, n2 in [-75, 64] */
     float s1 = lt_vm_bits_f((uint32_t)(n1 + 127) << 23);
@@ -213,14 +220,7 @@ static inline float lt_vphif(float x, float *pdf_e)
     float n = __builtin_rintf(hc * -1.44269504088896341f);
     float f = __builtin_fmaf(n, -0.693359375f, -hc);
     f = __builtin_fmaf(n, 2.12194440e-4f, f);
-    float e = 1.0f / 5040;
-    e = e * f + 1.0f / 720;
-    e = e * f + 1.0f / 120;
-    e = e * f + 1.0f / 24;
-    e = e * f + 1.0f / 6;
-    e = e * f + 0.5f;
-    e = e * f + 1.0f;
-    e = e * f + 1.0f;
+    float e = lt_vm_exp_poly(f);
     float sc = lt_vm_bits_f((uint32_t)((int32_t)n + 127) << 23);
     float ex = e * sc;
     ex = ex - ex * lo;
