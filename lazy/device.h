@@ -56,6 +56,9 @@ void lt_buffer_release(lt_buffer *b);   /* frees and un-accounts at 0 */
  * lt_core_wait does not report it again). */
 lt_status lt_buffer_wait(lt_buffer *b);
 size_t lt_core_bytes_in_use(int core);
+/* Bytes of freed device buffers the core keeps for reuse (its buffer
+ * cache); 0 for an invalid core or with the cache disabled. */
+size_t lt_core_cached_bytes(int core);
 
 /* A job run on the core's worker thread. run() returns a status; on failure
  * it must have called lt_set_error, and it may set `cause` (an owned
