@@ -262,6 +262,31 @@ static void max_pool_ref(const double *x, int64_t P, int64_t H, int64_t W, const
             }
 }
 
+/* max_pool2d, max_pool2d_indices (i32 indices when i32, else i64) and
+ * max_pool2d_backward (recompute from x) of x [xd] with attrs at on ctx,
+ * checked against the reference values ry, indices ri and input gradient
+ * rdx of output gradient g [od]; dx within atol/rtol. Returns the input,
+ * gradient and indices views (*xv, *gv, *yi) for further checks. */
+static void check_max_pool(const char *what, lt_dtype dt, const int64_t xd[4],
+                           const int64_t od[4], const lt_attrs *at, const lt_kernel_ctx *ctx,
+                           int i32, double *x, double *g, const double *ry, const double *ri,
+                           const double *rdx, double atol, double rtol, lt_view *xv,
+                           lt_view *gv, lt_view *yi)
+{
+    int64_t n = xd[0] * xd[1] * xd[2] * xd[3], no = od[0] * od[1] * od[2] * od[3];
+    *xv = kt_view(dt, 4, xd, NULL, 0, x);
+    *gv = kt_view(dt, 4, od, NULL, 0, g);
+    lt_view y = kt_out(dt, 4, od), dx = kt_out(dt, 4, xd);
+    *yi = kt_out(i32 ? LT_I32 : LT_I64, 4, od);
+    assert_int_equal(lt_kernel_pool(LT_OP_max_pool2d, at, xv, 1, &y, ctx), LT_OK);
+    kt_check(what, &y, ry, no, 0, 0);
+    assert_int_equal(lt_kernel_pool(LT_OP_max_pool2d_indices, at, xv, 1, yi, ctx), LT_OK);
+    kt_check(what, yi, ri, no, 0, 0);
+    lt_view bin[2] = {*gv, *xv};
+    assert_int_equal(lt_kernel_pool(LT_OP_max_pool2d_backward, at, bin, 2, &dx, ctx), LT_OK);
+    kt_check(what, &dx, rdx, n, atol, rtol);
+}
+
 /* 2x2 / stride 2 max pooling (pool_max2.c's fast path) against the
  * reference: odd and even sizes, rows shorter and longer than a vector,
  * ceil_mode's partial windows (incl. an input with only a partial window),
@@ -312,17 +337,10 @@ static void test_max_pool_2x2(void **state)
                     snprintf(what, sizeof what, "max_pool2d 2x2 H%lld W%lld dt%d ceil%d nt%d",
                              (long long)H, (long long)W, (int)dt, ceil_mode, c + 1);
                     int64_t xd[4] = {1, P, H, W}, od[4] = {1, P, oh, ow};
-                    lt_view xv = kt_view(dt, 4, xd, NULL, 0, x);
                     lt_attrs at = KATTR(2, 2, 2, 2, 0, 0, 1, 1, ceil_mode);
-                    lt_view y = kt_out(dt, 4, od), dx = kt_out(dt, 4, xd);
-                    lt_view yi = kt_out(c ? LT_I32 : LT_I64, 4, od);
-                    assert_int_equal(lt_kernel_pool(LT_OP_max_pool2d, &at, &xv, 1, &y, ctx), LT_OK);
-                    kt_check(what, &y, ry, no, 0, 0);
-                    assert_int_equal(lt_kernel_pool(LT_OP_max_pool2d_indices, &at, &xv, 1, &yi, ctx), LT_OK);
-                    kt_check(what, &yi, ri, no, 0, 0);
-                    lt_view bin[2] = {kt_view(dt, 4, od, NULL, 0, g), xv};
-                    assert_int_equal(lt_kernel_pool(LT_OP_max_pool2d_backward, &at, bin, 2, &dx, ctx), LT_OK);
-                    kt_check(what, &dx, rdx, n, 0, 0);
+                    lt_view xv, gv, yi;
+                    check_max_pool(what, dt, xd, od, &at, ctx, c, x, g, ry, ri, rdx, 0, 0,
+                                   &xv, &gv, &yi);
                 }
                 kt_tfree_all();
             }
@@ -369,19 +387,12 @@ static void test_max_pool_general(void **state)
                     snprintf(what, sizeof what, "max_pool2d geo%zu dt%d ceil%d nt%d", gi, (int)dt,
                              ceil_mode, c + 1);
                     int64_t xd[4] = {1, P, H, W}, od[4] = {1, P, oh, ow};
-                    lt_view xv = kt_view(dt, 4, xd, NULL, 0, x);
                     lt_attrs at = KATTR(q[3], q[4], q[5], q[6], q[7], q[8], dh, dw, ceil_mode);
-                    lt_view y = kt_out(dt, 4, od), dx = kt_out(dt, 4, xd);
-                    lt_view yi = kt_out(c ? LT_I32 : LT_I64, 4, od);
-                    assert_int_equal(lt_kernel_pool(LT_OP_max_pool2d, &at, &xv, 1, &y, ctx), LT_OK);
-                    kt_check(what, &y, ry, no, 0, 0);
-                    assert_int_equal(lt_kernel_pool(LT_OP_max_pool2d_indices, &at, &xv, 1, &yi, ctx), LT_OK);
-                    kt_check(what, &yi, ri, no, 0, 0);
-                    lt_view bin[2] = {kt_view(dt, 4, od, NULL, 0, g), xv};
-                    assert_int_equal(lt_kernel_pool(LT_OP_max_pool2d_backward, &at, bin, 2, &dx, ctx), LT_OK);
-                    kt_check(what, &dx, rdx, n, 1e-6, dt == LT_BF16 ? 1.0 / 128 : 1e-6);
+                    lt_view xv, gv, yi;
+                    check_max_pool(what, dt, xd, od, &at, ctx, c, x, g, ry, ri, rdx, 1e-6,
+                                   dt == LT_BF16 ? 1.0 / 128 : 1e-6, &xv, &gv, &yi);
                     /* the same from the forward's indices (i64 / i32) */
-                    lt_view bi[3] = {bin[0], xv, yi};
+                    lt_view bi[3] = {gv, xv, yi};
                     lt_view dx2 = kt_out(dt, 4, xd);
                     assert_int_equal(lt_kernel_pool(LT_OP_max_pool2d_backward_idx, &at, bi, 3, &dx2, ctx),
                                      LT_OK);
