@@ -115,6 +115,9 @@ int lt_cc_add_step(lt_cctx *c, const lt_step *s, int anchor)
 
 static void free_step(lt_step *s)
 {
+    for (int k = 1; k < s->n_seg; k++)
+        lt_fused_free(s->seg[k]);
+    free(s->seg);
     free(s->in);
     free(s->out);
     free(s->hint);
@@ -187,6 +190,7 @@ lt_status lt_compile(const lt_graph *g, lt_program **out)
         c.param_of_pos[g->param_pos[j]] = j;
     const lt_runtime *rt = lt_rt_peek();
     c.no_fuse = c.prog->check_finite = rt && rt->check_finite;
+    c.no_hfuse = c.no_fuse || (rt && rt->no_hfuse);
 
     lt_status st = lt_cc_cse(&c);
     if (st == LT_OK)
@@ -197,6 +201,8 @@ lt_status lt_compile(const lt_graph *g, lt_program **out)
         st = lt_cc_fuse(&c);
     if (st == LT_OK)
         st = lt_cc_emit(&c);
+    if (st == LT_OK)
+        st = lt_cc_hfuse(&c);
     if (st == LT_OK)
         st = lt_cc_plan(&c);
     if (st != LT_OK) {

@@ -11,6 +11,8 @@
  *                                   reductions absorbing producer groups
  *   lt_cc_emit      compile_emit.c  steps (fused programs, reductions,
  *                                   library kernels, output copies)
+ *   lt_cc_hfuse     compile_hfuse.c independent fused steps of the same
+ *                                   program merged into one kernel
  *   lt_cc_plan      compile_plan.c  step order, scratch planning by liveness,
  *                                   outputs, donation, aliasing
  */
@@ -78,6 +80,7 @@ typedef struct lt_cctx {
     int n_consts, cap_consts;
     lt_program *prog;
     int no_fuse;          /* LAZYTPU_CHECK_FINITE: one op per step */
+    int no_hfuse;         /* LAZYTPU_HFUSE=0 (or no_fuse) */
     int *mark;            /* scratch marks for DFS (generation) */
     int mark_gen;
     int *stack;
@@ -101,6 +104,7 @@ lt_status lt_cc_views(lt_cctx *c);
 lt_status lt_cc_patterns(lt_cctx *c);
 lt_status lt_cc_fuse(lt_cctx *c);
 lt_status lt_cc_emit(lt_cctx *c);
+lt_status lt_cc_hfuse(lt_cctx *c);
 lt_status lt_cc_plan(lt_cctx *c);
 
 /* Union-find root of position p's group. */

@@ -10,7 +10,8 @@
  *    caller's out_bufs.
  * 3. Donation: output k written by a fused step that reads parameter j at
  *    the identical index (contiguous, same shape and dtype) while no later
- *    step reads j may be written into j's buffer.
+ *    step reads j may be written into j's buffer (in a horizontal fusion:
+ *    j read by the writing segment only).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -318,9 +319,13 @@ static void plan_donation(lt_cctx *c)
             continue;
         const lt_step *st = &c->steps[ws];
         int hint = st->hint ? st->hint[wk] : -1;
+        /* a horizontal fusion: only the writing segment's inputs, read
+         * by no other segment (those run at other times) */
+        int lo, hi;
+        lt_step_seg_inputs(st, wk, &lo, &hi);
         for (int qq = -1; qq < st->n_in && p->out_donor[k] < 0; qq++) {
             int q = qq < 0 ? hint : qq;
-            if (q < 0 || (qq >= 0 && q == hint))
+            if (q < lo || q >= hi || (qq >= 0 && q == hint))
                 continue;
             const lt_pview *pv = &st->in[q];
             if (pv->base != LT_BASE_PARAM || pv->v.offset != 0 ||
@@ -336,7 +341,7 @@ static void plan_donation(lt_cctx *c)
             for (int q2 = 0; q2 < st->n_in && ok; q2++) {
                 const lt_pview *o = &st->in[q2];
                 if (o->base == LT_BASE_PARAM && param_class(c, o->index) == cls
-                    && !same_view(o, pv))
+                    && (!same_view(o, pv) || q2 < lo || q2 >= hi))
                     ok = 0;
             }
             for (int s = ws + 1; s < c->n_steps && ok; s++)

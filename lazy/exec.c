@@ -215,7 +215,9 @@ lt_status lt_program_run(const lt_program *p, const lt_exec_args *args,
         int64_t t0 = prof ? lt_now_ns() : 0;
         switch (step->kind) {
         case LT_STEP_FUSED:
-            st = lt_fused_run(step->fused, in, out, &ctx);
+            st = step->n_seg > 1
+                 ? lt_fused_run_multi(step->seg, step->n_seg, in, out, &ctx)
+                 : lt_fused_run(step->fused, in, out, &ctx);
             break;
         case LT_STEP_REDUCE:
             st = lt_reduce_run(step->op, &step->plan, step->fused, in,

@@ -18,6 +18,8 @@
  *   LAZYTPU_CHECK_FINITE=1       fail a program at the first op that
  *                                produces a NaN/Inf, naming its line
  *                                (lazy/finite.h; slow: no fusion)
+ *   LAZYTPU_HFUSE=0              no horizontal fusion of same-program
+ *                                elementwise steps (lazy/compile_hfuse.c)
  * lt_init may run again after lt_shutdown (the env is then re-read).
  */
 #include <stdio.h>
@@ -98,6 +100,7 @@ lt_status lt_init(void)
     rt.cache_size = env_int("LAZYTPU_COMPILE_CACHE_SIZE", 1024);
     rt.max_inflight = env_int("LAZYTPU_MAX_INFLIGHT", 2);
     rt.check_finite = env_flag("LAZYTPU_CHECK_FINITE");
+    rt.no_hfuse = getenv("LAZYTPU_HFUSE") && !env_flag("LAZYTPU_HFUSE");
     rt.cache = lt_cache_new(rt.cache_size, prog_retain, prog_release);
     if (!rt.cache) {
         lt_devices_shutdown();

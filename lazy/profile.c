@@ -2,6 +2,8 @@
  * lazy/profile.c — per-op device time (see profile.h). Metric names:
  * "KernelTime::<op>" for library kernels, "KernelTime::fused(<op>)" for a
  * fused elementwise group (op = the group's last computed op),
+ * "KernelTime::hfused(<op>)" for several such groups of one program run as
+ * one kernel (compile_hfuse.c),
  * "KernelTime::reduce(<op>)" for a reduction with its fused prologue.
  * Metrics are looked up per sample (lock-free lookup in the registry);
  * names are bounded by the op table.
@@ -36,7 +38,8 @@ void lt_profile_step(const lt_step *step, int64_t ns)
                 break;
             }
     if (step->kind == LT_STEP_FUSED)
-        snprintf(name, sizeof name, "KernelTime::fused(%s)", op);
+        snprintf(name, sizeof name, "KernelTime::%s(%s)",
+                 step->n_seg > 1 ? "hfused" : "fused", op);
     else if (step->kind == LT_STEP_REDUCE)
         snprintf(name, sizeof name, "KernelTime::reduce(%s)", op);
     else

@@ -49,7 +49,27 @@ typedef struct lt_step {
     int32_t node;             /* graph position of the node the step computes
                                  (a fused group: its last member), -1 for an
                                  output copy; for error messages */
+    int n_seg;                /* FUSED: 0 = one program; > 1 = horizontal
+                                 fusion (compile_hfuse.c): segment k runs
+                                 seg[k] (the same instructions, its own
+                                 shape; seg[0] == fused) over in[k * n_in /
+                                 n_seg ...] and out[k * n_out / n_seg ...] */
+    lt_fused **seg;           /* owned array; seg[1..] owned too */
 } lt_step;
+
+/* Inputs [*lo, *hi) of the segment of step s that stores out[k]: all of
+ * them unless s is a horizontal fusion. */
+static inline void lt_step_seg_inputs(const lt_step *s, int k, int *lo, int *hi)
+{
+    *lo = 0;
+    *hi = s->n_in;
+    if (s->n_seg > 1) {
+        int per_in = s->n_in / s->n_seg, per_out = s->n_out / s->n_seg;
+        int seg = per_out > 0 ? k / per_out : 0;
+        *lo = seg * per_in;
+        *hi = *lo + per_in;
+    }
+}
 
 struct lt_program {
     atomic_int refs;

@@ -15,7 +15,6 @@
 #include "vmath.h"
 #include "par.h"
 #include "../f16.h"
-
 /* The expressions of ops.def name <tgmath.h> functions. For the f32
  * compute type, exp/log/log1p/tanh/erf resolve to vmath.h's vectorisable
  * versions (libm's are scalar calls without -ffast-math); other types keep
@@ -58,10 +57,6 @@ static inline int64_t lt_fz_f2i(double d)
     if (d <= -9.2233720368547758e18) return INT64_MIN;
     return (int64_t)d;
 }
-
-#ifndef LT_FUSED_RUN_BLOCK
-#define LT_FUSED_RUN_BLOCK 256
-#endif
 
 /* ---- a bound load: coalesced strided view ---- */
 enum { LT_FL_CONTIG, LT_FL_BCAST, LT_FL_STRIDED, LT_FL_GENERAL };
@@ -471,6 +466,15 @@ lt_fused_bound *lt_fused_bind(const lt_fused *f, const lt_view *in,
     return b;
 }
 
+lt_fused_bound *lt_fused_bind_run(const lt_fused *f, const lt_view *in,
+                                  const lt_view *out)
+{
+    lt_fused_bound *b = lt_fused_bind(f, in, out);
+    if (b)
+        b->stride = LT_FUSED_RUN_BLOCK;
+    return b;
+}
+
 void lt_fused_unbind(lt_fused_bound *b)
 {
     if (b)
@@ -563,13 +567,9 @@ static void fused_chunk(void *arg, int64_t c, int w)
 lt_status lt_fused_run(const lt_fused *f, const lt_view *in,
                        const lt_view *out, const lt_kernel_ctx *ctx)
 {
-    lt_fused_bound *b = lt_fused_bind(f, in, out);
+    lt_fused_bound *b = lt_fused_bind_run(f, in, out);
     if (!b)
         return lt_set_error(LT_ERR_OOM, "fused: out of host memory");
-    /* whole elementwise kernels walk smaller blocks than reductions may
-     * ask for: registers of 256 elements (1 KiB for f32) packed next to
-     * each other measured ~1.5x faster than 1024 (L1 set conflicts) */
-    b->stride = LT_FUSED_RUN_BLOCK;
     int64_t total = lt_shape_numel(&f->shape);
     int64_t nblk = (total + LT_FUSED_RUN_BLOCK - 1) / LT_FUSED_RUN_BLOCK;
     size_t rb = (size_t)f->n_regs * LT_FUSED_RUN_BLOCK * ctype_size(f->ctype);

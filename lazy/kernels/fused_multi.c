@@ -1,0 +1,132 @@
+/*
+ * lazy/kernels/fused_multi.c — lt_fused_run_multi: several fused programs
+ * (the segments of a horizontal fusion, lazy/compile_hfuse.c) run as one
+ * kernel.
+ *
+ * Each segment is bound on its own views (lt_fused_bind_run); the work is
+ * the blocks of all segments laid end to end, cut into chunks that never
+ * cross a segment, and handed to the core's helpers in one lt_par_for. So
+ * an optimizer step over 62 parameters is one dispatch (one helper wake-up)
+ * instead of 62, the small tensors (biases, norms) are shared out with the
+ * large ones, and a step whose elements together are few runs on the
+ * calling thread alone.
+ */
+#include <stdlib.h>
+#include "fused.h"
+#include "par.h"
+
+typedef struct mseg {
+    lt_fused_bound *b;
+    int64_t total;          /* elements */
+    int64_t chunk0;         /* first chunk index of this segment */
+} mseg;
+
+typedef struct mjob {
+    const mseg *segs;
+    int n_seg;
+    int64_t cblk;           /* blocks per chunk */
+    void **regs;            /* per worker */
+} mjob;
+
+static void multi_chunk(void *arg, int64_t c, int w)
+{
+    const mjob *j = arg;
+    /* the segment holding chunk c: last with chunk0 <= c */
+    int lo = 0, hi = j->n_seg - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (j->segs[mid].chunk0 <= c)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const mseg *s = &j->segs[lo];
+    int64_t i = (c - s->chunk0) * j->cblk * LT_FUSED_RUN_BLOCK;
+    int64_t e = i + j->cblk * LT_FUSED_RUN_BLOCK;
+    if (e > s->total)
+        e = s->total;
+    for (; i < e; i += LT_FUSED_RUN_BLOCK)
+        lt_fused_eval(s->b, i, (int)(e - i < LT_FUSED_RUN_BLOCK ? e - i :
+                                     LT_FUSED_RUN_BLOCK), j->regs[w]);
+}
+
+/* Splits the blocks of all segments into chunks and runs them. */
+static lt_status run_chunks(mseg *segs, int n_seg, int64_t all, int64_t nblk,
+                            size_t rb, const lt_kernel_ctx *ctx)
+{
+    /* the same thread count and chunk size rule as lt_fused_run, over the
+     * elements of all segments */
+    int nt = ctx && ctx->nthreads > 0 ? ctx->nthreads : 1;
+    if (all < 32768)
+        nt = 1;
+    if (nt > nblk)
+        nt = (int)nblk;
+    if (nt < 1)
+        nt = 1;
+    int64_t cblk = nblk / ((int64_t)nt * 16);
+    cblk = cblk < 4 ? 4 : cblk > 64 ? 64 : cblk;
+    if (nt == 1)     /* one chunk per segment */
+        for (int k = 0; k < n_seg; k++) {
+            int64_t b = (segs[k].total + LT_FUSED_RUN_BLOCK - 1) / LT_FUSED_RUN_BLOCK;
+            if (b > cblk)
+                cblk = b;
+        }
+    int64_t n_chunks = 0;
+    for (int k = 0; k < n_seg; k++) {
+        int64_t b = (segs[k].total + LT_FUSED_RUN_BLOCK - 1) / LT_FUSED_RUN_BLOCK;
+        segs[k].chunk0 = n_chunks;
+        n_chunks += (b + cblk - 1) / cblk;
+    }
+    void *regs[nt];
+    int failed = 0;
+    for (int w = 0; w < nt; w++)
+        failed |= !(regs[w] = lt_fused_regs_alloc(rb ? rb : 64));
+    if (!failed && n_chunks > 0) {
+        mjob j = {segs, n_seg, cblk, regs};
+        lt_par_for(ctx, nt, n_chunks, multi_chunk, &j);
+    }
+    for (int w = 0; w < nt; w++)
+        lt_fused_regs_free(regs[w]);
+    if (failed)
+        return lt_set_error(LT_ERR_OOM, "fused: cannot allocate %zu bytes of "
+                            "registers", rb);
+    return LT_OK;
+}
+
+lt_status lt_fused_run_multi(lt_fused *const *seg, int n_seg, const lt_view *in,
+                             const lt_view *out, const lt_kernel_ctx *ctx)
+{
+    if (n_seg <= 0)
+        return LT_OK;
+    mseg *segs = calloc((size_t)n_seg, sizeof *segs);
+    if (!segs)
+        return lt_set_error(LT_ERR_OOM, "fused: out of host memory");
+    lt_status st = LT_OK;
+    int64_t all = 0, nblk = 0;
+    size_t rb = 0;
+    int io = 0, oo = 0;
+    for (int k = 0; k < n_seg; k++) {
+        const lt_fused *f = seg[k];
+        segs[k].b = lt_fused_bind_run(f, in + io, out + oo);
+        if (!segs[k].b) {
+            st = lt_set_error(LT_ERR_OOM, "fused: out of host memory");
+            goto done;
+        }
+        io += f->n_in;
+        oo += f->n_out;
+        segs[k].total = lt_shape_numel(&f->shape);
+        all += segs[k].total;
+        nblk += (segs[k].total + LT_FUSED_RUN_BLOCK - 1) / LT_FUSED_RUN_BLOCK;
+        size_t r = lt_fused_regs_bytes(f) / LT_FUSED_BLOCK * LT_FUSED_RUN_BLOCK;
+        if (r > rb)
+            rb = r;
+    }
+    st = run_chunks(segs, n_seg, all, nblk, rb, ctx);
+    for (int k = 0; k < n_seg && st == LT_OK; k++)
+        st = lt_fused_bound_status(segs[k].b);
+done:
+    for (int k = 0; k < n_seg; k++)
+        lt_fused_unbind(segs[k].b);
+    free(segs);
+    return st;
+}
