@@ -1,0 +1,290 @@
+/*
+ * tests/c/test_hfuse.c — horizontal fusion (lazy/compile_hfuse.c,
+ * lazy/kernels/fused_multi.c): independent fused groups of the same program
+ * become one kernel and compute exactly what each computes alone; a group
+ * reading another's output is not merged with it; groups of different
+ * programs are not merged.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "compile.h"
+
+static lt_shape S1(int64_t n)
+{
+    lt_shape s;
+    memset(&s, 0, sizeof s);
+    s.ndim = 1;
+    s.dims[0] = n;
+    return s;
+}
+
+static lt_shape S2(int64_t a, int64_t b)
+{
+    lt_shape s = S1(a);
+    s.ndim = 2;
+    s.dims[1] = b;
+    return s;
+}
+
+static lt_node *P(lt_dtype dt, lt_shape s, const float *x)
+{
+    int64_t n = lt_shape_numel(&s);
+    lt_buffer *b;
+    assert_int_equal(lt_buffer_alloc(0, dt, n, &b), LT_OK);
+    lt_convert(x, LT_F32, b->data, dt, n);
+    return lt_node_new_data(b, &s, dt, 0);
+}
+
+static lt_node *W(double v) { return lt_node_new_scalar(v, LT_F64, 0, LT_NODE_WRAPPED); }
+
+static lt_node *N2(lt_op op, lt_dtype dt, lt_shape s, lt_node *a, lt_node *b)
+{
+    lt_node *in[2] = {a, b};
+    lt_node *r = lt_node_new(op, in, 2, NULL, &s, dt, 0, 0);
+    lt_node_release(a);
+    lt_node_release(b);
+    return r;
+}
+
+typedef struct run_out {
+    lt_program *p;
+    lt_buffer *out[32];
+    int n_out;
+} run_out;
+
+/* Captures roots, compiles, runs (donating when asked), releases roots. */
+static run_out run(lt_node **roots, int n, int donate)
+{
+    run_out r;
+    memset(&r, 0, sizeof r);
+    lt_graph g;
+    assert_int_equal(lt_graph_capture(roots, n, &g), LT_OK);
+    if (lt_compile(&g, &r.p) != LT_OK)
+        fail_msg("compile: %s", lt_last_error());
+    lt_exec_args a;
+    memset(&a, 0, sizeof a);
+    a.n_params = g.n_params;
+    a.param_bufs = calloc(g.n_params + 1, sizeof(lt_buffer *));
+    a.param_values = calloc(g.n_params + 1, sizeof(double));
+    for (int j = 0; j < g.n_params; j++) {
+        lt_node *pn = g.nodes[g.param_pos[j]];
+        if (pn->op == LT_OP_data)
+            a.param_bufs[j] = pn->buf;
+        else
+            a.param_values[j] = pn->value;
+    }
+    a.n_outputs = g.n_outputs;
+    a.out_bufs = calloc(g.n_outputs + 1, sizeof(lt_buffer *));
+    for (int k = 0; k < g.n_outputs; k++) {
+        int al = lt_program_output_alias(r.p, k), dn = lt_program_output_donor(r.p, k);
+        int same = lt_program_output_same(r.p, k);
+        if (same >= 0)
+            a.out_bufs[k] = lt_buffer_retain(a.out_bufs[same]);
+        else if (al >= 0)
+            a.out_bufs[k] = lt_buffer_retain(a.param_bufs[al]);
+        else if (donate && dn >= 0)
+            a.out_bufs[k] = lt_buffer_retain(a.param_bufs[dn]);
+        else
+            assert_int_equal(lt_buffer_alloc(0, lt_program_output_dtype(r.p, k),
+                             lt_shape_numel(lt_program_output_shape(r.p, k)),
+                             &a.out_bufs[k]), LT_OK);
+    }
+    if (lt_program_scratch_bytes(r.p))
+        assert_int_equal(lt_buffer_alloc(0, LT_BOOL, lt_program_scratch_bytes(r.p),
+                                         &a.scratch), LT_OK);
+    if (lt_program_run(r.p, &a, 0, NULL) != LT_OK)
+        fail_msg("run: %s", lt_last_error());
+    for (int k = 0; k < n; k++)
+        r.out[k] = lt_buffer_retain(a.out_bufs[g.root_out[k]]);
+    r.n_out = n;
+    for (int k = 0; k < g.n_outputs; k++)
+        lt_buffer_release(a.out_bufs[k]);
+    lt_buffer_release(a.scratch);
+    free(a.out_bufs);
+    free(a.param_bufs);
+    free(a.param_values);
+    lt_graph_free(&g);
+    for (int k = 0; k < n; k++)
+        lt_node_release(roots[k]);
+    return r;
+}
+
+static void run_free(run_out *r)
+{
+    for (int k = 0; k < r->n_out; k++)
+        lt_buffer_release(r->out[k]);
+    lt_program_release(r->p);
+}
+
+static float *filled(int64_t n, float a, float b, int seed)
+{
+    float *x = malloc((size_t)(n ? n : 1) * sizeof *x);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = a + b * (float)((i * 7919 + seed * 104729) % 1013) / 1013.0f;
+    return x;
+}
+
+/* SGD with momentum on parameter k: buf' = buf * 0.9 + g, p' = p - 0.01 *
+ * buf' (roots: p', buf'). */
+enum { NP = 7 };
+static const int64_t SIZES[NP] = {1, 37, 256, 1000, 5000, 3 * 40000, 70000};
+static const lt_dtype DTS[NP] = {LT_F32, LT_F32, LT_BF16, LT_F32, LT_F32, LT_F32, LT_BF16};
+
+static void sgd_roots(int k, float *const *p, float *const *g, float *const *m,
+                      lt_node **roots, lt_buffer **pbuf)
+{
+    lt_shape s = k == 5 ? S2(3, 40000) : S1(SIZES[k]);
+    lt_dtype dt = DTS[k];
+    lt_node *pp = P(dt, s, p[k]), *gp = P(dt, s, g[k]), *mp = P(dt, s, m[k]);
+    *pbuf = pp->buf;
+    lt_node *m2 = N2(LT_OP_add, dt, s, N2(LT_OP_mul, dt, s, mp, W(0.9)), gp);
+    lt_node *p2 = N2(LT_OP_sub, dt, s, pp,
+                     N2(LT_OP_mul, dt, s, lt_node_retain(m2), W(0.01)));
+    roots[0] = p2;
+    roots[1] = m2;
+}
+
+static void test_same_program_one_kernel(void **state)
+{
+    (void)state;
+    float *p[NP], *g[NP], *m[NP];
+    for (int k = 0; k < NP; k++) {
+        p[k] = filled(SIZES[k], -1, 2, k);
+        g[k] = filled(SIZES[k], -0.5f, 1, k + 11);
+        m[k] = filled(SIZES[k], 0, 0.3f, k + 23);
+    }
+    for (int donate = 0; donate < 2; donate++) {
+        /* each update alone: one kernel each */
+        lt_buffer *alone[NP][2];
+        for (int k = 0; k < NP; k++) {
+            lt_node *roots[2];
+            lt_buffer *pb;
+            sgd_roots(k, p, g, m, roots, &pb);
+            run_out r = run(roots, 2, donate);
+            assert_int_equal(lt_program_n_kernels(r.p), 1);
+            alone[k][0] = lt_buffer_retain(r.out[0]);
+            alone[k][1] = lt_buffer_retain(r.out[1]);
+            run_free(&r);
+        }
+        /* all updates in one graph: one kernel */
+        lt_node *roots[2 * NP];
+        lt_buffer *pbufs[NP];
+        for (int k = 0; k < NP; k++)
+            sgd_roots(k, p, g, m, roots + 2 * k, &pbufs[k]);
+        run_out r = run(roots, 2 * NP, donate);
+        assert_int_equal(lt_program_n_kernels(r.p), 1);
+        for (int k = 0; k < NP; k++) {
+            size_t bytes = (size_t)SIZES[k] * lt_dtype_size(DTS[k]);
+            /* bit for bit what the update computes alone */
+            assert_memory_equal(r.out[2 * k]->data, alone[k][0]->data, bytes);
+            assert_memory_equal(r.out[2 * k + 1]->data, alone[k][1]->data, bytes);
+            if (donate) {   /* each p' went into its own p */
+                assert_true(lt_program_output_donor(r.p, 2 * k) >= 0);
+                assert_true(r.out[2 * k] == pbufs[k]);
+            }
+            /* and the values are right */
+            float *got = malloc(SIZES[k] * sizeof *got);
+            lt_convert(r.out[2 * k]->data, DTS[k], got, LT_F32, SIZES[k]);
+            for (int64_t i = 0; i < SIZES[k]; i++) {
+                float want = p[k][i] - 0.01f * (m[k][i] * 0.9f + g[k][i]);
+                double tol = DTS[k] == LT_BF16 ? 2e-2 * (fabs(want) + 1e-2) : 1e-5;
+                if (!(fabs(got[i] - want) <= tol))
+                    fail_msg("param %d element %ld: got %g want %g", k, (long)i,
+                             got[i], want);
+            }
+            free(got);
+            lt_buffer_release(alone[k][0]);
+            lt_buffer_release(alone[k][1]);
+        }
+        run_free(&r);
+    }
+    for (int k = 0; k < NP; k++) {
+        free(p[k]);
+        free(g[k]);
+        free(m[k]);
+    }
+}
+
+/* y = x * 2 + 1 */
+static lt_node *affine(lt_node *x, lt_shape s)
+{
+    return N2(LT_OP_add, LT_F32, s, N2(LT_OP_mul, LT_F32, s, x, W(2)), W(1));
+}
+
+/* B reads A's output (broadcast: no vertical fusion), both of the same
+ * program: A must run before B, so they stay two kernels; C, independent,
+ * of the same program, joins B. */
+static void test_dependent_not_merged(void **state)
+{
+    (void)state;
+    float *x1 = filled(64, -1, 2, 1), *x3 = filled(50, -1, 2, 3);
+    lt_node *a = affine(P(LT_F32, S1(64), x1), S1(64));
+    lt_node *b = affine(lt_node_retain(a), S2(300, 64));
+    lt_node *c = affine(P(LT_F32, S1(50), x3), S1(50));
+    lt_node *roots[3] = {a, b, c};
+    run_out r = run(roots, 3, 0);
+    assert_int_equal(lt_program_n_kernels(r.p), 2);
+    const float *ya = r.out[0]->data, *yb = r.out[1]->data, *yc = r.out[2]->data;
+    for (int i = 0; i < 64; i++)
+        assert_true(ya[i] == x1[i] * 2 + 1);
+    for (int i = 0; i < 300 * 64; i++)
+        assert_true(yb[i] == (x1[i % 64] * 2 + 1) * 2 + 1);
+    for (int i = 0; i < 50; i++)
+        assert_true(yc[i] == x3[i] * 2 + 1);
+    run_free(&r);
+    free(x1);
+    free(x3);
+}
+
+/* Independent groups of different programs (x * 2 + 1 and x * 2 - 1) stay
+ * kernels of their own; two of each make two kernels. */
+static void test_different_programs(void **state)
+{
+    (void)state;
+    float *x = filled(104, -1, 2, 5);
+    lt_node *roots[4];
+    for (int k = 0; k < 4; k++) {
+        lt_node *xp = P(LT_F32, S1(100 + k), x);
+        roots[k] = N2(k % 2 ? LT_OP_sub : LT_OP_add, LT_F32, S1(100 + k),
+                      N2(LT_OP_mul, LT_F32, S1(100 + k), xp, W(2)), W(1));
+    }
+    run_out r = run(roots, 4, 0);
+    assert_int_equal(lt_program_n_kernels(r.p), 2);
+    for (int k = 0; k < 4; k++) {
+        const float *y = r.out[k]->data;
+        for (int i = 0; i < 100 + k; i++)
+            assert_true(y[i] == x[i] * 2 + (k % 2 ? -1 : 1));
+    }
+    run_free(&r);
+    free(x);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    setenv("LAZYTPU_NUM_CORES", "2", 1);
+    return lt_devices_init() == LT_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    lt_devices_shutdown();
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_same_program_one_kernel),
+        cmocka_unit_test(test_dependent_not_merged),
+        cmocka_unit_test(test_different_programs),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
