@@ -16,8 +16,8 @@ AdamW. Ways:
                  parameter, or two)
 The two lazy ways run in child processes (LAZYTPU_HFUSE is read once per
 process) driven by this one: the timed runs go round-robin over all ways
-(run r of each way back to back) so that load on the machine hits all ways
-alike. Reported: the median wall ms/step per way, the lazy ways' device
+(run r of each way back to back, every other run in reverse order) so
+that load on the machine hits all ways alike. Reported: the median wall ms/step per way, the lazy ways' device
 ms/step (ExecuteTime: the programs' runs on the core; the wall time also
 holds the host tracing torch.optim's per-parameter ops, which overlaps the
 device), and the ratios of medians.
@@ -131,9 +131,10 @@ def bench(model, opt, runs, steps):
     ways["lazy"] = kids[0].run
     ways["lazy-nohf"] = kids[1].run
     times = {w: [] for w in ways}
-    for _ in range(runs):
-        for w, fn in ways.items():
-            times[w].append(fn(steps))
+    order = list(ways)
+    for r in range(runs):    # every other run in reverse: no way always first
+        for w in (order if r % 2 == 0 else order[::-1]):
+            times[w].append(ways[w](steps))
     for k in kids:
         k.close()
     m = {w: statistics.median(t) for w, t in times.items()}
