@@ -98,7 +98,7 @@ lt_status lt_fused_run(const lt_fused *f, const lt_view *in,
  * out[k * seg[k]->n_out ...] (segments laid out one after the other, as
  * lt_fused_run's arguments). The element count of all segments together
  * is split over up to ctx->nthreads workers in one helper-pool dispatch
- * (lazy/kernels/fused_multi.c). Segments must not write what another
+ * when some segment alone would use threads (lazy/kernels/fused_multi.c). Segments must not write what another
  * reads. Returns LT_OK, LT_ERR_OOM, or the first segment's
  * lt_fused_bound_status error. */
 lt_status lt_fused_run_multi(lt_fused *const *seg, int n_seg, const lt_view *in,
