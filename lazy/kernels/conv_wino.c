@@ -1,0 +1,366 @@
+/*
+ * lazy/kernels/conv_wino.c — Winograd F(2x2,3x3) for 3x3, stride-1,
+ * dilation-1, one-group convolutions in f32 (conv.c hands over f32 and
+ * bf16 storage, both computed in f32; the input gradient of such a conv is
+ * the forward conv of the output gradient with the flipped, transposed
+ * weight: lt_wino_conv.flip).
+ *
+ * Each 2x2 block of output pixels ("tile") is A^T [(G g G^T) . (B^T d B)] A
+ * for its 4x4 input patch d and each 3x3 filter g: 16 products per tile
+ * and channel pair instead of 36 (2.25x fewer multiply-adds than im2col +
+ * GEMM). Per chunk of samples:
+ *   input transform  x [n][Ci][H][W] -> V[16][tiles][Ci] (channel-last:
+ *                    each sample is first packed into a zero-padded
+ *                    [rows][cols][Ci] buffer, then B^T d B is vectorised
+ *                    over the channels)
+ *   16 GEMMs         M[k] = V[k] [tiles x Ci] . U[k] [Ci x Co] (OpenBLAS,
+ *                    serial calls spread over the core's helper threads)
+ *   output transform M -> [rows][cols][Co] per sample (A^T m A vectorised
+ *                    over the output channels) -> out [n][Co][OH][OW]
+ * The weight transform U[16][Ci][Co] = G g G^T is done once per call,
+ * vectorised over Co. Odd output sizes compute a last half-empty tile row /
+ * column from zero padding and drop it on store.
+ *
+ * Accuracy: the transforms only add, subtract and halve (exact scalings),
+ * so the error is that of f32 sums of ~4x more terms of a similar size
+ * (tests compare against eager PyTorch with the im2col path's tolerances).
+ */
+#include <stdatomic.h>
+#include "kutil.h"
+#include "par.h"
+#include "conv_wino.h"
+
+/* Samples per chunk: V and M of a chunk (16 * tiles * (Ci + Co) floats)
+ * stay around this many bytes (L3-resident; larger GEMMs than per-sample
+ * ones). */
+#ifndef WINO_CHUNK_BYTES
+#define WINO_CHUNK_BYTES (4u << 20)
+#endif
+
+typedef struct wino_plan {
+    const lt_wino_conv *q;
+    int64_t TH, TW, T;         /* tiles per sample: rows, columns, all */
+    int64_t PR, PC;            /* padded channel-last input: 2*TH+2 rows, 2*TW+2 cols */
+    int64_t nb;                /* samples per chunk (V / M are sized for nb) */
+    const float *x, *w;
+    float *out;
+    float *U, *V, *M;          /* [16][Ci][Co], [16][nb*T][Ci], [16][nb*T][Co] */
+    float **xp, **yt;          /* per worker: padded input, channel-last output */
+    int64_t n0, nbc;           /* the chunk being computed: first sample, samples */
+    int64_t per;               /* weight transform: input channels per item */
+} wino_plan;
+
+/* 8 floats as one AVX2 register (GCC/clang vector extension; unaligned
+ * loads and stores through memcpy), the channel step of the transforms. */
+typedef float wino_v8 __attribute__((vector_size(32)));
+
+static inline wino_v8 wino_ld(const float *p)
+{
+    wino_v8 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void wino_st(float *p, wino_v8 v) { memcpy(p, &v, sizeof v); }
+
+/* B^T d B of the 4x4 patch at d (row stride rs, column stride cs, channel
+ * c..c+width) into the 16 matrices at v (stride ldk); T is float or
+ * wino_v8, LD / ST its load and store. */
+#define WINO_IN_TILE(T, LD, ST)                                                      \
+    do {                                                                             \
+        T t[4][4];                                                                   \
+        for (int j = 0; j < 4; j++) {                                                \
+            T d0 = LD(d + j * cs + c), d1 = LD(d + rs + j * cs + c);                 \
+            T d2 = LD(d + 2 * rs + j * cs + c), d3 = LD(d + 3 * rs + j * cs + c);    \
+            t[0][j] = d0 - d2;                                                       \
+            t[1][j] = d1 + d2;                                                       \
+            t[2][j] = d2 - d1;                                                       \
+            t[3][j] = d1 - d3;                                                       \
+        }                                                                            \
+        for (int i = 0; i < 4; i++) {                                                \
+            ST(v + (i * 4 + 0) * ldk + c, t[i][0] - t[i][2]);                        \
+            ST(v + (i * 4 + 1) * ldk + c, t[i][1] + t[i][2]);                        \
+            ST(v + (i * 4 + 2) * ldk + c, t[i][2] - t[i][1]);                        \
+            ST(v + (i * 4 + 3) * ldk + c, t[i][1] - t[i][3]);                        \
+        }                                                                            \
+    } while (0)
+
+#define WINO_LDS(p) (*(p))
+#define WINO_STS(p, x) (*(p) = (x))
+
+/* dst[j * ld + i] = src[i * ls + j] for an 8x8 block (three rounds of
+ * shuffles: unpack pairs, pairs of pairs, halves). */
+static inline void wino_tr8(const float *src, int64_t ls, float *dst, int64_t ld)
+{
+    wino_v8 r[8], t[8], u[8];
+    for (int i = 0; i < 8; i++) r[i] = wino_ld(src + i * ls);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+        t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+    }
+    for (int i = 0; i < 8; i += 4)
+        for (int h = 0; h < 2; h++) {
+            u[i + 2 * h] = __builtin_shufflevector(t[i + h], t[i + h + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+            u[i + 2 * h + 1] = __builtin_shufflevector(t[i + h], t[i + h + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+        }
+    for (int j = 0; j < 4; j++) {
+        wino_st(dst + j * ld, __builtin_shufflevector(u[j], u[j + 4], 0, 1, 2, 3, 8, 9, 10, 11));
+        wino_st(dst + (j + 4) * ld, __builtin_shufflevector(u[j], u[j + 4], 4, 5, 6, 7, 12, 13, 14, 15));
+    }
+}
+
+/* dst[j * ld + i] = src[i * ls + j], i < ni, j < nj: 8x8 blocks, scalar
+ * edges. */
+static void wino_transpose(const float *src, int64_t ls, int64_t ni, float *dst, int64_t ld,
+                           int64_t nj)
+{
+    int64_t i0 = 0;
+    for (; i0 + 8 <= ni; i0 += 8) {
+        int64_t j0 = 0;
+        for (; j0 + 8 <= nj; j0 += 8) wino_tr8(src + i0 * ls + j0, ls, dst + j0 * ld + i0, ld);
+        for (int64_t j = j0; j < nj; j++)
+            for (int64_t i = i0; i < i0 + 8; i++) dst[j * ld + i] = src[i * ls + j];
+    }
+    for (int64_t j = 0; j < nj; j++)
+        for (int64_t i = i0; i < ni; i++) dst[j * ld + i] = src[i * ls + j];
+}
+
+/* ---- weight transform: U[k][ci][co] = (G g G^T)[k], G = [1 0 0; .5 .5 .5;
+ * .5 -.5 .5; 0 0 1], for input channels [ci0, ci1), vectorised over blocks
+ * of 8 output channels (each block reads its 8 filters' rows sequentially
+ * through ci) ---- */
+#define WINO_W_TILE(T, ST)                                                           \
+    do {                                                                             \
+        T a[4][3];                                                                   \
+        for (int j = 0; j < 3; j++) {                                                \
+            a[0][j] = g[j];                                                          \
+            a[1][j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);                           \
+            a[2][j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);                           \
+            a[3][j] = g[6 + j];                                                      \
+        }                                                                            \
+        for (int i = 0; i < 4; i++) {                                                \
+            ST(u + (i * 4 + 0) * ld, a[i][0]);                                       \
+            ST(u + (i * 4 + 1) * ld, 0.5f * (a[i][0] + a[i][1] + a[i][2]));          \
+            ST(u + (i * 4 + 2) * ld, 0.5f * (a[i][0] - a[i][1] + a[i][2]));          \
+            ST(u + (i * 4 + 3) * ld, a[i][2]);                                       \
+        }                                                                            \
+    } while (0)
+
+static void wino_weight(const wino_plan *p, int64_t ci0, int64_t ci1)
+{
+    const lt_wino_conv *q = p->q;
+    int64_t Ci = q->Ci, Co = q->Co, ld = Ci * Co;
+    const float *w = p->w;
+    /* tap t of filter (co, ci) */
+#define WINO_TAP(co, ci, t) (q->flip ? w[((ci) * Co + (co)) * 9 + 8 - (t)] : w[((co) * Ci + (ci)) * 9 + (t)])
+    int64_t co0 = 0;
+    for (; co0 + 8 <= Co; co0 += 8)
+        for (int64_t ci = ci0; ci < ci1; ci++) {
+            float gs[9][8];
+            for (int k = 0; k < 8; k++)
+                for (int t = 0; t < 9; t++) gs[t][k] = WINO_TAP(co0 + k, ci, t);
+            wino_v8 g[9];
+            for (int t = 0; t < 9; t++) g[t] = wino_ld(gs[t]);
+            float *restrict u = p->U + ci * Co + co0;
+            WINO_W_TILE(wino_v8, wino_st);
+        }
+    for (int64_t co = co0; co < Co; co++)
+        for (int64_t ci = ci0; ci < ci1; ci++) {
+            float g[9];
+            for (int t = 0; t < 9; t++) g[t] = WINO_TAP(co, ci, t);
+            float *restrict u = p->U + ci * Co + co;
+            WINO_W_TILE(float, WINO_STS);
+        }
+#undef WINO_TAP
+}
+
+static void wino_weight_item(void *arg, int64_t c, int w)
+{
+    (void)w;
+    const wino_plan *p = arg;
+    int64_t c1 = (c + 1) * p->per < p->q->Ci ? (c + 1) * p->per : p->q->Ci;
+    wino_weight(p, c * p->per, c1);
+}
+
+/* ---- input: one sample x [Ci][H][W] into the zero-padded channel-last
+ * xp [PR][PC][Ci] (row r, column c hold x[.][r - ph][c - pw]) ---- */
+static void wino_pack(const wino_plan *p, const float *restrict x, float *restrict xp)
+{
+    const lt_wino_conv *q = p->q;
+    int64_t Ci = q->Ci, H = q->H, W = q->W, hw = H * W, PC = p->PC;
+    int64_t xb = q->pw < PC ? q->pw : PC;
+    int64_t xe = q->pw + W < PC ? q->pw + W : PC;
+    for (int64_t r = 0; r < p->PR; r++) {
+        float *restrict row = xp + r * PC * Ci;
+        int64_t iy = r - q->ph;
+        if (iy < 0 || iy >= H) {
+            memset(row, 0, (size_t)(PC * Ci) * sizeof(float));
+            continue;
+        }
+        if (xb) memset(row, 0, (size_t)(xb * Ci) * sizeof(float));
+        if (xe < PC) memset(row + xe * Ci, 0, (size_t)((PC - xe) * Ci) * sizeof(float));
+        /* [Ci][W] (row iy of every channel) -> [W][Ci] */
+        wino_transpose(x + iy * W, hw, Ci, row + q->pw * Ci, Ci, xe - q->pw);
+    }
+}
+
+/* V rows of sample s of the chunk: B^T d B per tile, B^T = [1 0 -1 0;
+ * 0 1 1 0; 0 -1 1 0; 0 1 0 -1], vectorised over the input channels. */
+static void wino_in(const wino_plan *p, const float *restrict xp, int64_t s)
+{
+    int64_t Ci = p->q->Ci, ldk = p->nb * p->T * Ci, rs = p->PC * Ci, cs = Ci;
+    for (int64_t ty = 0; ty < p->TH; ty++)
+        for (int64_t tx = 0; tx < p->TW; tx++) {
+            const float *restrict d = xp + (2 * ty * p->PC + 2 * tx) * Ci;
+            float *restrict v = p->V + (s * p->T + ty * p->TW + tx) * Ci;
+            int64_t c = 0;
+            for (; c + 8 <= Ci; c += 8) WINO_IN_TILE(wino_v8, wino_ld, wino_st);
+            for (; c < Ci; c++) WINO_IN_TILE(float, WINO_LDS, WINO_STS);
+        }
+}
+
+/* A^T m A of the 16 values at m (stride ldk), channels c..c+width, into
+ * the 2x2 output block at o (row stride rs, column stride cs). */
+#define WINO_OUT_TILE(T, LD, ST)                                                     \
+    do {                                                                             \
+        T r[2][4];                                                                   \
+        for (int j = 0; j < 4; j++) {                                                \
+            T m0 = LD(m + j * ldk + c), m1 = LD(m + (4 + j) * ldk + c);              \
+            T m2 = LD(m + (8 + j) * ldk + c), m3 = LD(m + (12 + j) * ldk + c);       \
+            r[0][j] = m0 + m1 + m2;                                                  \
+            r[1][j] = m1 - m2 - m3;                                                  \
+        }                                                                            \
+        for (int i = 0; i < 2; i++) {                                                \
+            ST(o + i * rs + c, r[i][0] + r[i][1] + r[i][2]);                         \
+            ST(o + i * rs + cs + c, r[i][1] - r[i][2] - r[i][3]);                    \
+        }                                                                            \
+    } while (0)
+
+/* Output of sample s of the chunk: A^T m A per tile (A^T = [1 1 1 0;
+ * 0 1 -1 -1]) into the channel-last yt [2*TH][2*TW][Co], vectorised over
+ * the output channels, then transposed into out [Co][OH][OW] (the odd
+ * last row / column dropped). */
+static void wino_out(const wino_plan *p, int64_t s, float *restrict yt, float *restrict y)
+{
+    const lt_wino_conv *q = p->q;
+    int64_t Co = q->Co, ldk = p->nb * p->T * Co, OWp = 2 * p->TW;
+    int64_t rs = OWp * Co, cs = Co;
+    for (int64_t ty = 0; ty < p->TH; ty++)
+        for (int64_t tx = 0; tx < p->TW; tx++) {
+            const float *restrict m = p->M + (s * p->T + ty * p->TW + tx) * Co;
+            float *restrict o = yt + (2 * ty * OWp + 2 * tx) * Co;
+            int64_t c = 0;
+            for (; c + 8 <= Co; c += 8) WINO_OUT_TILE(wino_v8, wino_ld, wino_st);
+            for (; c < Co; c++) WINO_OUT_TILE(float, WINO_LDS, WINO_STS);
+        }
+    /* [OH][OWp][Co] -> [Co][OH][OW]: all rows at once when OW = OWp */
+    int64_t OH = q->OH, OW = q->OW, ohw = OH * OW;
+    if (OW == OWp)
+        wino_transpose(yt, Co, ohw, y, ohw, Co);
+    else
+        for (int64_t oy = 0; oy < OH; oy++)
+            wino_transpose(yt + oy * OWp * Co, Co, OW, y + oy * OW, ohw, Co);
+}
+
+static void wino_in_item(void *arg, int64_t s, int w)
+{
+    const wino_plan *p = arg;
+    const lt_wino_conv *q = p->q;
+    wino_pack(p, p->x + (p->n0 + s) * q->Ci * q->H * q->W, p->xp[w]);
+    wino_in(p, p->xp[w], s);
+}
+
+static void wino_gemm_item(void *arg, int64_t k, int w)
+{
+    (void)w;
+    const wino_plan *p = arg;
+    int64_t Ci = p->q->Ci, Co = p->q->Co, rows = p->nbc * p->T;
+    lt_kutil_gemm(LT_F32, 0, 0, rows, Co, Ci, p->V + k * p->nb * p->T * Ci, Ci,
+                  p->U + k * Ci * Co, Co, 0.0, p->M + k * p->nb * p->T * Co, Co);
+}
+
+static void wino_out_item(void *arg, int64_t s, int w)
+{
+    const wino_plan *p = arg;
+    const lt_wino_conv *q = p->q;
+    wino_out(p, s, p->yt[w], p->out + (p->n0 + s) * q->Co * q->OH * q->OW);
+}
+
+/* ---- choice ----
+ * Measured crossover (one thread, Zen 3, f32, ms im2col -> Winograd;
+ * forward, the input gradient alike): GEMM rows N * tiles decide, as the
+ * weight transform and the 16 passes over U ([Ci x Co] each) are paid once
+ * per call however few tiles share them:
+ *   rows 16  (N16 512ch 2x2: 5.3 -> 9.9; N4 512ch 4x4 bin: 4.7 -> 10.6)  lose
+ *   rows 32  (N8 256ch 4x4: 2.18 -> 2.10; N32 256ch 2x2: 2.85 -> 2.00)   even/win
+ *   rows 64+ (N16 256ch 4x4: 4.2 -> 2.9; N16 128ch 8x8: 4.1 -> 2.4;
+ *             N16 64ch 16x16: 4.4 -> 3.0; N32 16->32ch 14x14: 1.09 -> 0.96)
+ * Channels: 1 input channel (the CNN's first layer, 1->16 at 28x28) is
+ * 0.37 -> 1.28 (GEMMs with K = 1, all transform), its input gradient
+ * (16 -> 1) 0.40 -> 1.07; 8 -> 8 at 8x8 breaks even (0.059 -> 0.055). */
+#define WINO_MIN_ROWS 32
+#define WINO_MIN_CHANNELS 8
+
+int lt_wino_choose(const lt_wino_conv *q)
+{
+    if (q->OH < 1 || q->OW < 1 || q->ph < 0 || q->pw < 0 || q->N < 1 || q->Ci < 1 || q->Co < 1)
+        return 0;
+    const char *e = getenv("LAZYTPU_CONV_ALGO");
+    if (e && strcmp(e, "winograd") == 0) return 1;
+    if (e && strcmp(e, "im2col") == 0) return 0;
+    int64_t rows = q->N * ((q->OH + 1) / 2) * ((q->OW + 1) / 2);
+    return rows >= WINO_MIN_ROWS && q->Ci >= WINO_MIN_CHANNELS && q->Co >= WINO_MIN_CHANNELS;
+}
+
+lt_status lt_wino_run(const lt_wino_conv *q, const float *x, const float *w, float *out,
+                      int nt, const lt_kernel_ctx *ctx)
+{
+    wino_plan p = {0};
+    p.q = q;
+    p.x = x; p.w = w; p.out = out;
+    p.TH = (q->OH + 1) / 2; p.TW = (q->OW + 1) / 2; p.T = p.TH * p.TW;
+    p.PR = 2 * p.TH + 2; p.PC = 2 * p.TW + 2;
+    int64_t per = 16 * p.T * (q->Ci + q->Co) * (int64_t)sizeof(float);
+    p.nb = (int64_t)WINO_CHUNK_BYTES / per;
+    if (p.nb < 1) p.nb = 1;
+    if (p.nb > q->N) p.nb = q->N;
+    if (nt < 1) nt = 1;
+    size_t nu = (size_t)(16 * q->Ci * q->Co), nv = (size_t)(16 * p.nb * p.T * q->Ci);
+    size_t nm = (size_t)(16 * p.nb * p.T * q->Co);
+    size_t nxp = (size_t)(p.PR * p.PC * q->Ci), nyt = (size_t)(4 * p.T * q->Co);
+    p.U = malloc(nu * sizeof(float));
+    p.V = malloc(nv * sizeof(float));
+    p.M = malloc(nm * sizeof(float));
+    p.xp = calloc((size_t)nt, sizeof *p.xp);
+    p.yt = calloc((size_t)nt, sizeof *p.yt);
+    int ok = p.U && p.V && p.M && p.xp && p.yt;
+    for (int i = 0; ok && i < nt; i++) {
+        p.xp[i] = malloc(nxp * sizeof(float));
+        p.yt[i] = malloc(nyt * sizeof(float));
+        ok = p.xp[i] && p.yt[i];
+    }
+    if (ok) {
+        /* weight transform: items of >= 16 input channels, ~4 per worker */
+        int64_t items = nt > 1 && q->Ci * q->Co >= 4096 ? (int64_t)nt * 4 : 1;
+        p.per = (q->Ci + items - 1) / items;
+        if (p.per < 16) p.per = q->Ci < 16 ? q->Ci : 16;
+        lt_par_for(ctx, items > 1 ? nt : 1, (q->Ci + p.per - 1) / p.per, wino_weight_item, &p);
+        for (p.n0 = 0; p.n0 < q->N; p.n0 += p.nb) {
+            p.nbc = q->N - p.n0 < p.nb ? q->N - p.n0 : p.nb;
+            int tw = p.nbc > 1 ? nt : 1;
+            lt_par_for(ctx, tw, p.nbc, wino_in_item, &p);
+            lt_par_for(ctx, nt, 16, wino_gemm_item, &p);
+            lt_par_for(ctx, tw, p.nbc, wino_out_item, &p);
+        }
+    }
+    for (int i = 0; p.xp && p.yt && i < nt; i++) {
+        free(p.xp[i]);
+        free(p.yt[i]);
+    }
+    free(p.xp); free(p.yt);
+    free(p.U); free(p.V); free(p.M);
+    if (!ok)
+        return lt_set_error(LT_ERR_OOM, "conv2d (winograd): cannot allocate %lld bytes of scratch",
+                            (long long)((nu + nv + nm + (size_t)nt * (nxp + nyt)) * sizeof(float)));
+    return LT_OK;
+}
