@@ -13,8 +13,9 @@
  *                    each sample is first packed into a zero-padded
  *                    [rows][cols][Ci] buffer, then B^T d B is vectorised
  *                    over the channels)
- *   16 GEMMs         M[k] = V[k] [tiles x Ci] . U[k] [Ci x Co] (OpenBLAS,
- *                    serial calls spread over the core's helper threads)
+ *   16 GEMMs         M[k] = V[k] [tiles x Ci] . U[k] [Ci x Co] (serial
+ *                    calls, sgemm_small.c's kernel or OpenBLAS, spread
+ *                    over the core's helper threads)
  *   output transform M -> [rows][cols][Co] per sample (A^T m A vectorised
  *                    over the output channels) -> out [n][Co][OH][OW]
  * The weight transform U[16][Ci][Co] = G g G^T is done once per call,
@@ -36,6 +37,11 @@
 #ifndef WINO_CHUNK_BYTES
 #define WINO_CHUNK_BYTES (4u << 20)
 #endif
+
+/* The default choice's thresholds (lt_wino_choose, measured crossover
+ * there): GEMM rows (samples x tiles) and channels on each side. */
+#define WINO_MIN_ROWS 32
+#define WINO_MIN_CHANNELS 8
 
 typedef struct wino_plan {
     const lt_wino_conv *q;
@@ -275,8 +281,18 @@ static void wino_gemm_item(void *arg, int64_t k, int w)
     (void)w;
     const wino_plan *p = arg;
     int64_t Ci = p->q->Ci, Co = p->q->Co, rows = p->nbc * p->T;
-    lt_kutil_gemm(LT_F32, 0, 0, rows, Co, Ci, p->V + k * p->nb * p->T * Ci, Ci,
-                  p->U + k * Ci * Co, Co, 0.0, p->M + k * p->nb * p->T * Co, Co);
+    const float *a = p->V + k * p->nb * p->T * Ci, *b = p->U + k * Ci * Co;
+    float *c = p->M + k * p->nb * p->T * Co;
+    /* the own small-GEMM kernel (sgemm_small.c) at every size here when
+     * its 16-column panels fit Co: no beta pass over M (OpenBLAS zeroes C
+     * first: a fifth of the CNN conv's time with K = 16) and no packing of
+     * A; measured per conv (ms, one thread): 16->32ch 14x14 N32 0.90 ->
+     * 0.57, 256ch 4x4 N16 3.00 -> 2.67, 64ch 16x16 N16 2.53 -> 2.39; slower
+     * with 16 rows (512ch 2x2 N16: 11.8 -> 15.7, not taken by default) */
+    if (Co % 16 == 0 && rows >= WINO_MIN_ROWS)
+        lt_sgemm_small(0, 0, rows, Co, Ci, a, Ci, b, Co, 0.0f, c, Co);
+    else
+        lt_kutil_gemm(LT_F32, 0, 0, rows, Co, Ci, a, Ci, b, Co, 0.0, c, Co);
 }
 
 static void wino_out_item(void *arg, int64_t s, int w)
@@ -287,20 +303,20 @@ static void wino_out_item(void *arg, int64_t s, int w)
 }
 
 /* ---- choice ----
- * Measured crossover (one thread, Zen 3, f32, ms im2col -> Winograd;
- * forward, the input gradient alike): GEMM rows N * tiles decide, as the
- * weight transform and the 16 passes over U ([Ci x Co] each) are paid once
- * per call however few tiles share them:
- *   rows 16  (N16 512ch 2x2: 5.3 -> 9.9; N4 512ch 4x4 bin: 4.7 -> 10.6)  lose
- *   rows 32  (N8 256ch 4x4: 2.18 -> 2.10; N32 256ch 2x2: 2.85 -> 2.00)   even/win
- *   rows 64+ (N16 256ch 4x4: 4.2 -> 2.9; N16 128ch 8x8: 4.1 -> 2.4;
- *             N16 64ch 16x16: 4.4 -> 3.0; N32 16->32ch 14x14: 1.09 -> 0.96)
+ * Measured crossover (one thread, Zen 3, f32, ms im2col -> Winograd,
+ * forward / input gradient): the GEMM rows N * tiles decide, as the weight
+ * transform and the 16 passes over U ([Ci x Co] each) are paid once per
+ * call however few tiles share them:
+ *   rows 16  N16 512ch 2x2: 9.1 -> 13.4 / 9.4 -> 18.4;
+ *            N4 512ch 4x4: 8.8 -> 16.6 / 5.9 -> 16.9              lose
+ *   rows 32  N8 256ch 4x4: 2.17 -> 2.47 / 2.36 -> 2.25;
+ *            N32 256ch 2x2: 2.80 -> 2.06 / 3.07 -> 2.06            even / win
+ *   rows 64+ N16 256ch 4x4: 4.4 -> 2.7; N16 128ch 8x8: 4.1 -> 2.2;
+ *            N16 64ch 16x16: 4.4 -> 2.4; N32 16->32ch 14x14: 1.09 -> 0.57
+ *            (forward and input gradient alike)                     win
  * Channels: 1 input channel (the CNN's first layer, 1->16 at 28x28) is
- * 0.37 -> 1.28 (GEMMs with K = 1, all transform), its input gradient
- * (16 -> 1) 0.40 -> 1.07; 8 -> 8 at 8x8 breaks even (0.059 -> 0.055). */
-#define WINO_MIN_ROWS 32
-#define WINO_MIN_CHANNELS 8
-
+ * 0.38 -> 0.54 (GEMMs with K = 1: all transform), its input gradient
+ * (16 -> 1) 0.46 -> 1.01; 8 -> 8 at 8x8 N16 wins (0.08 -> 0.06). */
 int lt_wino_choose(const lt_wino_conv *q)
 {
     if (q->OH < 1 || q->OW < 1 || q->ph < 0 || q->pw < 0 || q->N < 1 || q->Ci < 1 || q->Co < 1)
