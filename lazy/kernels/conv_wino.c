@@ -94,9 +94,9 @@ static inline void wino_st(float *p, wino_v8 v) { memcpy(p, &v, sizeof v); }
 #define WINO_LDS(p) (*(p))
 #define WINO_STS(p, x) (*(p) = (x))
 
-/* dst[j * ld + i] = src[i * ls + j] for an 8x8 block (three rounds of
- * shuffles: unpack pairs, pairs of pairs, halves). */
-static inline void wino_tr8(const float *src, int64_t ls, float *dst, int64_t ld)
+/* out[j][i] = src[i * ls + j] for an 8x8 block (three rounds of shuffles:
+ * unpack pairs, pairs of pairs, halves). */
+static inline void wino_tr8_regs(const float *src, int64_t ls, wino_v8 out[8])
 {
     wino_v8 r[8], t[8], u[8];
     for (int i = 0; i < 8; i++) r[i] = wino_ld(src + i * ls);
@@ -110,9 +110,17 @@ static inline void wino_tr8(const float *src, int64_t ls, float *dst, int64_t ld
             u[i + 2 * h + 1] = __builtin_shufflevector(t[i + h], t[i + h + 2], 2, 3, 10, 11, 6, 7, 14, 15);
         }
     for (int j = 0; j < 4; j++) {
-        wino_st(dst + j * ld, __builtin_shufflevector(u[j], u[j + 4], 0, 1, 2, 3, 8, 9, 10, 11));
-        wino_st(dst + (j + 4) * ld, __builtin_shufflevector(u[j], u[j + 4], 4, 5, 6, 7, 12, 13, 14, 15));
+        out[j] = __builtin_shufflevector(u[j], u[j + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+        out[j + 4] = __builtin_shufflevector(u[j], u[j + 4], 4, 5, 6, 7, 12, 13, 14, 15);
     }
+}
+
+/* dst[j * ld + i] = src[i * ls + j] for an 8x8 block. */
+static inline void wino_tr8(const float *src, int64_t ls, float *dst, int64_t ld)
+{
+    wino_v8 o[8];
+    wino_tr8_regs(src, ls, o);
+    for (int j = 0; j < 8; j++) wino_st(dst + j * ld, o[j]);
 }
 
 /* dst[j * ld + i] = src[i * ls + j], i < ni, j < nj: 8x8 blocks, scalar
@@ -133,8 +141,7 @@ static void wino_transpose(const float *src, int64_t ls, int64_t ni, float *dst,
 
 /* ---- weight transform: U[k][ci][co] = (G g G^T)[k], G = [1 0 0; .5 .5 .5;
  * .5 -.5 .5; 0 0 1], for input channels [ci0, ci1), vectorised over blocks
- * of 8 output channels (each block reads its 8 filters' rows sequentially
- * through ci) ---- */
+ * of 8 output channels ---- */
 #define WINO_W_TILE(T, ST)                                                           \
     do {                                                                             \
         T a[4][3];                                                                   \
@@ -159,18 +166,31 @@ static void wino_weight(const wino_plan *p, int64_t ci0, int64_t ci1)
     const float *w = p->w;
     /* tap t of filter (co, ci) */
 #define WINO_TAP(co, ci, t) (q->flip ? w[((ci) * Co + (co)) * 9 + 8 - (t)] : w[((co) * Ci + (ci)) * 9 + (t)])
-    int64_t co0 = 0;
-    for (; co0 + 8 <= Co; co0 += 8)
-        for (int64_t ci = ci0; ci < ci1; ci++) {
-            float gs[9][8];
-            for (int k = 0; k < 8; k++)
-                for (int t = 0; t < 9; t++) gs[t][k] = WINO_TAP(co0 + k, ci, t);
-            wino_v8 g[9];
-            for (int t = 0; t < 9; t++) g[t] = wino_ld(gs[t]);
+    /* ci outer: U's 16 rows are written as sequential streams; a ci's
+     * filters (one 36-byte run per co) share their cache lines with the
+     * next ci's */
+    int64_t cov = Co & ~(int64_t)7;
+    for (int64_t ci = ci0; ci < ci1; ci++)
+        for (int64_t co0 = 0; co0 < cov; co0 += 8) {
+            /* the 8 filters' taps 0..7 by a register transpose of their
+             * rows (flip: stored taps 1..8 are taps 7..0), tap 8 gathered */
+            wino_v8 g[9], r[8];
+            float g8[8];
+            if (q->flip) {
+                const float *f = w + (ci * Co + co0) * 9;
+                wino_tr8_regs(f + 1, 9, r);
+                for (int t = 0; t < 8; t++) g[t] = r[7 - t];
+                for (int k = 0; k < 8; k++) g8[k] = f[k * 9];
+            } else {
+                const float *f = w + (co0 * Ci + ci) * 9;
+                wino_tr8_regs(f, Ci * 9, g);
+                for (int k = 0; k < 8; k++) g8[k] = f[k * Ci * 9 + 8];
+            }
+            g[8] = wino_ld(g8);
             float *restrict u = p->U + ci * Co + co0;
             WINO_W_TILE(wino_v8, wino_st);
         }
-    for (int64_t co = co0; co < Co; co++)
+    for (int64_t co = cov; co < Co; co++)
         for (int64_t ci = ci0; ci < ci1; ci++) {
             float g[9];
             for (int t = 0; t < 9; t++) g[t] = WINO_TAP(co, ci, t);
