@@ -159,7 +159,7 @@ def run_model(model, shapes, whichs, reps):
             e = best_eager(lambda: conv_call(wh, x, w, gy, s, p), reps)
             fn = lambda: conv_call(wh, xd, wd, gyd, s, p)  # noqa: E731
             ours = best_lazy(fn, [KERNEL[wh]], reps)
-            alt = lazy_im2col(fn, [KERNEL[wh]], reps) if wino_shape(k, s) and wh != "bw" else ours
+            alt = lazy_im2col(fn, [KERNEL[wh]], reps) if wino_shape(k, s) else ours
             tot[wh][0] += cnt * e
             tot[wh][1] += cnt * ours
             tot[wh][2] += cnt * alt

@@ -1,9 +1,9 @@
 /*
  * lazy/kernels/conv_wino.c — Winograd F(2x2,3x3) for 3x3, stride-1,
  * dilation-1, one-group convolutions in f32 (conv.c hands over f32 and
- * bf16 storage, both computed in f32; the input gradient of such a conv is
- * the forward conv of the output gradient with the flipped, transposed
- * weight: lt_wino_conv.flip).
+ * bf16 storage, both computed in f32): forward, input gradient (the
+ * forward conv of the output gradient with the flipped, transposed
+ * weight: lt_wino_conv.flip) and weight gradient (the adjoint, below).
  *
  * Each 2x2 block of output pixels ("tile") is A^T [(G g G^T) . (B^T d B)] A
  * for its 4x4 input patch d and each 3x3 filter g: 16 products per tile
@@ -22,9 +22,12 @@
  * vectorised over Co. Odd output sizes compute a last half-empty tile row /
  * column from zero padding and drop it on store.
  *
- * Accuracy: the transforms only add, subtract and halve (exact scalings),
- * so the error is that of f32 sums of ~4x more terms of a similar size
- * (tests compare against eager PyTorch with the im2col path's tolerances).
+ * Accuracy: the transforms only add, subtract and halve (exact scalings);
+ * max error / scale against float64 on ResNet-18's and the CNN's shapes
+ * 2e-7..8e-7 for all three ops (im2col 2e-7..6e-7, eager 1e-7..2.5e-6).
+ * F(4x4,3x3) (points 0, +-1, +-2) was measured in a float32 model at
+ * 3e-6 (16 channels) .. 1.4e-5 (512) of the scale, 10x F(2x2,3x3)'s and
+ * at the f32 tests' tolerance (2e-5 of the scale): not used.
  */
 #include <stdatomic.h>
 #include "kutil.h"
@@ -48,12 +51,14 @@ typedef struct wino_plan {
     int64_t TH, TW, T;         /* tiles per sample: rows, columns, all */
     int64_t PR, PC;            /* padded channel-last input: 2*TH+2 rows, 2*TW+2 cols */
     int64_t nb;                /* samples per chunk (V / M are sized for nb) */
-    const float *x, *w;
+    const float *x, *w, *gy;   /* gy: the weight gradient's output gradient */
     float *out;
     float *U, *V, *M;          /* [16][Ci][Co], [16][nb*T][Ci], [16][nb*T][Co] */
     float **xp, **yt;          /* per worker: padded input, channel-last output */
     int64_t n0, nbc;           /* the chunk being computed: first sample, samples */
-    int64_t per;               /* weight transform: input channels per item */
+    int64_t per;               /* weight transforms: channels per item */
+    size_t bytes;              /* scratch allocated (for the OOM message) */
+    int nt;                    /* workers (per-worker scratch) */
 } wino_plan;
 
 /* 8 floats as one AVX2 register (GCC/clang vector extension; unaligned
@@ -322,6 +327,132 @@ static void wino_out_item(void *arg, int64_t s, int w)
     wino_out(p, s, p->yt[w], p->out + (p->n0 + s) * q->Co * q->OH * q->OW);
 }
 
+/* ---- weight gradient: y = A^T [(G g G^T) . (B^T d B)] A is linear in g,
+ * so per tile dg = G^T [(A dy A^T) . (B^T d B)] G, summed over the tiles:
+ * V as in the forward, Z = A dy A^T of the output gradient's 2x2 blocks
+ * into M ([16][tiles][Co]), 16 GEMMs Acc[k] += Z[k]^T V[k] ([Co x Ci],
+ * accumulated over chunks in U's buffer), then G^T Acc G per filter. ---- */
+
+/* A dy A^T (A = [1 0; 1 1; 1 -1; 0 -1]) of the 2x2 block at d (row stride
+ * rs, column stride cs) into the 16 matrices at z (stride ldk). */
+#define WINO_GY_TILE(T, LD, ST)                                                      \
+    do {                                                                             \
+        T t[4][2];                                                                   \
+        for (int j = 0; j < 2; j++) {                                                \
+            T d0 = LD(d + j * cs + c), d1 = LD(d + rs + j * cs + c);                 \
+            t[0][j] = d0;                                                            \
+            t[1][j] = d0 + d1;                                                       \
+            t[2][j] = d0 - d1;                                                       \
+            t[3][j] = -d1;                                                           \
+        }                                                                            \
+        for (int i = 0; i < 4; i++) {                                                \
+            ST(z + (i * 4 + 0) * ldk + c, t[i][0]);                                  \
+            ST(z + (i * 4 + 1) * ldk + c, t[i][0] + t[i][1]);                        \
+            ST(z + (i * 4 + 2) * ldk + c, t[i][0] - t[i][1]);                        \
+            ST(z + (i * 4 + 3) * ldk + c, -t[i][1]);                                 \
+        }                                                                            \
+    } while (0)
+
+/* Z rows of sample s of the chunk from its output gradient gy [Co][OH][OW]:
+ * transposed into the channel-last yt [2*TH][2*TW][Co] (a missing last
+ * row / column of an odd size is zero), then A dy A^T per tile. */
+static void wino_gy(const wino_plan *p, int64_t s, float *restrict yt, const float *gy)
+{
+    const lt_wino_conv *q = p->q;
+    int64_t Co = q->Co, OH = q->OH, OW = q->OW, ohw = OH * OW, OWp = 2 * p->TW;
+    if (OW == OWp) {
+        wino_transpose(gy, ohw, Co, yt, Co, ohw);
+    } else {
+        for (int64_t oy = 0; oy < OH; oy++) {
+            wino_transpose(gy + oy * OW, ohw, Co, yt + oy * OWp * Co, Co, OW);
+            memset(yt + (oy * OWp + OW) * Co, 0, (size_t)Co * sizeof(float));
+        }
+    }
+    if (OH < 2 * p->TH) memset(yt + OH * OWp * Co, 0, (size_t)(OWp * Co) * sizeof(float));
+    int64_t ldk = p->nb * p->T * Co, rs = OWp * Co, cs = Co;
+    for (int64_t ty = 0; ty < p->TH; ty++)
+        for (int64_t tx = 0; tx < p->TW; tx++) {
+            const float *restrict d = yt + (2 * ty * OWp + 2 * tx) * Co;
+            float *restrict z = p->M + (s * p->T + ty * p->TW + tx) * Co;
+            int64_t c = 0;
+            for (; c + 8 <= Co; c += 8) WINO_GY_TILE(wino_v8, wino_ld, wino_st);
+            for (; c < Co; c++) WINO_GY_TILE(float, WINO_LDS, WINO_STS);
+        }
+}
+
+static void wino_bw_in_item(void *arg, int64_t s, int w)
+{
+    const wino_plan *p = arg;
+    const lt_wino_conv *q = p->q;
+    wino_pack(p, p->x + (p->n0 + s) * q->Ci * q->H * q->W, p->xp[w]);
+    wino_in(p, p->xp[w], s);
+    wino_gy(p, s, p->yt[w], p->gy + (p->n0 + s) * q->Co * q->OH * q->OW);
+}
+
+static void wino_bw_gemm_item(void *arg, int64_t k, int w)
+{
+    (void)w;
+    const wino_plan *p = arg;
+    int64_t Ci = p->q->Ci, Co = p->q->Co, rows = p->nbc * p->T;
+    lt_kutil_gemm(LT_F32, 1, 0, Co, Ci, rows, p->M + k * p->nb * p->T * Co, Co,
+                  p->V + k * p->nb * p->T * Ci, Ci, p->n0 ? 1.0 : 0.0, p->U + k * Ci * Co, Ci);
+}
+
+/* G^T m G (G^T = [1 .5 .5 0; 0 .5 -.5 0; 0 .5 .5 1]) of the 16 values at
+ * m (stride ld) into r[3][3]. */
+#define WINO_DW_TILE(T, LD)                                                          \
+    do {                                                                             \
+        T t[3][4];                                                                   \
+        for (int l = 0; l < 4; l++) {                                                \
+            T m0 = LD(m + l * ld), m1 = LD(m + (4 + l) * ld);                        \
+            T m2 = LD(m + (8 + l) * ld), m3 = LD(m + (12 + l) * ld);                 \
+            t[0][l] = m0 + 0.5f * (m1 + m2);                                         \
+            t[1][l] = 0.5f * (m1 - m2);                                              \
+            t[2][l] = 0.5f * (m1 + m2) + m3;                                         \
+        }                                                                            \
+        for (int a = 0; a < 3; a++) {                                                \
+            r[a][0] = t[a][0] + 0.5f * (t[a][1] + t[a][2]);                          \
+            r[a][1] = 0.5f * (t[a][1] - t[a][2]);                                    \
+            r[a][2] = 0.5f * (t[a][1] + t[a][2]) + t[a][3];                          \
+        }                                                                            \
+    } while (0)
+
+/* dw[co][ci][3][3] for output channels [o0, o1) from Acc (U's buffer),
+ * vectorised over 8 input channels (whose 72 taps are contiguous in dw). */
+static void wino_dw(const wino_plan *p, int64_t o0, int64_t o1)
+{
+    int64_t Ci = p->q->Ci, Co = p->q->Co, ld = Ci * Co;
+    for (int64_t o = o0; o < o1; o++) {
+        float *dw = p->out + o * Ci * 9;
+        int64_t c = 0;
+        for (; c + 8 <= Ci; c += 8) {
+            const float *m = p->U + o * Ci + c;
+            wino_v8 r[3][3];
+            WINO_DW_TILE(wino_v8, wino_ld);
+            float tmp[9][8];
+            for (int a = 0; a < 3; a++)
+                for (int b = 0; b < 3; b++) wino_st(tmp[a * 3 + b], r[a][b]);
+            for (int k = 0; k < 8; k++)
+                for (int t = 0; t < 9; t++) dw[(c + k) * 9 + t] = tmp[t][k];
+        }
+        for (; c < Ci; c++) {
+            const float *m = p->U + o * Ci + c;
+            float r[3][3];
+            WINO_DW_TILE(float, WINO_LDS);
+            for (int a = 0; a < 3; a++)
+                for (int b = 0; b < 3; b++) dw[c * 9 + a * 3 + b] = r[a][b];
+        }
+    }
+}
+
+static void wino_dw_item(void *arg, int64_t c, int w)
+{
+    (void)w;
+    const wino_plan *p = arg;
+    int64_t o1 = (c + 1) * p->per < p->q->Co ? (c + 1) * p->per : p->q->Co;
+    wino_dw(p, c * p->per, o1);
+}
+
 /* ---- choice ----
  * Measured crossover (one thread, Zen 3, f32, ms im2col -> Winograd,
  * forward / input gradient): the GEMM rows N * tiles decide, as the weight
@@ -336,7 +467,11 @@ static void wino_out_item(void *arg, int64_t s, int w)
  *            (forward and input gradient alike)                     win
  * Channels: 1 input channel (the CNN's first layer, 1->16 at 28x28) is
  * 0.38 -> 0.54 (GEMMs with K = 1: all transform), its input gradient
- * (16 -> 1) 0.46 -> 1.01; 8 -> 8 at 8x8 N16 wins (0.08 -> 0.06). */
+ * (16 -> 1) 0.46 -> 1.01; 8 -> 8 at 8x8 N16 wins (0.08 -> 0.06).
+ * Weight gradient, the same rule: rows 16 (N16 512ch 2x2) 5.2 -> 5.9;
+ * rows 32 (N8 256ch 4x4) 2.06 -> 1.45; N16 128ch 8x8 4.0 -> 2.3, N16
+ * 256ch 4x4 4.2 -> 2.4, N32 16->32ch 14x14 1.12 -> 0.64; 1 input channel
+ * 0.37 -> 0.90. */
 int lt_wino_choose(const lt_wino_conv *q)
 {
     if (q->OH < 1 || q->OW < 1 || q->ph < 0 || q->pw < 0 || q->N < 1 || q->Ci < 1 || q->Co < 1)
@@ -348,39 +483,66 @@ int lt_wino_choose(const lt_wino_conv *q)
     return rows >= WINO_MIN_ROWS && q->Ci >= WINO_MIN_CHANNELS && q->Co >= WINO_MIN_CHANNELS;
 }
 
+/* Sizes p for q and allocates its scratch (nt workers); 0 on failure
+ * (what was allocated is freed by wino_plan_free). */
+static int wino_plan_init(wino_plan *p, const lt_wino_conv *q, int nt)
+{
+    p->q = q;
+    p->TH = (q->OH + 1) / 2; p->TW = (q->OW + 1) / 2; p->T = p->TH * p->TW;
+    p->PR = 2 * p->TH + 2; p->PC = 2 * p->TW + 2;
+    int64_t per = 16 * p->T * (q->Ci + q->Co) * (int64_t)sizeof(float);
+    p->nb = (int64_t)WINO_CHUNK_BYTES / per;
+    if (p->nb < 1) p->nb = 1;
+    if (p->nb > q->N) p->nb = q->N;
+    size_t nu = (size_t)(16 * q->Ci * q->Co), nv = (size_t)(16 * p->nb * p->T * q->Ci);
+    size_t nm = (size_t)(16 * p->nb * p->T * q->Co);
+    size_t nxp = (size_t)(p->PR * p->PC * q->Ci), nyt = (size_t)(4 * p->T * q->Co);
+    p->bytes = (nu + nv + nm + (size_t)nt * (nxp + nyt)) * sizeof(float);
+    p->nt = nt;
+    p->U = malloc(nu * sizeof(float));
+    p->V = malloc(nv * sizeof(float));
+    p->M = malloc(nm * sizeof(float));
+    p->xp = calloc((size_t)nt, sizeof *p->xp);
+    p->yt = calloc((size_t)nt, sizeof *p->yt);
+    int ok = p->U && p->V && p->M && p->xp && p->yt;
+    for (int i = 0; ok && i < nt; i++) {
+        p->xp[i] = malloc(nxp * sizeof(float));
+        p->yt[i] = malloc(nyt * sizeof(float));
+        ok = p->xp[i] && p->yt[i];
+    }
+    return ok;
+}
+
+static void wino_plan_free(wino_plan *p)
+{
+    for (int i = 0; p->xp && p->yt && i < p->nt; i++) {
+        free(p->xp[i]);
+        free(p->yt[i]);
+    }
+    free(p->xp); free(p->yt);
+    free(p->U); free(p->V); free(p->M);
+}
+
+/* Items of >= 16 channels out of n, ~4 per worker (1 item when small). */
+static int64_t wino_per(int64_t n, int64_t work, int nt)
+{
+    int64_t items = nt > 1 && work >= 4096 ? (int64_t)nt * 4 : 1;
+    int64_t per = (n + items - 1) / items;
+    if (per < 16) per = n < 16 ? n : 16;
+    return per;
+}
+
 lt_status lt_wino_run(const lt_wino_conv *q, const float *x, const float *w, float *out,
                       int nt, const lt_kernel_ctx *ctx)
 {
     wino_plan p = {0};
-    p.q = q;
-    p.x = x; p.w = w; p.out = out;
-    p.TH = (q->OH + 1) / 2; p.TW = (q->OW + 1) / 2; p.T = p.TH * p.TW;
-    p.PR = 2 * p.TH + 2; p.PC = 2 * p.TW + 2;
-    int64_t per = 16 * p.T * (q->Ci + q->Co) * (int64_t)sizeof(float);
-    p.nb = (int64_t)WINO_CHUNK_BYTES / per;
-    if (p.nb < 1) p.nb = 1;
-    if (p.nb > q->N) p.nb = q->N;
     if (nt < 1) nt = 1;
-    size_t nu = (size_t)(16 * q->Ci * q->Co), nv = (size_t)(16 * p.nb * p.T * q->Ci);
-    size_t nm = (size_t)(16 * p.nb * p.T * q->Co);
-    size_t nxp = (size_t)(p.PR * p.PC * q->Ci), nyt = (size_t)(4 * p.T * q->Co);
-    p.U = malloc(nu * sizeof(float));
-    p.V = malloc(nv * sizeof(float));
-    p.M = malloc(nm * sizeof(float));
-    p.xp = calloc((size_t)nt, sizeof *p.xp);
-    p.yt = calloc((size_t)nt, sizeof *p.yt);
-    int ok = p.U && p.V && p.M && p.xp && p.yt;
-    for (int i = 0; ok && i < nt; i++) {
-        p.xp[i] = malloc(nxp * sizeof(float));
-        p.yt[i] = malloc(nyt * sizeof(float));
-        ok = p.xp[i] && p.yt[i];
-    }
+    p.x = x; p.w = w; p.out = out;
+    int ok = wino_plan_init(&p, q, nt);
     if (ok) {
-        /* weight transform: items of >= 16 input channels, ~4 per worker */
-        int64_t items = nt > 1 && q->Ci * q->Co >= 4096 ? (int64_t)nt * 4 : 1;
-        p.per = (q->Ci + items - 1) / items;
-        if (p.per < 16) p.per = q->Ci < 16 ? q->Ci : 16;
-        lt_par_for(ctx, items > 1 ? nt : 1, (q->Ci + p.per - 1) / p.per, wino_weight_item, &p);
+        p.per = wino_per(q->Ci, q->Ci * q->Co, nt);
+        int64_t items = (q->Ci + p.per - 1) / p.per;
+        lt_par_for(ctx, items > 1 ? nt : 1, items, wino_weight_item, &p);
         for (p.n0 = 0; p.n0 < q->N; p.n0 += p.nb) {
             p.nbc = q->N - p.n0 < p.nb ? q->N - p.n0 : p.nb;
             int tw = p.nbc > 1 ? nt : 1;
@@ -389,14 +551,35 @@ lt_status lt_wino_run(const lt_wino_conv *q, const float *x, const float *w, flo
             lt_par_for(ctx, tw, p.nbc, wino_out_item, &p);
         }
     }
-    for (int i = 0; p.xp && p.yt && i < nt; i++) {
-        free(p.xp[i]);
-        free(p.yt[i]);
-    }
-    free(p.xp); free(p.yt);
-    free(p.U); free(p.V); free(p.M);
+    wino_plan_free(&p);
     if (!ok)
         return lt_set_error(LT_ERR_OOM, "conv2d (winograd): cannot allocate %lld bytes of scratch",
-                            (long long)((nu + nv + nm + (size_t)nt * (nxp + nyt)) * sizeof(float)));
+                            (long long)p.bytes);
+    return LT_OK;
+}
+
+lt_status lt_wino_run_bw(const lt_wino_conv *q, const float *x, const float *gy, float *dw,
+                         int nt, const lt_kernel_ctx *ctx)
+{
+    wino_plan p = {0};
+    if (nt < 1) nt = 1;
+    p.x = x; p.gy = gy; p.out = dw;
+    int ok = !q->flip && wino_plan_init(&p, q, nt);
+    if (ok) {
+        for (p.n0 = 0; p.n0 < q->N; p.n0 += p.nb) {
+            p.nbc = q->N - p.n0 < p.nb ? q->N - p.n0 : p.nb;
+            lt_par_for(ctx, p.nbc > 1 ? nt : 1, p.nbc, wino_bw_in_item, &p);
+            lt_par_for(ctx, nt, 16, wino_bw_gemm_item, &p);
+        }
+        p.per = wino_per(q->Co, q->Ci * q->Co, nt);
+        int64_t items = (q->Co + p.per - 1) / p.per;
+        lt_par_for(ctx, items > 1 ? nt : 1, items, wino_dw_item, &p);
+    }
+    wino_plan_free(&p);
+    if (q->flip)
+        return lt_set_error(LT_ERR_INTERNAL, "conv2d_backward_weight (winograd): flipped geometry");
+    if (!ok)
+        return lt_set_error(LT_ERR_OOM, "conv2d_backward_weight (winograd): cannot allocate %lld "
+                            "bytes of scratch", (long long)p.bytes);
     return LT_OK;
 }

@@ -35,4 +35,13 @@ int lt_wino_choose(const lt_wino_conv *q);
 lt_status lt_wino_run(const lt_wino_conv *q, const float *x, const float *w, float *out,
                       int nt, const lt_kernel_ctx *ctx);
 
+/* The weight gradient of q (flip must be 0: q is the forward conv):
+ * dw [Co, Ci, 3, 3] (contiguous f32, overwritten) = the sum over samples
+ * and output pixels of gy [N, Co, OH, OW] times the input x [N, Ci, H, W]
+ * it saw, through the same tiles as lt_wino_run (Winograd's adjoint:
+ * G^T [(A dy A^T) . (B^T d B)] G summed over tiles). Same threading,
+ * ownership and failures as lt_wino_run (LT_ERR_INTERNAL for flip = 1). */
+lt_status lt_wino_run_bw(const lt_wino_conv *q, const float *x, const float *gy, float *dw,
+                         int nt, const lt_kernel_ctx *ctx);
+
 #endif

@@ -168,9 +168,9 @@ static const conv_case wino_cases[] = {
     {2, 1, 10, 9, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1},    /* one input channel */
 };
 
-/* Calls lt_wino_run directly (no dispatch that could fall back to im2col)
- * on f32 against the double reference: forward, and the input gradient
- * as the flipped conv of gy (padding 2 - p). Tolerances as the im2col
+/* Calls lt_wino_run / lt_wino_run_bw directly (no dispatch that could fall
+ * back to im2col) on f32 against the double reference: forward, the input
+ * gradient as the flipped conv of gy (padding 2 - p), the weight gradient. Tolerances as the im2col
  * tests' f32 (1e-4 abs + rel): F(2x2,3x3)'s transforms only add and halve,
  * the sums have ~4x more terms of similar size (measured max error on
  * these cases ~2e-6). */
@@ -183,6 +183,7 @@ static void run_wino_direct(const conv_case *q, const lt_kernel_ctx *ctx)
     conv_ref(q, x, w, gy, y, dx, dw);
     float *xf = kt_talloc((size_t)nx * 4), *wf = kt_talloc((size_t)nw * 4), *gf = kt_talloc((size_t)ny * 4);
     float *yf = kt_talloc((size_t)ny * 4), *dxf = kt_talloc((size_t)nx * 4);
+    float *dwf = kt_talloc((size_t)nw * 4);
     for (int64_t i = 0; i < nx; i++) xf[i] = (float)x[i];
     for (int64_t i = 0; i < nw; i++) wf[i] = (float)w[i];
     for (int64_t i = 0; i < ny; i++) gf[i] = (float)gy[i];
@@ -190,6 +191,8 @@ static void run_wino_direct(const conv_case *q, const lt_kernel_ctx *ctx)
     lt_wino_conv b = {q->N, q->O, oh, ow, q->C, q->H, q->W, 2 - q->ph, 2 - q->pw, 1};
     assert_int_equal(lt_wino_run(&f, xf, wf, yf, ctx->nthreads, ctx), LT_OK);
     assert_int_equal(lt_wino_run(&b, gf, wf, dxf, ctx->nthreads, ctx), LT_OK);
+    assert_int_equal(lt_wino_run_bw(&f, xf, gf, dwf, ctx->nthreads, ctx), LT_OK);
+    assert_int_equal(lt_wino_run_bw(&b, gf, xf, dwf + 1, ctx->nthreads, ctx), LT_ERR_INTERNAL);
     double err = 0;
     for (int64_t i = 0; i < ny; i++) {
         double e = fabs(yf[i] - y[i]);
@@ -205,6 +208,12 @@ static void run_wino_direct(const conv_case *q, const lt_kernel_ctx *ctx)
             fail_msg("wino bin N%lld C%lld O%lld: dx[%lld] = %.9g, expected %.9g", (long long)q->N,
                      (long long)q->C, (long long)q->O, (long long)i, dxf[i], dx[i]);
     }
+    for (int64_t i = 0; i < nw; i++) {   /* sums over N * pixels: the im2col tests' 4x */
+        double e = fabs(dwf[i] - dw[i]);
+        if (e > 4e-4 + 1e-4 * fabs(dw[i]))
+            fail_msg("wino bw N%lld C%lld O%lld: dw[%lld] = %.9g, expected %.9g", (long long)q->N,
+                     (long long)q->C, (long long)q->O, (long long)i, dwf[i], dw[i]);
+    }
     assert_true(err < 1e-4);
 }
 
@@ -218,8 +227,8 @@ static void test_conv_winograd_direct(void **state)
 }
 
 /* The same cases through lt_kernel_conv with LAZYTPU_CONV_ALGO forcing each
- * path (f32 and bf16 storage, strided operands; the weight gradient stays
- * on im2col either way). */
+ * path (forward, input and weight gradients; f32 and bf16 storage, strided
+ * operands). */
 static void test_conv_winograd_forced(void **state)
 {
     const char *algos[] = {"winograd", "im2col"};

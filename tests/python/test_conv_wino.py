@@ -11,8 +11,10 @@ Tolerances: f32 as the im2col tests' (2e-5 of the output's scale + 1e-4
 relative): Winograd's transforms only add, subtract and halve, its sums have
 ~4x more terms of the same size, measured error ~1e-6 of the scale. bf16:
 1/64 of the scale + 2% (one bf16 rounding of the result is 1/256 relative).
-The weight gradient stays on im2col (checked too: the same graph computes
-it). A test below also checks that forcing Winograd really changes the
+The weight gradient takes the path too (Winograd's adjoint, conv_wino.c).
+Measured max error / scale against float64 on ResNet-18's and the CNN's
+shapes: Winograd 2e-7..8e-7, im2col 2e-7..6e-7, eager 1e-7..2.5e-6 (all
+three gradients). A test below also checks that forcing Winograd really changes the
 computation (results not bitwise those of im2col), so a dispatch that
 silently ignored the variable would fail.
 """
@@ -85,16 +87,14 @@ def test_conv3x3_values_and_grads(case, dt, algo, monkeypatch):
                          ids=lambda c: "N%d_C%d_%dx%d_O%d_p%d" % c)
 def test_forcing_changes_the_path(case, monkeypatch):
     _set_algo(monkeypatch, "winograd")
-    (yw, dxw, _), ref = _run(case, torch.float32)
+    wino, ref = _run(case, torch.float32)
     _set_algo(monkeypatch, "im2col")
-    (yi, dxi, _), _ = _run(case, torch.float32)
-    yw, dxw, yi, dxi = yw.cpu(), dxw.cpu(), yi.cpu(), dxi.cpu()
-    # different sums: some elements differ in their last bits ...
-    assert not torch.equal(yw, yi)
-    assert not torch.equal(dxw, dxi)
-    # ... both within the f32 tolerance of eager
-    for a in (yw, yi):
-        _close(a, ref[0], torch.float32)
-    for a in (dxw, dxi):
-        _close(a, ref[1], torch.float32)
+    im2col, _ = _run(case, torch.float32)
+    for a, b, r in zip(wino, im2col, ref):
+        a, b = a.cpu(), b.cpu()
+        # different sums: some elements differ in their last bits ...
+        assert not torch.equal(a, b)
+        # ... both within the f32 tolerance of eager
+        _close(a, r, torch.float32)
+        _close(b, r, torch.float32)
 
