@@ -475,8 +475,9 @@ static int conv_bwd_input_as_fwd(const conv_geom *q, lt_dtype cdt, const void *g
  * stride-1, dilation-1, one-group convolutions in f32 by Winograd
  * F(2x2,3x3) (conv_wino.c) when lt_wino_choose takes them (the input
  * gradient as the forward conv of gy with the flipped, transposed weight
- * and padding 2 - p). a, b: the op's packed inputs. Returns 1 when done
- * (*st set), 0 when not applicable or not chosen. */
+ * and padding 2 - p); a forward conv of one input channel by the direct
+ * kernel (conv_direct.c). a, b: the op's packed inputs. Returns 1 when
+ * done (*st set), 0 when not applicable or not chosen. */
 static int conv_try_wino(lt_op op, const conv_geom *q, lt_dtype cdt, const void *a,
                          const void *b, void *y, int nt, const lt_kernel_ctx *ctx, lt_status *st)
 {
@@ -488,8 +489,12 @@ static int conv_try_wino(lt_op op, const conv_geom *q, lt_dtype cdt, const void 
         wq = (lt_wino_conv){q->N, q->O, q->oh, q->ow, q->C, q->H, q->W, 2 - q->ph, 2 - q->pw, 1};
     else
         wq = (lt_wino_conv){q->N, q->C, q->H, q->W, q->O, q->oh, q->ow, q->ph, q->pw, 0};
-    if (wq.OH != wq.H + 2 * wq.ph - 2 || wq.OW != wq.W + 2 * wq.pw - 2 || !lt_wino_choose(&wq))
-        return 0;
+    if (wq.OH != wq.H + 2 * wq.ph - 2 || wq.OW != wq.W + 2 * wq.pw - 2) return 0;
+    if (op == LT_OP_conv2d && lt_conv_direct_c1_choose(&wq)) {
+        *st = lt_conv_direct_c1(&wq, a, b, y, nt, ctx);
+        return 1;
+    }
+    if (!lt_wino_choose(&wq)) return 0;
     if (op == LT_OP_conv2d_backward_weight)
         *st = lt_wino_run_bw(&wq, b, a, y, nt, ctx);
     else

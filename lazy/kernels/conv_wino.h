@@ -1,6 +1,7 @@
 /*
- * lazy/kernels/conv_wino.h — Winograd F(2x2,3x3) convolution (conv_wino.c)
- * for conv.c: 3x3 kernels, stride 1, dilation 1, one group, f32.
+ * lazy/kernels/conv_wino.h — the 3x3 stride-1 kernels conv.c dispatches to
+ * before im2col + GEMM (dilation 1, one group, f32): Winograd F(2x2,3x3)
+ * (conv_wino.c) and the direct single-input-channel conv (conv_direct.c).
  */
 #ifndef LT_CONV_WINO_H
 #define LT_CONV_WINO_H
@@ -43,5 +44,18 @@ lt_status lt_wino_run(const lt_wino_conv *q, const float *x, const float *w, flo
  * ownership and failures as lt_wino_run (LT_ERR_INTERNAL for flip = 1). */
 lt_status lt_wino_run_bw(const lt_wino_conv *q, const float *x, const float *gy, float *dw,
                          int nt, const lt_kernel_ctx *ctx);
+
+/* 1 when the direct kernel should compute q: a forward conv (flip 0) with
+ * one input channel, unless LAZYTPU_CONV_ALGO names another path
+ * (winograd / im2col; read on every call). */
+int lt_conv_direct_c1_choose(const lt_wino_conv *q);
+
+/* q (Ci must be 1, flip 0; LT_ERR_INTERNAL otherwise) into out
+ * (contiguous f32 [N, Co, OH, OW], overwritten) from x [N, 1, H, W] and w
+ * [Co, 1, 3, 3], directly (conv_direct.c), samples on up to nt workers of
+ * the core's helper pool. LT_ERR_OOM with the error set when its padded
+ * planes cannot be allocated. */
+lt_status lt_conv_direct_c1(const lt_wino_conv *q, const float *x, const float *w, float *out,
+                            int nt, const lt_kernel_ctx *ctx);
 
 #endif

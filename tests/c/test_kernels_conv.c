@@ -165,7 +165,8 @@ static const conv_case wino_cases[] = {
     {2, 9, 3, 3, 8, 3, 3, 1, 1, 0, 1, 1, 1, 1},     /* 1-row output, uneven padding */
     {4, 32, 2, 2, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1},   /* ResNet's 2x2 maps */
     {5, 24, 14, 13, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1}, /* two workers, several chunks */
-    {2, 1, 10, 9, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1},    /* one input channel */
+    {2, 1, 10, 9, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1},    /* one input channel: direct */
+    {1, 1, 7, 5, 16, 3, 3, 1, 1, 0, 2, 1, 1, 1},    /* direct, uneven padding, batch 1 */
 };
 
 /* Calls lt_wino_run / lt_wino_run_bw directly (no dispatch that could fall
@@ -227,13 +228,15 @@ static void test_conv_winograd_direct(void **state)
 }
 
 /* The same cases through lt_kernel_conv with LAZYTPU_CONV_ALGO forcing each
- * path (forward, input and weight gradients; f32 and bf16 storage, strided
- * operands). */
+ * path, then unset (the default choice; one input channel: the direct
+ * kernel) (forward, input and weight gradients; f32 and bf16 storage,
+ * strided operands). */
 static void test_conv_winograd_forced(void **state)
 {
-    const char *algos[] = {"winograd", "im2col"};
-    for (int a = 0; a < 2; a++) {
-        setenv("LAZYTPU_CONV_ALGO", algos[a], 1);
+    const char *algos[] = {"winograd", "im2col", NULL};
+    for (int a = 0; a < 3; a++) {
+        if (algos[a]) setenv("LAZYTPU_CONV_ALGO", algos[a], 1);
+        else unsetenv("LAZYTPU_CONV_ALGO");
         for (size_t k = 0; k < sizeof wino_cases / sizeof *wino_cases; k++) {
             run_conv_case(&wino_cases[k], LT_F32, (int)(k & 1), &kt_ctx1);
             run_conv_case(&wino_cases[k], LT_BF16, !(k & 1), &kt_ctx2);
@@ -241,6 +244,40 @@ static void test_conv_winograd_forced(void **state)
         }
     }
     unsetenv("LAZYTPU_CONV_ALGO");
+}
+
+/* conv_direct.c called directly on the one-channel cases (f32, 1 and 2
+ * workers) against the double reference; other geometries refused. */
+static void test_conv_direct_c1(void **state)
+{
+    for (size_t k = 0; k < sizeof wino_cases / sizeof *wino_cases; k++) {
+        const conv_case *q = &wino_cases[k];
+        if (q->C != 1) continue;
+        int64_t oh = conv_out(q->H, 3, 1, q->ph, 1), ow = conv_out(q->W, 3, 1, q->pw, 1);
+        int64_t nx = q->N * q->H * q->W, nw = q->O * 9, ny = q->N * q->O * oh * ow;
+        double *x = kt_rvals(nx, LT_F32), *w = kt_rvals(nw, LT_F32), *gy = kt_rvals(ny, LT_F32);
+        double *y = kt_talloc((size_t)ny * 8), *dx = kt_talloc((size_t)nx * 8);
+        double *dw = kt_talloc((size_t)nw * 8);
+        conv_ref(q, x, w, gy, y, dx, dw);
+        float *xf = kt_talloc((size_t)nx * 4), *wf = kt_talloc((size_t)nw * 4);
+        float *yf = kt_talloc((size_t)ny * 4);
+        for (int64_t i = 0; i < nx; i++) xf[i] = (float)x[i];
+        for (int64_t i = 0; i < nw; i++) wf[i] = (float)w[i];
+        lt_wino_conv f = {q->N, 1, q->H, q->W, q->O, oh, ow, q->ph, q->pw, 0};
+        for (int nt = 1; nt <= 2; nt++) {
+            const lt_kernel_ctx *ctx = nt == 1 ? &kt_ctx1 : &kt_ctx2;
+            memset(yf, 0xff, (size_t)ny * 4);   /* NaNs: every output must be written */
+            assert_int_equal(lt_conv_direct_c1(&f, xf, wf, yf, nt, ctx), LT_OK);
+            for (int64_t i = 0; i < ny; i++)
+                if (!(fabs(yf[i] - y[i]) <= 1e-5 + 1e-5 * fabs(y[i])))
+                    fail_msg("direct c1 case %zu: y[%lld] = %.9g, expected %.9g", k, (long long)i,
+                             yf[i], y[i]);
+        }
+        lt_wino_conv two = f;
+        two.Ci = 2;
+        assert_int_equal(lt_conv_direct_c1(&two, xf, wf, yf, 1, &kt_ctx1), LT_ERR_INTERNAL);
+        kt_tfree_all();
+    }
 }
 
 /* The dispatch: the environment variable overrides, the default follows
@@ -255,12 +292,16 @@ static void test_conv_winograd_choice(void **state)
     assert_int_equal(lt_wino_choose(&l1), 1);
     assert_int_equal(lt_wino_choose(&l4), 0);
     assert_int_equal(lt_wino_choose(&c1), 0);
+    assert_int_equal(lt_conv_direct_c1_choose(&c1), 1);
+    assert_int_equal(lt_conv_direct_c1_choose(&l1), 0);
     setenv("LAZYTPU_CONV_ALGO", "winograd", 1);
+    assert_int_equal(lt_conv_direct_c1_choose(&c1), 0);
     assert_int_equal(lt_wino_choose(&l4), 1);
     assert_int_equal(lt_wino_choose(&c1), 1);
     assert_int_equal(lt_wino_choose(&bad), 0);
     setenv("LAZYTPU_CONV_ALGO", "im2col", 1);
     assert_int_equal(lt_wino_choose(&l1), 0);
+    assert_int_equal(lt_conv_direct_c1_choose(&c1), 0);
     unsetenv("LAZYTPU_CONV_ALGO");
 }
 
@@ -614,6 +655,7 @@ int main(void)
         cmocka_unit_test_teardown(test_conv_winograd_direct, kt_teardown),
         cmocka_unit_test_teardown(test_conv_winograd_forced, kt_teardown),
         cmocka_unit_test_teardown(test_conv_winograd_choice, kt_teardown),
+        cmocka_unit_test_teardown(test_conv_direct_c1, kt_teardown),
         cmocka_unit_test_teardown(test_max_pool, kt_teardown),
         cmocka_unit_test_teardown(test_max_pool_2x2, kt_teardown),
         cmocka_unit_test_teardown(test_max_pool_general, kt_teardown),

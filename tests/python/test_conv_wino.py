@@ -1,7 +1,8 @@
 """The Winograd F(2x2,3x3) convolution path (lazy/kernels/conv_wino.c) run on
 the device: values and gradients against eager PyTorch on CPU, with
 LAZYTPU_CONV_ALGO forcing Winograd, forcing im2col + GEMM, and left to the
-default heuristic (read by the kernel on every call).
+default heuristic (read by the kernel on every call; it sends a forward
+conv of one input channel, the CNN's first layer, to conv_direct.c).
 
 Shapes: ResNet-18's 3x3 stride-1 layers at batch 16 and the CNN's (1->16 at
 28x28, 16->32 at 14x14), odd sizes (half-empty edge tiles), padding 0, 1
@@ -32,10 +33,11 @@ CASES = [
     (16, 128, 8, 8, 128, 1),     # layer2
     (16, 256, 4, 4, 256, 1),     # layer3
     (16, 512, 2, 2, 512, 1),     # layer4 (heuristic: im2col)
-    (32, 1, 28, 28, 16, 1),      # CNN conv1 (heuristic: im2col)
+    (32, 1, 28, 28, 16, 1),      # CNN conv1 (heuristic: direct forward, im2col gradients)
     (32, 16, 14, 14, 32, 1),     # CNN conv2
     (1, 24, 15, 13, 40, 1),      # batch 1, odd sizes
     (3, 9, 11, 7, 10, 0),        # padding 0, odd, channels off the 8-wide step
+    (1, 1, 9, 6, 5, 0),          # one input channel, batch 1, padding 0
     (2, 16, 5, 6, 12, 2),        # padding 2 (input gradient with padding 0)
 ]
 
