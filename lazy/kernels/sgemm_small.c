@@ -6,9 +6,10 @@
  * ~90 GFLOP/s for large ones: per call it sets up threading, allocates and
  * packs. This is a plain blocked GEMM for such sizes: a 6x16 register tile
  * of FMAs over a K block of 256, every tile of C written once per K block.
- * op(A) is read in place (six broadcast streams); op(B) is packed into
- * 16-column panels once per K block (a transposed B, q @ k^T, with 8x8
- * register transposes). Build-time
+ * op(A) is read in place (six broadcast streams), a transposed one over
+ * several K blocks packed into 6-row panels; op(B) is packed into 16-column panels once
+ * per K block (a transposed B, q @ k^T, with 8x8 register transposes).
+ * Build-time
  * AVX2 + FMA only (the library is built with -march=native); elsewhere
  * lt_sgemm_small_ok() says no and callers keep BLAS.
  */
@@ -60,6 +61,24 @@ static inline void transpose8(const float *src, int64_t ld, float *dst, int64_t 
     _mm256_storeu_ps(dst + 5 * dld, _mm256_permute2f128_ps(u1, u5, 0x31));
     _mm256_storeu_ps(dst + 6 * dld, _mm256_permute2f128_ps(u2, u6, 0x31));
     _mm256_storeu_ps(dst + 7 * dld, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
+/* Rows [i0, i0+mc) x K-columns [k0, k0+kc) of a transposed op(A)
+ * (op(A)(i, k) = A[k * lda + i]) into panels of MR rows: panel p holds, for
+ * each k, the MR values of rows i0+p*MR.. (past mc: not written, never
+ * read: the micro-kernel repeats the last valid row). */
+static void pack_at(const float *A, int64_t lda, int64_t i0, int64_t mc, int64_t k0, int64_t kc,
+                    float *dst)
+{
+    for (int64_t p = 0; p < mc; p += MR, dst += kc * MR) {
+        int64_t mr = mc - p < MR ? mc - p : MR;
+        const float *src = A + k0 * lda + i0 + p;
+        if (mr == MR)
+            for (int64_t k = 0; k < kc; k++) memcpy(dst + k * MR, src + k * lda, MR * sizeof *dst);
+        else
+            for (int64_t k = 0; k < kc; k++)
+                for (int64_t r = 0; r < mr; r++) dst[k * MR + r] = src[k * lda + r];
+    }
 }
 
 /* K-rows [k0, k0+kc) x columns [j0, j0+nr) (nr <= NR) of op(B) into a panel
@@ -175,15 +194,16 @@ static int small_enabled(void)
 int lt_sgemm_small_ok(int64_t M, int64_t N, int64_t K)
 {
     /* Measured against single-threaded OpenBLAS 0.3.21 on Zen 3, same
-     * loop (ms per product, 0.80-0.97x for the attention products
-     * [128,64] x [64,128], [128,128] x [128,64] in every transpose):
+     * loop (bench_core's "small gemm" rows; time per product 0.78-0.90x
+     * for the attention products [128,64] x [64,128], [128,128] x
+     * [128,64] in their transposes):
      * behind below ~64^3 (our scratch allocation and edge tiles cost
      * more than its call overhead), for N not a multiple of 16 (partial
      * panels: 128 x 24 x 64 ran at 1.18x) and for M < 32; even at 256^3
      * to 300^3; behind again for large products (OpenBLAS prefetches). */
     double mnk = (double)M * N * K;
-    return small_enabled() && N % 16 == 0 && M >= 32 && K >= 16 && M <= 512 && N <= 512 && K <= 1024 &&
-           mnk >= 64.0 * 64 * 64 && mnk <= 256.0 * 256 * 256;
+    return small_enabled() && N % 16 == 0 && M >= 32 && K >= 16 && M <= 512 && N <= 512 &&
+           K <= 1024 && mnk >= 64.0 * 64 * 64 && mnk <= 256.0 * 256 * 256;
 }
 
 void lt_sgemm_small(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
@@ -199,20 +219,28 @@ void lt_sgemm_small(int ta, int tb, int64_t M, int64_t N, int64_t K, const float
             for (int64_t i = 0; i < M; i++) memset(C + i * ldc, 0, (size_t)N * sizeof *C);
         return;
     }
-    /* op(A) is read in place (broadcast loads: row r step k at
-     * a[r * ars + k * aks]); op(B) is packed per K block into 16-column
-     * panels (read in place, a row-major B with a leading dimension of a
-     * few KiB maps its panel rows onto two L1 sets: 512 x 512 x 256 ran at
-     * 0.85x OpenBLAS that way, 1.0x packed) */
-    int64_t ars = ta ? 1 : lda, aks = ta ? lda : 1;
-    int64_t kcap = K < KC ? K : KC;
+    /* op(A) is read in place (six broadcast streams, one per row, or one
+     * stream of 6 when transposed), except a transposed op(A) over several
+     * K blocks, packed per block into panels of MR rows (in place, each
+     * step k touches a new cache line for 6 of its 16 floats: 256 x 256 x
+     * 4096 ran at 1.10x OpenBLAS's time; packed at one K block, 128 x 64 x
+     * 128 went from 0.90x to 1.0x).
+     * op(B) is packed per K block into 16-column panels (read in place, a
+     * row-major B with a leading dimension of a few KiB maps its panel
+     * rows onto two L1 sets: 512 x 512 x 256 ran at 0.85x OpenBLAS's speed
+     * that way, 1.0x packed). */
+    int64_t kcap = K < KC ? K : KC, mcap = M < MC ? M : MC;
     int64_t npan = (N + NR - 1) / NR;
+    size_t bsz = (size_t)(npan * kcap * NR) * sizeof(float);
+    int packa = ta && K > KC;
+    size_t asz = packa ? (size_t)(((mcap + MR - 1) / MR * MR) * kcap) * sizeof(float) : 0;
     float *pb = NULL;
-    if (posix_memalign((void **)&pb, 64, (size_t)(npan * kcap * NR) * sizeof *pb) != 0) {
+    if (posix_memalign((void **)&pb, 64, bsz + asz) != 0) {
         /* out of memory: BLAS does the product without scratch of ours */
         blas_sgemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
         return;
     }
+    float *pa = (float *)((char *)pb + bsz);
     for (int64_t pc = 0; pc < K; pc += KC) {
         int64_t kc = K - pc < KC ? K - pc : KC;
         int acc = pc > 0 || beta != 0.0f;
@@ -221,15 +249,20 @@ void lt_sgemm_small(int ta, int tb, int64_t M, int64_t N, int64_t K, const float
                    pb + q * kc * NR);
         for (int64_t ic = 0; ic < M; ic += MC) {
             int64_t mc = M - ic < MC ? M - ic : MC;
+            if (packa) pack_at(A, lda, ic, mc, pc, kc, pa);
             for (int64_t jr = 0; jr < N; jr += NR) {
                 int64_t nr = N - jr < NR ? N - jr : NR;
                 const float *bp = pb + jr / NR * kc * NR;
                 for (int64_t ir = 0; ir < mc; ir += MR) {
                     int64_t mr = mc - ir < MR ? mc - ir : MR;
-                    const float *ap = A + (ic + ir) * ars + pc * aks;
                     float *cp = C + (ic + ir) * ldc + jr;
-                    if (ta) ukernel(kc, ap, 1, lda, mr, bp, cp, ldc, acc, nr);   /* specialised */
-                    else ukernel(kc, ap, lda, 1, mr, bp, cp, ldc, acc, nr);
+                    /* three calls: each one specialised on its strides */
+                    if (packa)
+                        ukernel(kc, pa + ir * kc, 1, MR, mr, bp, cp, ldc, acc, nr);
+                    else if (ta)
+                        ukernel(kc, A + pc * lda + ic + ir, 1, lda, mr, bp, cp, ldc, acc, nr);
+                    else
+                        ukernel(kc, A + (ic + ir) * lda + pc, lda, 1, mr, bp, cp, ldc, acc, nr);
                 }
             }
         }

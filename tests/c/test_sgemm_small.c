@@ -3,7 +3,8 @@
  * transpose pair, edge tiles in M and N (not multiples of 6 / 16), K across
  * the 256 block, leading dimensions larger than the matrix, beta 0 / 1 /
  * other, C's untouched columns past N; and lt_kutil_gemm's dispatch (it
- * must give the same values as OpenBLAS where the kernel is chosen). */
+ * must give the same values as OpenBLAS where the kernel is chosen);
+ * lt_kutil_gemm_par's split of a long-K product over workers. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -136,6 +137,67 @@ static void test_dispatch_matches_blas(void **state)
     free(A); free(B); free(C1); free(C2); free(C3);
 }
 
+/* lt_kutil_gemm_par splits a long-K product (a weight gradient) along K:
+ * worker 0 accumulates into C, the others into partials added at the end.
+ * Values against double for beta 0, 1 and 0.5, f32 and f64, transposed A
+ * (the weight-gradient layout) and not; a short K takes the M/N split. */
+static void check_par(lt_dtype dt, int ta, int64_t M, int64_t N, int64_t K, double beta)
+{
+    static const lt_kernel_ctx ctx = {0, 2};
+    unsigned seed = (unsigned)(M + 7 * N + 13 * K + ta);
+    size_t es = dt == LT_F64 ? 8 : 4;
+    int64_t lda = ta ? M : K;
+    double *Ad = malloc(sizeof(double) * (size_t)(M * K)), *Bd = malloc(sizeof(double) * (size_t)(K * N));
+    double *C0 = malloc(sizeof(double) * (size_t)(M * N));
+    char *A = malloc(es * (size_t)(M * K)), *B = malloc(es * (size_t)(K * N)), *C = malloc(es * (size_t)(M * N));
+    assert_non_null(Ad); assert_non_null(Bd); assert_non_null(C0);
+    assert_non_null(A); assert_non_null(B); assert_non_null(C);
+    for (int64_t i = 0; i < M * K; i++) Ad[i] = frand(&seed);
+    for (int64_t i = 0; i < K * N; i++) Bd[i] = frand(&seed);
+    for (int64_t i = 0; i < M * N; i++) C0[i] = frand(&seed);
+    for (int64_t i = 0; i < M * K; i++) {
+        if (dt == LT_F64) ((double *)A)[i] = Ad[i]; else ((float *)A)[i] = (float)Ad[i];
+    }
+    for (int64_t i = 0; i < K * N; i++) {
+        if (dt == LT_F64) ((double *)B)[i] = Bd[i]; else ((float *)B)[i] = (float)Bd[i];
+    }
+    for (int64_t i = 0; i < M * N; i++) {
+        if (dt == LT_F64) ((double *)C)[i] = C0[i]; else ((float *)C)[i] = (float)C0[i];
+    }
+    lt_kutil_gemm_par(&ctx, 2, dt, ta, 0, M, N, K, A, lda, B, N, beta, C, N);
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t n = 0; n < N; n++) {
+            double ref = beta == 0.0 ? 0.0 : beta * (dt == LT_F64 ? C0[i * N + n] : (double)(float)C0[i * N + n]);
+            for (int64_t k = 0; k < K; k++) {
+                double a = ta ? Ad[k * lda + i] : Ad[i * lda + k], b = Bd[k * N + n];
+                if (dt != LT_F64) { a = (float)a; b = (float)b; }
+                ref += a * b;
+            }
+            double got = dt == LT_F64 ? ((double *)C)[i * N + n] : ((float *)C)[i * N + n];
+            double tol = (dt == LT_F64 ? 1e-12 : 2e-5) * (double)K;
+            if (fabs(got - ref) > tol) {
+                print_error("dt=%d ta=%d %lldx%lldx%lld beta=%g: C[%lld,%lld] = %.9g, want %.9g\n",
+                            (int)dt, ta, (long long)M, (long long)N, (long long)K, beta,
+                            (long long)i, (long long)n, got, ref);
+                fail();
+            }
+        }
+    free(Ad); free(Bd); free(C0); free(A); free(B); free(C);
+}
+
+static void test_gemm_par_k_split(void **state)
+{
+    (void)state;
+    for (int ta = 0; ta < 2; ta++) {
+        check_par(LT_F32, ta, 48, 40, 2048, 0.0);
+        check_par(LT_F32, ta, 48, 40, 2048, 1.0);    /* accumulate (conv weight gradient) */
+        check_par(LT_F32, ta, 33, 17, 3001, 0.5);
+        check_par(LT_F64, ta, 20, 36, 2100, 0.0);
+        check_par(LT_F64, ta, 20, 36, 2100, 1.0);
+        check_par(LT_F32, ta, 300, 200, 64, 1.0);    /* short K: M/N split */
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -143,6 +205,7 @@ int main(void)
         cmocka_unit_test(test_leading_dims_and_beta),
         cmocka_unit_test(test_k_zero),
         cmocka_unit_test(test_dispatch_matches_blas),
+        cmocka_unit_test(test_gemm_par_k_split),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
