@@ -29,7 +29,6 @@
  * 3e-6 (16 channels) .. 1.4e-5 (512) of the scale, 10x F(2x2,3x3)'s and
  * at the f32 tests' tolerance (2e-5 of the scale): not used.
  */
-#include <stdatomic.h>
 #include "kutil.h"
 #include "par.h"
 #include "conv_wino.h"
