@@ -98,6 +98,10 @@ lt_status lt_init(void)
     rt.cache_size = env_int("LAZYTPU_COMPILE_CACHE_SIZE", 1024);
     rt.max_inflight = env_int("LAZYTPU_MAX_INFLIGHT", 2);
     rt.check_finite = env_flag("LAZYTPU_CHECK_FINITE");
+    {
+        const char *e = getenv("LAZYTPU_GEMM_EPILOGUE");
+        rt.no_epilogue = e && *e && atoi(e) == 0;
+    }
     rt.cache = lt_cache_new(rt.cache_size, prog_retain, prog_release);
     if (!rt.cache) {
         lt_devices_shutdown();

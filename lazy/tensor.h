@@ -43,6 +43,8 @@ typedef struct lt_runtime {
     int64_t cache_size;
     int64_t max_inflight;        /* programs queued per core before a sync waits */
     int check_finite;            /* LAZYTPU_CHECK_FINITE (lazy/finite.h) */
+    int no_epilogue;             /* LAZYTPU_GEMM_EPILOGUE=0: no GEMM epilogues
+                                    (compile_pattern.c) */
     struct lt_cache *cache;
     lt_core_live live[LT_RT_MAX_CORES];
 } lt_runtime;
