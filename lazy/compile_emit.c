@@ -300,10 +300,15 @@ static lt_status emit_gemm_epi(lt_cctx *c, emit_state *es, int i, int anchor)
         s.out = out;
         s.n_out = 1 + g.n_out;
         s.fused = g.fused;
+        /* donation hints of the stores (out[0]: the GEMM's result) */
+        s.hint = g.n_out && g.hint ? malloc((1 + g.n_out) * sizeof *s.hint) : NULL;
+        for (int q = 0; s.hint && q <= g.n_out; q++)
+            s.hint[q] = q == 0 || g.hint[q - 1] < 0 ? -1 : g.hint[q - 1] + k.n_in;
         if (lt_cc_add_step(c, &s, anchor) < 0)
             st = lt_set_error(LT_ERR_OOM, "compile: out of host memory");
         else
-            g.fused = NULL, in = out = NULL;
+            g.fused = NULL, in = out = NULL, s.hint = NULL;
+        free(s.hint);
     }
     free(in);
     free(out);
