@@ -114,8 +114,8 @@ class Transformer(nn.Module):
 
 # name: (model, input shape, default timed steps per run)
 MODELS = {
-    "mlp": (mlp, (64, 784), 200),
-    "cnn": (CNN, (32, 1, 28, 28), 50),
+    "mlp": (mlp, (64, 784), 400),
+    "cnn": (CNN, (32, 1, 28, 28), 100),
     "transformer": (Transformer, (32, 128, 256), 2),
     "resnet18": (lambda: ResNet18(num_classes=10), (16, 3, 64, 64), 4),
 }

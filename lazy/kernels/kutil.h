@@ -225,8 +225,10 @@ void *lt_kutil_alloc(size_t n, const char *what);
 lt_status lt_kutil_dtype_error(lt_op op, const lt_view *in, int n_in, const lt_view *out);
 
 /* Row-major C[M,N] = op(A) op(B) + beta*C through CBLAS, in f32 (cdt
- * LT_F32) or f64; leading dimensions in elements; no-op when M or N is 0
- * (K must be >= 1 with valid leading dimensions). */
+ * LT_F32) or f64, on the calling thread; small f32 products where it is
+ * faster (lt_sgemm_small_ok) through lt_sgemm_small; leading dimensions in
+ * elements; no-op when M or N is 0 (K must be >= 1 with valid leading
+ * dimensions). */
 void lt_kutil_gemm(lt_dtype cdt, int ta, int tb, int64_t M, int64_t N, int64_t K,
                    const void *A, int64_t lda, const void *B, int64_t ldb,
                    double beta, void *C, int64_t ldc);
@@ -247,6 +249,20 @@ void lt_kutil_gemm_par_bias(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, int 
                             int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
                             const void *B, int64_t ldb, const void *bias, void *C,
                             int64_t ldc);
+/* ---- sgemm_small.c ---- */
+
+/* 1 when lt_sgemm_small is built (AVX2 + FMA) and, by measurement, faster
+ * than serial OpenBLAS for an M x N x K product; 0 otherwise. */
+int lt_sgemm_small_ok(int64_t M, int64_t N, int64_t K);
+/* Row-major f32 C[M,N] = op(A) op(B) + beta*C on the calling thread (op:
+ * transposed when ta/tb), leading dimensions in elements, any M, N, K >= 0
+ * (K = 0: C = beta*C). The own blocked kernel at any size (callers ask
+ * lt_sgemm_small_ok whether it pays); serial OpenBLAS when it is not built
+ * or its scratch cannot be allocated. Results differ from BLAS's only by
+ * summation order. */
+void lt_sgemm_small(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+                    int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+
 /* Makes OpenBLAS (process-global setting) single-threaded, once: the core's
  * kernels parallelise GEMMs themselves. OpenBLAS's own threads split a call
  * statically, so one preempted thread stalls the call, and after every call
