@@ -339,6 +339,7 @@ typedef struct epi_job {
     const lt_view *out;       /* the result as stored */
     int round;                /* out->dtype != cdt: rounded per block */
     int split_m;              /* blocks of rows (else of columns) */
+    int gemm_done;            /* the product is complete: epilogue only */
     int64_t M, N, K, chunk;
     const lt_fused_bound *fb;
     void **regs;              /* per worker */
@@ -354,17 +355,17 @@ static void epi_block(void *arg, int64_t ci, int w)
     int64_t r0 = j->split_m ? lo : 0, r1 = j->split_m ? hi : M;
     int64_t c0 = j->split_m ? 0 : lo, c1 = j->split_m ? N : hi, nc = c1 - c0;
     char *c = j->C + (r0 * N + c0) * (int64_t)es;
-    for (int64_t i = 0; i < r1 - r0 && (j->brow || j->K == 0); i++) {
+    for (int64_t i = 0; i < r1 - r0 && !j->gemm_done && (j->brow || j->K == 0); i++) {
         char *row = c + i * N * (int64_t)es;
         if (j->brow) memcpy(row, j->brow + c0 * (int64_t)es, (size_t)nc * es);
         else memset(row, 0, (size_t)nc * es);
     }
-    if (j->K > 0)
+    if (j->K > 0 && !j->gemm_done)
         lt_kutil_gemm(j->cdt, j->a->trans, j->b->trans, r1 - r0, nc, j->K,
                       j->a->base + (j->a->trans ? r0 : r0 * j->a->ld) * (int64_t)es, j->a->ld,
                       j->b->base + (j->b->trans ? c0 * j->b->ld : c0) * (int64_t)es, j->b->ld,
                       j->brow ? 1.0 : 0.0, c, N);
-    if (j->round) {
+    if (j->round && !j->gemm_done) {
         lt_shape sh = {2, {r1 - r0, nc}};
         lt_view src = kt_contig_view(c, j->cdt, &sh);
         lt_view dst = kt_contig_view(j->out->data, j->out->dtype, &sh);
@@ -425,11 +426,26 @@ lt_status lt_kernel_matmul_epi(lt_op op, const lt_attrs *attrs, const lt_view *i
         st = mm_operand_init(&m[1], 0, cdt, nt, &ob);
     if (st == LT_OK && !(fb = lt_fused_bind_range(epi, epi_in, out + 1)))
         st = lt_set_error(LT_ERR_OOM, "matmul: out of host memory");
+    /* A long inner dimension (weight gradients: K = tokens) is split
+     * along K by lt_kutil_gemm_par (no block of C is final before the
+     * partial sums are added): the product runs whole, then the epilogue
+     * over blocks of rows, still one step. */
+    int gemm_done = st == LT_OK && K > 0 && K >= 2 * (M > N ? M : N);
+    if (gemm_done) {
+        if (brow)
+            lt_kutil_gemm_par_bias(ctx, nt, cdt, oa.trans, ob.trans, M, N, K, oa.base, oa.ld,
+                                   ob.base, ob.ld, brow, C, N);
+        else
+            lt_kutil_gemm_par(ctx, nt, cdt, oa.trans, ob.trans, M, N, K, oa.base, oa.ld,
+                              ob.base, ob.ld, 0.0, C, N);
+        if (round)
+            lt_kutil_unpack(C, cdt, out, nt);
+    }
     /* in parallel: two blocks per worker, at least 16 rows or columns;
      * row blocks of at most LT_EPI_BLOCK_BYTES of the result */
     double flops = 2.0 * (double)M * N * K;
-    int par = nt >= 2 && flops >= 2e6;
-    int split_m = M >= N || !par;
+    int par = nt >= 2 && (gemm_done ? M * N >= 32768 : flops >= 2e6);
+    int split_m = gemm_done || M >= N || !par;
     int64_t dim = split_m ? M : N;
     int64_t chunk = par ? (dim + 2 * (int64_t)nt - 1) / (2 * (int64_t)nt) : dim;
     int64_t cap = LT_EPI_BLOCK_BYTES / (N * (int64_t)es);
@@ -444,7 +460,8 @@ lt_status lt_kernel_matmul_epi(lt_op op, const lt_attrs *attrs, const lt_view *i
         if (!(regs[nreg] = lt_fused_regs_alloc(lt_fused_regs_bytes(epi))))
             st = lt_set_error(LT_ERR_OOM, "matmul: out of host memory");
     if (st == LT_OK) {
-        epi_job j = {cdt, &oa, &ob, brow, C, out, round, split_m, M, N, K, chunk, fb, regs};
+        epi_job j = {cdt, &oa, &ob, brow, C, out, round, split_m, gemm_done, M, N, K, chunk,
+                     fb, regs};
         if (workers > 1)
             lt_par_for(ctx, workers, nch, epi_block, &j);
         else

@@ -266,7 +266,8 @@ static void check_case(int M, int K, int Nn, lt_dtype dt, int addmm, int kind, i
 static void test_epilogue_activations(void **state)
 {
     (void)state;
-    /* MLP layer (several row blocks on two workers), small, odd sizes */
+    /* MLP layer (long K: the GEMM whole, then the epilogue in row
+     * blocks), several row blocks, small and odd sizes */
     check_case(64, 784, 256, LT_F32, 1, ACT_RELU, 0, 0);
     check_case(300, 64, 96, LT_F32, 1, ACT_GELU, 1, 0);
     check_case(7, 5, 3, LT_F32, 0, ACT_TANH, 0, 0);
@@ -282,6 +283,7 @@ static void test_epilogue_bf16(void **state)
     check_case(64, 96, 256, LT_BF16, 1, ACT_RELU, 0, 0);
     check_case(300, 64, 96, LT_BF16, 1, ACT_GELU, 1, 0);
     check_case(40, 24, 36, LT_BF16, 0, ACT_BIAS_GELU, 1, 1);
+    check_case(32, 200, 48, LT_BF16, 1, ACT_GELU, 1, 0);   /* long K: GEMM whole first */
 }
 
 /* Not fused: the activation reads the product transposed (another
