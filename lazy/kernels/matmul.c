@@ -322,14 +322,15 @@ lt_status lt_kernel_matmul(lt_op op, const lt_attrs *attrs, const lt_view *in, i
 
 /* ---- GEMM with a fused elementwise epilogue ---- */
 
-/* A product is split like lt_kutil_gemm_par does (rows when M >= N, else
- * columns: a 16-row sgemm of the MLP's 64 x 784 -> 256 ran ~25% slower
- * than 64 rows; one worker: one block of all rows); row blocks are also
- * capped so a block of the result is still in a cache (L2 1 MiB, L3 32 MiB
- * here) when the epilogue reads it: measured on one core with [2048, 256]
- * x [256, 1024], 512-row blocks cost the GEMM 0.7% (B is packed again per
- * call), 256-row 2.3%, 128-row 6%. */
-#define LT_EPI_BLOCK_BYTES (2048 * 1024)
+/* A product is split exactly like lt_kutil_gemm_par does (rows when
+ * M >= N, else columns; two blocks per worker; one worker: one block), so
+ * the GEMM costs what it costs without the epilogue. Smaller blocks, to
+ * keep a block in L2 (1 MiB here) until the epilogue reads it, did not
+ * pay on this machine: on one core, [2048, 256] x [256, 1024] in 512-row
+ * blocks cost the GEMM 0.7% more (B is packed again per call), 256-row
+ * 2.3%, 128-row 6%, 16-row blocks of the MLP's 64 x 784 -> 256 25%, and
+ * GELU / ReLU read back from L2/L3 per 512-row block cost as much as the
+ * separate pass from memory (GELU's math dominates; ReLU's stores do). */
 
 typedef struct epi_job {
     lt_dtype cdt;
@@ -441,15 +442,12 @@ lt_status lt_kernel_matmul_epi(lt_op op, const lt_attrs *attrs, const lt_view *i
         if (round)
             lt_kutil_unpack(C, cdt, out, nt);
     }
-    /* in parallel: two blocks per worker, at least 16 rows or columns;
-     * row blocks of at most LT_EPI_BLOCK_BYTES of the result */
+    /* in parallel: two blocks per worker, at least 16 rows or columns */
     double flops = 2.0 * (double)M * N * K;
     int par = nt >= 2 && (gemm_done ? M * N >= 32768 : flops >= 2e6);
     int split_m = gemm_done || M >= N || !par;
     int64_t dim = split_m ? M : N;
     int64_t chunk = par ? (dim + 2 * (int64_t)nt - 1) / (2 * (int64_t)nt) : dim;
-    int64_t cap = LT_EPI_BLOCK_BYTES / (N * (int64_t)es);
-    if (split_m && chunk > cap) chunk = cap;
     if (chunk < 16) chunk = 16;
     int64_t nch = (dim + chunk - 1) / chunk;
     int workers = par && nch >= 2 ? nt : 1;
