@@ -18,6 +18,7 @@
 #include <stdatomic.h>
 #include "kutil.h"
 #include "par.h"
+#include "conv_wino.h"
 
 typedef struct conv_geom {
     int64_t N, C, H, W;        /* input */
@@ -470,6 +471,37 @@ static int conv_bwd_input_as_fwd(const conv_geom *q, lt_dtype cdt, const void *g
     return *st == LT_OK ? 1 : -1;
 }
 
+/* conv2d, conv2d_backward_input and conv2d_backward_weight of 3x3,
+ * stride-1, dilation-1, one-group convolutions in f32 by Winograd
+ * F(2x2,3x3) (conv_wino.c) when lt_wino_choose takes them (the input
+ * gradient as the forward conv of gy with the flipped, transposed weight
+ * and padding 2 - p); a forward conv of one input channel by the direct
+ * kernel (conv_direct.c). a, b: the op's packed inputs. Returns 1 when
+ * done (*st set), 0 when not applicable or not chosen. */
+static int conv_try_wino(lt_op op, const conv_geom *q, lt_dtype cdt, const void *a,
+                         const void *b, void *y, int nt, const lt_kernel_ctx *ctx, lt_status *st)
+{
+    if (cdt != LT_F32 || q->kh != 3 || q->kw != 3 || q->sh != 1 || q->sw != 1 || q->dh != 1 ||
+        q->dw != 1 || q->g != 1)
+        return 0;
+    lt_wino_conv wq;
+    if (op == LT_OP_conv2d_backward_input)
+        wq = (lt_wino_conv){q->N, q->O, q->oh, q->ow, q->C, q->H, q->W, 2 - q->ph, 2 - q->pw, 1};
+    else
+        wq = (lt_wino_conv){q->N, q->C, q->H, q->W, q->O, q->oh, q->ow, q->ph, q->pw, 0};
+    if (wq.OH != wq.H + 2 * wq.ph - 2 || wq.OW != wq.W + 2 * wq.pw - 2) return 0;
+    if (op == LT_OP_conv2d && lt_conv_direct_c1_choose(&wq)) {
+        *st = lt_conv_direct_c1(&wq, a, b, y, nt, ctx);
+        return 1;
+    }
+    if (!lt_wino_choose(&wq)) return 0;
+    if (op == LT_OP_conv2d_backward_weight)
+        *st = lt_wino_run_bw(&wq, b, a, y, nt, ctx);
+    else
+        *st = lt_wino_run(&wq, a, b, y, nt, ctx);
+    return 1;
+}
+
 /* conv2d / conv2d_backward_input / conv2d_backward_weight (see ops.def) into
  * contiguous out. Float dtypes only (LT_ERR_DTYPE otherwise); LT_ERR_OOM when
  * scratch cannot be allocated. */
@@ -499,8 +531,10 @@ lt_status lt_kernel_conv(lt_op op, const lt_attrs *attrs, const lt_view *in, int
         free(o0); free(o1); free(yown);
         return LT_ERR_OOM;
     }
-    if (op != LT_OP_conv2d_backward_input ||
-        !conv_bwd_input_as_fwd(&q, cdt, p0, p1, y, nt, ctx, &st))
+    if (conv_try_wino(op, &q, cdt, p0, p1, y, nt, ctx, &st))
+        ;
+    else if (op != LT_OP_conv2d_backward_input ||
+             !conv_bwd_input_as_fwd(&q, cdt, p0, p1, y, nt, ctx, &st))
         st = conv_run(op, &q, cdt, p0, p1, y, nt, ctx);
     if (st == LT_OK && yown) lt_kutil_unpack(yown, cdt, out, nt);
     free(o0); free(o1); free(yown);

@@ -173,7 +173,7 @@ void lt_kutil_gemm(lt_dtype cdt, int ta, int tb, int64_t M, int64_t N, int64_t K
     enum CBLAS_TRANSPOSE a = ta ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE b = tb ? CblasTrans : CblasNoTrans;
     if (M <= 0 || N <= 0) return;
-    if (cdt == LT_F32 && lt_sgemm_small_ok(M, N, K)) {
+    if (cdt == LT_F32 && lt_sgemm_small_ok(ta, M, N, K)) {
         lt_sgemm_small(ta, tb, M, N, K, A, lda, B, ldb, (float)beta, C, ldc);
         return;
     }

@@ -252,8 +252,9 @@ void lt_kutil_gemm_par_bias(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, int 
 /* ---- sgemm_small.c ---- */
 
 /* 1 when lt_sgemm_small is built (AVX2 + FMA) and, by measurement, faster
- * than serial OpenBLAS for an M x N x K product; 0 otherwise. */
-int lt_sgemm_small_ok(int64_t M, int64_t N, int64_t K);
+ * than serial OpenBLAS for an M x N x K product (A transposed when ta);
+ * 0 otherwise. */
+int lt_sgemm_small_ok(int ta, int64_t M, int64_t N, int64_t K);
 /* Row-major f32 C[M,N] = op(A) op(B) + beta*C on the calling thread (op:
  * transposed when ta/tb), leading dimensions in elements, any M, N, K >= 0
  * (K = 0: C = beta*C). The own blocked kernel at any size (callers ask

@@ -191,19 +191,24 @@ static int small_enabled(void)
     return v;
 }
 
-int lt_sgemm_small_ok(int64_t M, int64_t N, int64_t K)
+int lt_sgemm_small_ok(int ta, int64_t M, int64_t N, int64_t K)
 {
     /* Measured against single-threaded OpenBLAS 0.3.21 on Zen 3, same
      * loop (bench_core's "small gemm" rows; time per product 0.78-0.90x
      * for the attention products [128,64] x [64,128], [128,128] x
-     * [128,64] in their transposes):
-     * behind below ~64^3 (our scratch allocation and edge tiles cost
-     * more than its call overhead), for N not a multiple of 16 (partial
-     * panels: 128 x 24 x 64 ran at 1.18x) and for M < 32; even at 256^3
-     * to 300^3; behind again for large products (OpenBLAS prefetches). */
+     * [128,64] in their transposes): behind below ~64^3 (our scratch
+     * allocation and edge tiles cost more than its call overhead), for N
+     * not a multiple of 16 (partial panels: 128 x 24 x 64 ran at 1.18x)
+     * and for M < 32. With a row-major A it stays ahead at the
+     * transformer's linear-layer blocks (1024 rows x 256-1024 x 256-1024,
+     * either B layout: 0.93-0.99x, quiet machine); with a transposed A
+     * and a long K (weight gradients, 192 x 256 x 4096) it is behind
+     * (1.03-1.12x), so those stay on OpenBLAS above 256^3. */
     double mnk = (double)M * N * K;
-    return small_enabled() && N % 16 == 0 && M >= 32 && K >= 16 && M <= 512 && N <= 512 &&
-           K <= 1024 && mnk >= 64.0 * 64 * 64 && mnk <= 256.0 * 256 * 256;
+    if (!small_enabled() || N % 16 != 0 || M < 32 || K < 16 || mnk < 64.0 * 64 * 64)
+        return 0;
+    if (!ta && K <= 1024 && N <= 1024) return 1;
+    return M <= 512 && N <= 512 && K <= 1024 && mnk <= 256.0 * 256 * 256;
 }
 
 void lt_sgemm_small(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
@@ -272,9 +277,9 @@ void lt_sgemm_small(int ta, int tb, int64_t M, int64_t N, int64_t K, const float
 
 #else  /* no AVX2/FMA at build time: BLAS does every product */
 
-int lt_sgemm_small_ok(int64_t M, int64_t N, int64_t K)
+int lt_sgemm_small_ok(int ta, int64_t M, int64_t N, int64_t K)
 {
-    (void)M; (void)N; (void)K;
+    (void)ta; (void)M; (void)N; (void)K;
     return 0;
 }
 

@@ -3,6 +3,7 @@
  * weight) and pooling kernels against naive double loops written here.
  */
 #include "kt_test.h"
+#include "conv_wino.h"
 
 /* ---------------------------------------------------------------- conv2d */
 
@@ -148,6 +149,160 @@ static void test_conv_errors(void **state)
     assert_int_equal(lt_kernel_conv(LT_OP_conv2d, &at, in, 2, &out, &kt_ctx1), LT_ERR_DTYPE);
     assert_non_null(strstr(lt_last_error(), "conv2d"));
     assert_non_null(strstr(lt_last_error(), "i64"));
+}
+
+/* ---------------------------------------------- Winograd F(2x2,3x3) path */
+
+/* 3x3 stride-1 cases for conv_wino.c: odd sizes (half-empty edge tiles),
+ * padding 0 / 1 / 2 (the input gradient then runs with padding 2 / 1 / 0),
+ * batch 1, channel counts off the 8-wide vector step, 1x1 outputs. */
+static const conv_case wino_cases[] = {
+    /* N  C  H   W  O kh kw sh sw ph pw dh dw g */
+    {2, 16, 9, 8, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+    {1, 13, 7, 11, 9, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+    {3, 8, 6, 5, 17, 3, 3, 1, 1, 0, 0, 1, 1, 1},
+    {2, 5, 5, 6, 3, 3, 3, 1, 1, 2, 2, 1, 1, 1},
+    {2, 9, 3, 3, 8, 3, 3, 1, 1, 0, 1, 1, 1, 1},     /* 1-row output, uneven padding */
+    {4, 32, 2, 2, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1},   /* ResNet's 2x2 maps */
+    {5, 24, 14, 13, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1}, /* two workers, several chunks */
+    {2, 1, 10, 9, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1},    /* one input channel: direct */
+    {1, 1, 7, 5, 16, 3, 3, 1, 1, 0, 2, 1, 1, 1},    /* direct, uneven padding, batch 1 */
+};
+
+/* Calls lt_wino_run / lt_wino_run_bw directly (no dispatch that could fall
+ * back to im2col) on f32 against the double reference: forward, the input
+ * gradient as the flipped conv of gy (padding 2 - p), the weight gradient. Tolerances as the im2col
+ * tests' f32 (1e-4 abs + rel): F(2x2,3x3)'s transforms only add and halve,
+ * the sums have ~4x more terms of similar size (measured max error on
+ * these cases ~2e-6). */
+static void run_wino_direct(const conv_case *q, const lt_kernel_ctx *ctx)
+{
+    int64_t oh = conv_out(q->H, 3, 1, q->ph, 1), ow = conv_out(q->W, 3, 1, q->pw, 1);
+    int64_t nx = q->N * q->C * q->H * q->W, nw = q->O * q->C * 9, ny = q->N * q->O * oh * ow;
+    double *x = kt_rvals(nx, LT_F32), *w = kt_rvals(nw, LT_F32), *gy = kt_rvals(ny, LT_F32);
+    double *y = kt_talloc((size_t)ny * 8), *dx = kt_talloc((size_t)nx * 8), *dw = kt_talloc((size_t)nw * 8);
+    conv_ref(q, x, w, gy, y, dx, dw);
+    float *xf = kt_talloc((size_t)nx * 4), *wf = kt_talloc((size_t)nw * 4), *gf = kt_talloc((size_t)ny * 4);
+    float *yf = kt_talloc((size_t)ny * 4), *dxf = kt_talloc((size_t)nx * 4);
+    float *dwf = kt_talloc((size_t)nw * 4);
+    for (int64_t i = 0; i < nx; i++) xf[i] = (float)x[i];
+    for (int64_t i = 0; i < nw; i++) wf[i] = (float)w[i];
+    for (int64_t i = 0; i < ny; i++) gf[i] = (float)gy[i];
+    lt_wino_conv f = {q->N, q->C, q->H, q->W, q->O, oh, ow, q->ph, q->pw, 0};
+    lt_wino_conv b = {q->N, q->O, oh, ow, q->C, q->H, q->W, 2 - q->ph, 2 - q->pw, 1};
+    assert_int_equal(lt_wino_run(&f, xf, wf, yf, ctx->nthreads, ctx), LT_OK);
+    assert_int_equal(lt_wino_run(&b, gf, wf, dxf, ctx->nthreads, ctx), LT_OK);
+    assert_int_equal(lt_wino_run_bw(&f, xf, gf, dwf, ctx->nthreads, ctx), LT_OK);
+    assert_int_equal(lt_wino_run_bw(&b, gf, xf, dwf + 1, ctx->nthreads, ctx), LT_ERR_INTERNAL);
+    double err = 0;
+    for (int64_t i = 0; i < ny; i++) {
+        double e = fabs(yf[i] - y[i]);
+        err = e > err ? e : err;
+        if (e > 1e-4 + 1e-4 * fabs(y[i]))
+            fail_msg("wino fwd N%lld C%lld O%lld: y[%lld] = %.9g, expected %.9g", (long long)q->N,
+                     (long long)q->C, (long long)q->O, (long long)i, yf[i], y[i]);
+    }
+    for (int64_t i = 0; i < nx; i++) {
+        double e = fabs(dxf[i] - dx[i]);
+        err = e > err ? e : err;
+        if (e > 1e-4 + 1e-4 * fabs(dx[i]))
+            fail_msg("wino bin N%lld C%lld O%lld: dx[%lld] = %.9g, expected %.9g", (long long)q->N,
+                     (long long)q->C, (long long)q->O, (long long)i, dxf[i], dx[i]);
+    }
+    for (int64_t i = 0; i < nw; i++) {   /* sums over N * pixels: the im2col tests' 4x */
+        double e = fabs(dwf[i] - dw[i]);
+        if (e > 4e-4 + 1e-4 * fabs(dw[i]))
+            fail_msg("wino bw N%lld C%lld O%lld: dw[%lld] = %.9g, expected %.9g", (long long)q->N,
+                     (long long)q->C, (long long)q->O, (long long)i, dwf[i], dw[i]);
+    }
+    assert_true(err < 1e-4);
+}
+
+static void test_conv_winograd_direct(void **state)
+{
+    for (size_t k = 0; k < sizeof wino_cases / sizeof *wino_cases; k++) {
+        run_wino_direct(&wino_cases[k], &kt_ctx1);
+        run_wino_direct(&wino_cases[k], &kt_ctx2);
+        kt_tfree_all();
+    }
+}
+
+/* The same cases through lt_kernel_conv with LAZYTPU_CONV_ALGO forcing each
+ * path, then unset (the default choice; one input channel: the direct
+ * kernel) (forward, input and weight gradients; f32 and bf16 storage,
+ * strided operands). */
+static void test_conv_winograd_forced(void **state)
+{
+    const char *algos[] = {"winograd", "im2col", NULL};
+    for (int a = 0; a < 3; a++) {
+        if (algos[a]) setenv("LAZYTPU_CONV_ALGO", algos[a], 1);
+        else unsetenv("LAZYTPU_CONV_ALGO");
+        for (size_t k = 0; k < sizeof wino_cases / sizeof *wino_cases; k++) {
+            run_conv_case(&wino_cases[k], LT_F32, (int)(k & 1), &kt_ctx1);
+            run_conv_case(&wino_cases[k], LT_BF16, !(k & 1), &kt_ctx2);
+            kt_tfree_all();
+        }
+    }
+    unsetenv("LAZYTPU_CONV_ALGO");
+}
+
+/* conv_direct.c called directly on the one-channel cases (f32, 1 and 2
+ * workers) against the double reference; other geometries refused. */
+static void test_conv_direct_c1(void **state)
+{
+    for (size_t k = 0; k < sizeof wino_cases / sizeof *wino_cases; k++) {
+        const conv_case *q = &wino_cases[k];
+        if (q->C != 1) continue;
+        int64_t oh = conv_out(q->H, 3, 1, q->ph, 1), ow = conv_out(q->W, 3, 1, q->pw, 1);
+        int64_t nx = q->N * q->H * q->W, nw = q->O * 9, ny = q->N * q->O * oh * ow;
+        double *x = kt_rvals(nx, LT_F32), *w = kt_rvals(nw, LT_F32), *gy = kt_rvals(ny, LT_F32);
+        double *y = kt_talloc((size_t)ny * 8), *dx = kt_talloc((size_t)nx * 8);
+        double *dw = kt_talloc((size_t)nw * 8);
+        conv_ref(q, x, w, gy, y, dx, dw);
+        float *xf = kt_talloc((size_t)nx * 4), *wf = kt_talloc((size_t)nw * 4);
+        float *yf = kt_talloc((size_t)ny * 4);
+        for (int64_t i = 0; i < nx; i++) xf[i] = (float)x[i];
+        for (int64_t i = 0; i < nw; i++) wf[i] = (float)w[i];
+        lt_wino_conv f = {q->N, 1, q->H, q->W, q->O, oh, ow, q->ph, q->pw, 0};
+        for (int nt = 1; nt <= 2; nt++) {
+            const lt_kernel_ctx *ctx = nt == 1 ? &kt_ctx1 : &kt_ctx2;
+            memset(yf, 0xff, (size_t)ny * 4);   /* NaNs: every output must be written */
+            assert_int_equal(lt_conv_direct_c1(&f, xf, wf, yf, nt, ctx), LT_OK);
+            for (int64_t i = 0; i < ny; i++)
+                if (!(fabs(yf[i] - y[i]) <= 1e-5 + 1e-5 * fabs(y[i])))
+                    fail_msg("direct c1 case %zu: y[%lld] = %.9g, expected %.9g", k, (long long)i,
+                             yf[i], y[i]);
+        }
+        lt_wino_conv two = f;
+        two.Ci = 2;
+        assert_int_equal(lt_conv_direct_c1(&two, xf, wf, yf, 1, &kt_ctx1), LT_ERR_INTERNAL);
+        kt_tfree_all();
+    }
+}
+
+/* The dispatch: the environment variable overrides, the default follows
+ * the measured crossover (>= 32 GEMM rows, >= 8 channels each side). */
+static void test_conv_winograd_choice(void **state)
+{
+    lt_wino_conv l1 = {16, 64, 16, 16, 64, 16, 16, 1, 1, 0};      /* ResNet-18 layer1 */
+    lt_wino_conv l4 = {16, 512, 2, 2, 512, 2, 2, 1, 1, 0};        /* 16 rows */
+    lt_wino_conv c1 = {32, 1, 28, 28, 16, 28, 28, 1, 1, 0};       /* 1 input channel */
+    lt_wino_conv bad = {2, 8, 1, 1, 8, -1, -1, 0, 0, 0};
+    unsetenv("LAZYTPU_CONV_ALGO");
+    assert_int_equal(lt_wino_choose(&l1), 1);
+    assert_int_equal(lt_wino_choose(&l4), 0);
+    assert_int_equal(lt_wino_choose(&c1), 0);
+    assert_int_equal(lt_conv_direct_c1_choose(&c1), 1);
+    assert_int_equal(lt_conv_direct_c1_choose(&l1), 0);
+    setenv("LAZYTPU_CONV_ALGO", "winograd", 1);
+    assert_int_equal(lt_conv_direct_c1_choose(&c1), 0);
+    assert_int_equal(lt_wino_choose(&l4), 1);
+    assert_int_equal(lt_wino_choose(&c1), 1);
+    assert_int_equal(lt_wino_choose(&bad), 0);
+    setenv("LAZYTPU_CONV_ALGO", "im2col", 1);
+    assert_int_equal(lt_wino_choose(&l1), 0);
+    assert_int_equal(lt_conv_direct_c1_choose(&c1), 0);
+    unsetenv("LAZYTPU_CONV_ALGO");
 }
 
 /* ------------------------------------------------------------------ pool */
@@ -497,6 +652,10 @@ int main(void)
         cmocka_unit_test_teardown(test_conv_f32, kt_teardown),
         cmocka_unit_test_teardown(test_conv_f64_bf16, kt_teardown),
         cmocka_unit_test_teardown(test_conv_errors, kt_teardown),
+        cmocka_unit_test_teardown(test_conv_winograd_direct, kt_teardown),
+        cmocka_unit_test_teardown(test_conv_winograd_forced, kt_teardown),
+        cmocka_unit_test_teardown(test_conv_winograd_choice, kt_teardown),
+        cmocka_unit_test_teardown(test_conv_direct_c1, kt_teardown),
         cmocka_unit_test_teardown(test_max_pool, kt_teardown),
         cmocka_unit_test_teardown(test_max_pool_2x2, kt_teardown),
         cmocka_unit_test_teardown(test_max_pool_general, kt_teardown),

@@ -116,9 +116,10 @@ static void test_dispatch_matches_blas(void **state)
 {
     (void)state;
     int64_t M = 128, N = 128, K = 64;
-    if (!lt_sgemm_small_ok(M, N, K)) skip();   /* not built (no AVX2/FMA) or disabled */
-    assert_false(lt_sgemm_small_ok(128, 24, 64));     /* partial panels: BLAS */
-    assert_false(lt_sgemm_small_ok(2048, 2048, 2048));
+    if (!lt_sgemm_small_ok(0, M, N, K)) skip();   /* not built (no AVX2/FMA) or disabled */
+    assert_false(lt_sgemm_small_ok(0, 128, 24, 64));     /* partial panels: BLAS */
+    assert_false(lt_sgemm_small_ok(0, 2048, 2048, 2048));
+    assert_false(lt_sgemm_small_ok(1, 192, 256, 4096));   /* weight gradient: BLAS */
     unsigned seed = 7;
     float *A = malloc(sizeof(float) * (size_t)(M * K)), *B = malloc(sizeof(float) * (size_t)(N * K));
     float *C1 = malloc(sizeof(float) * (size_t)(M * N)), *C2 = malloc(sizeof(float) * (size_t)(M * N));
