@@ -7,7 +7,10 @@ Cases (f32): gelu / gelu_tanh / gelu_backward on [4096, 1024];
 layer_norm forward (y only, and with its statistics) and
 native_layer_norm_backward (dx, dw, db) on [4096, 256]; the bias-gradient
 column sums of [4096, 1024] and [4096, 256]; a residual add of [32, 128,
-256]. lazytpu: trace, mark_step, wait (so a few tens of microseconds of
+256]. Linear + activation (GEMM epilogue, lazy/kernels/matmul.c) at the
+MLP's first layer (64x784 -> 256) and the transformer's ff1 (4096x256 ->
+1024): linear alone, + relu, + gelu (compare with LAZYTPU_GEMM_EPILOGUE=0
+for the unfused program). lazytpu: trace, mark_step, wait (so a few tens of microseconds of
 step overhead are included); eager: the op (its output allocation
 included). Each side: best over `--reps` rounds of 3 runs, alternating.
 
@@ -53,10 +56,14 @@ def main():
     x2, g2 = torch.randn(4096, 256), torch.randn(4096, 256)
     w, b = torch.randn(256), torch.randn(256)
     r1, r2 = torch.randn(32, 128, 256), torch.randn(32, 128, 256)
+    xm, w1, b1 = torch.randn(64, 784), torch.randn(256, 784) * 0.03, torch.randn(256)
+    w2, b2 = torch.randn(1024, 256) * 0.06, torch.randn(1024)
     _, mean, rstd = torch.native_layer_norm(x2, [256], w, b, 1e-5)
     L = {k: v.to(dev) for k, v in dict(x=x, g=g, x2=x2, g2=g2, w=w, b=b, r1=r1, r2=r2,
-                                       mean=mean, rstd=rstd).items()}
-    E = dict(x=x, g=g, x2=x2, g2=g2, w=w, b=b, r1=r1, r2=r2, mean=mean, rstd=rstd)
+                                       mean=mean, rstd=rstd, xm=xm, w1=w1, b1=b1, w2=w2,
+                                       b2=b2).items()}
+    E = dict(x=x, g=g, x2=x2, g2=g2, w=w, b=b, r1=r1, r2=r2, mean=mean, rstd=rstd, xm=xm, w1=w1,
+             b1=b1, w2=w2, b2=b2)
     gb = torch.ops.aten.gelu_backward
     lnb = torch.ops.aten.native_layer_norm_backward
     cases = {
@@ -70,6 +77,12 @@ def main():
         "colsum_1024": lambda t: t["g"].sum(0),
         "colsum_256": lambda t: t["g2"].sum(0),
         "add": lambda t: t["r1"] + t["r2"],
+        "linear_mlp": lambda t: F.linear(t["xm"], t["w1"], t["b1"]),
+        "linear_relu_mlp": lambda t: F.relu(F.linear(t["xm"], t["w1"], t["b1"])),
+        "linear_gelu_mlp": lambda t: F.gelu(F.linear(t["xm"], t["w1"], t["b1"])),
+        "linear_tf": lambda t: F.linear(t["x2"], t["w2"], t["b2"]),
+        "linear_relu_tf": lambda t: F.relu(F.linear(t["x2"], t["w2"], t["b2"])),
+        "linear_gelu_tf": lambda t: F.gelu(F.linear(t["x2"], t["w2"], t["b2"])),
     }
     names = a.cases or list(cases)
     print("%-18s %10s %10s %7s" % ("case", "eager ms", "lazy ms", "ratio"))

@@ -191,6 +191,7 @@ lt_status lt_compile(const lt_graph *g, lt_program **out)
     const lt_runtime *rt = lt_rt_peek();
     c.no_fuse = c.prog->check_finite = rt && rt->check_finite;
     c.no_hfuse = c.no_fuse || (rt && rt->no_hfuse);
+    c.no_epilogue = rt && rt->no_epilogue;
 
     lt_status st = lt_cc_cse(&c);
     if (st == LT_OK)
@@ -199,6 +200,8 @@ lt_status lt_compile(const lt_graph *g, lt_program **out)
         st = lt_cc_patterns(&c);
     if (st == LT_OK)
         st = lt_cc_fuse(&c);
+    if (st == LT_OK)
+        st = lt_cc_epilogues(&c);
     if (st == LT_OK)
         st = lt_cc_emit(&c);
     if (st == LT_OK)

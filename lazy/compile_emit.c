@@ -206,7 +206,8 @@ static lt_status emit_reduce(lt_cctx *c, emit_state *es, int i)
     return st;
 }
 
-static lt_status emit_kernel(lt_cctx *c, int i)
+/* The kernel step of node i (not added) into *out. */
+static lt_status emit_kernel_step(lt_cctx *c, int i, lt_step *out)
 {
     lt_cnode *cn = &c->cn[i];
     lt_step s;
@@ -248,12 +249,76 @@ static lt_status emit_kernel(lt_cctx *c, int i)
         }
         s.out[0] = cn->pv;
     }
+    *out = s;
+    return LT_OK;
+}
+
+static lt_status emit_kernel(lt_cctx *c, int i)
+{
+    lt_step s;
+    lt_status st = emit_kernel_step(c, i, &s);
+    if (st != LT_OK)
+        return st;
     if (lt_cc_add_step(c, &s, i) < 0) {
         free(s.in);
         free(s.out);
         return lt_set_error(LT_ERR_OOM, "compile: out of host memory");
     }
     return LT_OK;
+}
+
+/* An mm / addmm kernel i with its epilogue group (compile_pattern.c
+ * lt_cc_epilogues): one step, the GEMM's operands then the group's
+ * inputs, the GEMM's result then the group's stores; anchored at the
+ * group's last member. */
+static lt_status emit_gemm_epi(lt_cctx *c, emit_state *es, int i, int anchor)
+{
+    lt_step k, g;
+    memset(&g, 0, sizeof g);
+    lt_status st = emit_kernel_step(c, i, &k);
+    if (st != LT_OK)
+        return st;
+    st = build_group(c, es, c->cn[i].epi_group - 1, -1, NULL, &g);
+    lt_pview *in = NULL, *out = NULL;
+    if (st == LT_OK) {
+        in = malloc((k.n_in + g.n_in) * sizeof *in);
+        out = malloc((1 + g.n_out) * sizeof *out);
+        if (!in || !out)
+            st = lt_set_error(LT_ERR_OOM, "compile: out of host memory");
+    }
+    if (st == LT_OK) {
+        memcpy(in, k.in, k.n_in * sizeof *in);
+        if (g.n_in)
+            memcpy(in + k.n_in, g.in, g.n_in * sizeof *in);
+        out[0] = k.out[0];
+        if (g.n_out)
+            memcpy(out + 1, g.out, g.n_out * sizeof *out);
+        lt_step s = k;
+        s.kind = LT_STEP_GEMM_EPI;
+        s.in = in;
+        s.n_in = k.n_in + g.n_in;
+        s.out = out;
+        s.n_out = 1 + g.n_out;
+        s.fused = g.fused;
+        /* donation hints of the stores (out[0]: the GEMM's result) */
+        s.hint = g.n_out && g.hint ? malloc((1 + g.n_out) * sizeof *s.hint) : NULL;
+        for (int q = 0; s.hint && q <= g.n_out; q++)
+            s.hint[q] = q == 0 || g.hint[q - 1] < 0 ? -1 : g.hint[q - 1] + k.n_in;
+        if (lt_cc_add_step(c, &s, anchor) < 0)
+            st = lt_set_error(LT_ERR_OOM, "compile: out of host memory");
+        else
+            g.fused = NULL, in = out = NULL, s.hint = NULL;
+        free(s.hint);
+    }
+    free(in);
+    free(out);
+    free(k.in);
+    free(k.out);
+    free(g.in);
+    free(g.out);
+    free(g.hint);
+    lt_fused_free(g.fused);
+    return st;
 }
 
 /* Output k: produced in place, an alias of a parameter, or copied. */
@@ -357,7 +422,7 @@ lt_status lt_cc_emit(lt_cctx *c)
     }
     for (int i = 0; i < c->n && st == LT_OK; i++) {
         lt_cnode *cn = &c->cn[i];
-        if (cn->kind == CN_EW && tail[i] >= 0 && cn->absorbed_by < 0) {
+        if (cn->kind == CN_EW && tail[i] >= 0 && cn->absorbed_by < 0 && !cn->epi_of) {
             /* i is a group root; the step is anchored at its last member
              * and lt_cc_plan orders steps topologically */
             lt_step s;
@@ -378,6 +443,9 @@ lt_status lt_cc_emit(lt_cctx *c)
             }
         } else if (cn->kind == CN_REDUCE) {
             st = emit_reduce(c, &es, i);
+        } else if (cn->kind == CN_KERNEL && cn->epi_group) {
+            int t = tail[cn->epi_group - 1];
+            st = emit_gemm_epi(c, &es, i, t > i ? t : i);
         } else if (cn->kind == CN_KERNEL) {
             st = emit_kernel(c, i);
         }

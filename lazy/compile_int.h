@@ -9,6 +9,8 @@
  *                                   softmax_backward kernels
  *   lt_cc_fuse      compile_fuse.c  elementwise groups, stored values,
  *                                   reductions absorbing producer groups
+ *   lt_cc_epilogues compile_pattern.c  an elementwise group over an mm /
+ *                                   addmm result run inside the GEMM step
  *   lt_cc_emit      compile_emit.c  steps (fused programs, reductions,
  *                                   library kernels, output copies)
  *   lt_cc_hfuse     compile_hfuse.c independent fused steps of the same
@@ -52,6 +54,11 @@ typedef struct lt_cnode {
      * this node runs fold_src's op, attrs and operands (fold_in0 replacing
      * operand 0), plus fold_scale's 0-d value as an extra last input */
     int fold_src, fold_scale, fold_in0;
+    /* compile_pattern.c lt_cc_epilogues (0 = none, else position + 1): on
+     * an mm/addmm kernel, the root of the elementwise group its step runs
+     * on each block of the result (GEMM epilogue); on that group's root,
+     * the mm/addmm whose step emits it */
+    int epi_group, epi_of;
 } lt_cnode;
 
 typedef struct lt_cbuf {
@@ -81,6 +88,7 @@ typedef struct lt_cctx {
     lt_program *prog;
     int no_fuse;          /* LAZYTPU_CHECK_FINITE: one op per step */
     int no_hfuse;         /* LAZYTPU_HFUSE=0 (or no_fuse) */
+    int no_epilogue;      /* LAZYTPU_GEMM_EPILOGUE=0 */
     int *mark;            /* scratch marks for DFS (generation) */
     int mark_gen;
     int *stack;
@@ -103,6 +111,7 @@ lt_status lt_cc_cse(lt_cctx *c);
 lt_status lt_cc_views(lt_cctx *c);
 lt_status lt_cc_patterns(lt_cctx *c);
 lt_status lt_cc_fuse(lt_cctx *c);
+lt_status lt_cc_epilogues(lt_cctx *c);
 lt_status lt_cc_emit(lt_cctx *c);
 lt_status lt_cc_hfuse(lt_cctx *c);
 lt_status lt_cc_plan(lt_cctx *c);

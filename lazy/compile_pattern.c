@@ -268,3 +268,121 @@ lt_status lt_cc_patterns(lt_cctx *c)
     return LT_OK;
 }
 
+
+/* ---- GEMM epilogues (after fusion) ----
+ *
+ * An elementwise group that reads the result of an mm / addmm kernel m
+ * (2-D, f32 or bf16, in a buffer of its own) at the same linear index,
+ * directly or through views that keep m's row-major order (the reshape
+ * of a Linear on 3-D input), runs inside m's step: each worker evaluates
+ * the group on the block of rows it has just computed, while the block is
+ * in its cache (lazy/kernels/matmul.c lt_kernel_matmul_epi), instead of a
+ * second kernel reading the whole result back from memory. m keeps its
+ * buffer (the backward may read the pre-activation; bf16: the group reads
+ * the rounded values, as unfused). Conditions: every member has the
+ * group's shape (no broadcast-inlined producer), the group is not
+ * absorbed by a reduction and stores something, and no other input of the
+ * group depends on m (the step would wait on itself). */
+
+#define LT_EPI_MAX_VISIT 4096   /* nodes visited per dependency search */
+
+/* 1 if q is m or a view chain over m whose view reads m's buffer in m's
+ * row-major order in shape `shape` (contiguous, offset 0). */
+static int reads_in_order(lt_cctx *c, int q, int m, const lt_shape *shape)
+{
+    int r = q;
+    while (r != m && c->cn[r].kind == CN_VIEW && lt_cc_nin(c, r) == 1)
+        r = lt_cc_in(c, r, 0);
+    if (r != m)
+        return 0;
+    const lt_pview *pv = &c->cn[q].pv, *mv = &c->cn[m].pv;
+    return c->cn[q].has_pv && pv->base == mv->base && pv->index == mv->index &&
+           pv->byte_off == mv->byte_off && pv->v.offset == 0 &&
+           pv->v.dtype == mv->v.dtype && lt_shape_equal(&pv->v.shape, shape) &&
+           lt_view_is_contiguous(&pv->v);
+}
+
+/* 1 if node x depends on position m (or the search is too large). */
+static int depends_on_pos(lt_cctx *c, int x, int m)
+{
+    if (x < m)
+        return 0;
+    int gen = ++c->mark_gen, sp = 0, visits = 0;
+    c->stack[sp++] = x;
+    c->mark[x] = gen;
+    while (sp) {
+        int v = c->stack[--sp];
+        if (v == m || ++visits > LT_EPI_MAX_VISIT)
+            return 1;
+        for (int k = 0; k < lt_cc_nin(c, v); k++) {
+            int q = lt_cc_in(c, v, k);
+            if (q >= m && c->mark[q] != gen && sp < c->n) {
+                c->mark[q] = gen;
+                c->stack[sp++] = q;
+            }
+        }
+    }
+    return 0;
+}
+
+/* 1 if the group of root g can run as m's epilogue. */
+static int epilogue_fits(lt_cctx *c, int m, int g)
+{
+    const lt_node *gn = lt_cc_node(c, g), *mn = lt_cc_node(c, m);
+    if (c->cn[g].absorbed_by >= 0 || c->cn[g].epi_of ||
+        lt_shape_numel(&gn->shape) != lt_shape_numel(&mn->shape))
+        return 0;
+    int stores = 0, reads = 0;
+    for (int j = 0; j < c->n; j++) {
+        if (c->cn[j].kind != CN_EW || lt_cc_group(c, j) != g)
+            continue;
+        const lt_node *jn = lt_cc_node(c, j);
+        if (!lt_shape_equal(&jn->shape, &gn->shape))
+            return 0;
+        stores |= c->cn[j].stored;
+        for (int k = 0; k < lt_cc_nin(c, j); k++) {
+            int q = lt_cc_in(c, j, k);
+            if (c->cn[q].kind == CN_EW && lt_cc_group(c, q) == g)
+                continue;
+            if (reads_in_order(c, q, m, &gn->shape))
+                reads = 1;
+            else if (depends_on_pos(c, q, m))
+                return 0;
+        }
+    }
+    return stores && reads;
+}
+
+lt_status lt_cc_epilogues(lt_cctx *c)
+{
+    if (c->no_fuse || c->no_epilogue)
+        return LT_OK;
+    for (int m = 0; m < c->n; m++) {
+        lt_cnode *cm = &c->cn[m];
+        const lt_node *mn = lt_cc_node(c, m);
+        if (cm->kind != CN_KERNEL || cm->copy_src || cm->fold_src || cm->epi_group ||
+            (mn->op != LT_OP_mm && mn->op != LT_OP_addmm) || mn->shape.ndim != 2 ||
+            (mn->dtype != LT_F32 && mn->dtype != LT_BF16) || !cm->has_pv ||
+            cm->buf < 0 || cm->pv.base != LT_BASE_BUF || cm->pv.index != cm->buf ||
+            cm->pv.byte_off != 0 || cm->pv.v.offset != 0 ||
+            !lt_view_is_contiguous(&cm->pv.v))
+            continue;
+        /* the first elementwise reader (directly or through views) */
+        for (int j = m + 1; j < c->n && !cm->epi_group; j++) {
+            if (c->cn[j].kind != CN_EW)
+                continue;
+            int hit = 0;
+            for (int k = 0; k < lt_cc_nin(c, j) && !hit; k++)
+                hit = reads_in_order(c, lt_cc_in(c, j, k), m, &lt_cc_node(c, j)->shape);
+            if (!hit)
+                continue;
+            int g = lt_cc_group(c, j);
+            if (epilogue_fits(c, m, g)) {
+                cm->epi_group = g + 1;
+                c->cn[g].epi_of = m + 1;
+            }
+            break;
+        }
+    }
+    return LT_OK;
+}

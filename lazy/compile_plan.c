@@ -314,10 +314,15 @@ static void plan_donation(lt_cctx *c)
          * after that block's loads, blocks are disjoint, and stores only
          * exist in natural iteration order (identity permutation), so an
          * input of the same view may be overwritten in place */
-        if (ws < 0 || !(c->steps[ws].kind == LT_STEP_FUSED ||
+        /* likewise the stores of a GEMM's epilogue (out[1..]): made per
+         * block after the GEMM of that block, from the program's inputs
+         * (in[nm..]); a parameter the GEMM itself reads is never donated */
+        int epi = ws >= 0 && c->steps[ws].kind == LT_STEP_GEMM_EPI && wk >= 1;
+        if (ws < 0 || !(c->steps[ws].kind == LT_STEP_FUSED || epi ||
                         (c->steps[ws].kind == LT_STEP_REDUCE && wk >= 1)))
             continue;
         const lt_step *st = &c->steps[ws];
+        int nm = epi ? (st->op == LT_OP_addmm ? 3 : 2) : 0;
         int hint = st->hint ? st->hint[wk] : -1;
         /* a horizontal fusion: only the writing segment's inputs, read
          * by no other segment (those run at other times) */
@@ -325,7 +330,7 @@ static void plan_donation(lt_cctx *c)
         lt_step_seg_inputs(st, wk, &lo, &hi);
         for (int qq = -1; qq < st->n_in && p->out_donor[k] < 0; qq++) {
             int q = qq < 0 ? hint : qq;
-            if (q < lo || q >= hi || (qq >= 0 && q == hint))
+            if (q < nm || q < lo || q >= hi || (qq >= 0 && q == hint))
                 continue;
             const lt_pview *pv = &st->in[q];
             if (pv->base != LT_BASE_PARAM || pv->v.offset != 0 ||
@@ -341,7 +346,7 @@ static void plan_donation(lt_cctx *c)
             for (int q2 = 0; q2 < st->n_in && ok; q2++) {
                 const lt_pview *o = &st->in[q2];
                 if (o->base == LT_BASE_PARAM && param_class(c, o->index) == cls
-                    && (!same_view(o, pv) || q2 < lo || q2 >= hi))
+                    && (q2 < nm || !same_view(o, pv) || q2 < lo || q2 >= hi))
                     ok = 0;
             }
             for (int s = ws + 1; s < c->n_steps && ok; s++)

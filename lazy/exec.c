@@ -223,6 +223,12 @@ lt_status lt_program_run(const lt_program *p, const lt_exec_args *args,
             st = lt_reduce_run(step->op, &step->plan, step->fused, in,
                                step->n_out > 1 ? out + 1 : NULL, out, &ctx);
             break;
+        case LT_STEP_GEMM_EPI: {
+            int nm = step->op == LT_OP_addmm ? 3 : 2;
+            st = lt_kernel_matmul_epi(step->op, &step->attrs, in, nm, step->fused,
+                                      in + nm, out, &ctx);
+            break;
+        }
         default:
             st = step->fn(step->op, &step->attrs, in, step->n_in, out, &ctx);
             break;

@@ -101,6 +101,10 @@ lt_status lt_init(void)
     rt.max_inflight = env_int("LAZYTPU_MAX_INFLIGHT", 2);
     rt.check_finite = env_flag("LAZYTPU_CHECK_FINITE");
     rt.no_hfuse = getenv("LAZYTPU_HFUSE") && !env_flag("LAZYTPU_HFUSE");
+    {
+        const char *e = getenv("LAZYTPU_GEMM_EPILOGUE");
+        rt.no_epilogue = e && *e && atoi(e) == 0;
+    }
     rt.cache = lt_cache_new(rt.cache_size, prog_retain, prog_release);
     if (!rt.cache) {
         lt_devices_shutdown();

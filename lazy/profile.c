@@ -4,7 +4,8 @@
  * fused elementwise group (op = the group's last computed op),
  * "KernelTime::hfused(<op>)" for several such groups of one program run as
  * one kernel (compile_hfuse.c),
- * "KernelTime::reduce(<op>)" for a reduction with its fused prologue.
+ * "KernelTime::reduce(<op>)" for a reduction with its fused prologue,
+ * "KernelTime::<mm op>+fused(<op>)" for a GEMM with its fused epilogue.
  * Metrics are looked up per sample (lock-free lookup in the registry);
  * names are bounded by the op table.
  */
@@ -31,15 +32,18 @@ void lt_profile_step(const lt_step *step, int64_t ns)
 {
     char name[96];
     const char *op = lt_op_name(step->op);
-    if (step->kind == LT_STEP_FUSED && step->fused)
+    const char *fop = NULL;
+    if ((step->kind == LT_STEP_FUSED || step->kind == LT_STEP_GEMM_EPI) && step->fused)
         for (int k = step->fused->n_ins - 1; k >= 0; k--)
             if (step->fused->ins[k].op != LT_FUSED_LOAD) {
-                op = lt_op_name((lt_op)step->fused->ins[k].op);
+                fop = lt_op_name((lt_op)step->fused->ins[k].op);
                 break;
             }
     if (step->kind == LT_STEP_FUSED)
         snprintf(name, sizeof name, "KernelTime::%s(%s)",
-                 step->n_seg > 1 ? "hfused" : "fused", op);
+                 step->n_seg > 1 ? "hfused" : "fused", fop ? fop : op);
+    else if (step->kind == LT_STEP_GEMM_EPI)
+        snprintf(name, sizeof name, "KernelTime::%s+fused(%s)", op, fop ? fop : "?");
     else if (step->kind == LT_STEP_REDUCE)
         snprintf(name, sizeof name, "KernelTime::reduce(%s)", op);
     else

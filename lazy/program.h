@@ -32,7 +32,11 @@ typedef struct lt_pview {
     lt_view v;          /* v.data is NULL in the program */
 } lt_pview;
 
-enum lt_step_kind { LT_STEP_FUSED = 0, LT_STEP_REDUCE, LT_STEP_KERNEL };
+/* LT_STEP_GEMM_EPI: an mm / addmm (in[0..2 or 3), out[0]) whose fused
+ * program runs on each block of the result right after the block's GEMM
+ * (lt_kernel_matmul_epi): the program's inputs follow the GEMM's operands
+ * in in[], its stores follow out[0] in out[]. */
+enum lt_step_kind { LT_STEP_FUSED = 0, LT_STEP_REDUCE, LT_STEP_KERNEL, LT_STEP_GEMM_EPI };
 
 typedef struct lt_step {
     int kind;
@@ -43,7 +47,7 @@ typedef struct lt_step {
     lt_pview *in;
     int n_out;                /* FUSED: stores; REDUCE: [0] result, [1..] stores */
     lt_pview *out;
-    lt_fused *fused;          /* FUSED, REDUCE (owned) */
+    lt_fused *fused;          /* FUSED, REDUCE, GEMM_EPI (owned) */
     lt_reduce_plan plan;      /* REDUCE */
     int32_t *hint;            /* FUSED: per out, preferred donor input or -1 */
     int32_t node;             /* graph position of the node the step computes

@@ -45,6 +45,8 @@ typedef struct lt_runtime {
     int check_finite;            /* LAZYTPU_CHECK_FINITE (lazy/finite.h) */
     int no_hfuse;                /* LAZYTPU_HFUSE=0: no horizontal fusion
                                     (lazy/compile_hfuse.c) */
+    int no_epilogue;             /* LAZYTPU_GEMM_EPILOGUE=0: no GEMM epilogues
+                                    (compile_pattern.c) */
     struct lt_cache *cache;
     lt_core_live live[LT_RT_MAX_CORES];
 } lt_runtime;

@@ -545,6 +545,23 @@ const void *lt_fused_eval(const lt_fused_bound *b, int64_t i0, int n,
     return rp[f->result];
 }
 
+lt_fused_bound *lt_fused_bind_range(const lt_fused *f, const lt_view *in,
+                                    const lt_view *out)
+{
+    lt_fused_bound *b = lt_fused_bind(f, in, out);
+    if (b)
+        b->stride = LT_FUSED_RUN_BLOCK;
+    return b;
+}
+
+void lt_fused_eval_range(const lt_fused_bound *b, int64_t i0, int64_t n,
+                         void *regs)
+{
+    for (int64_t i = i0, e = i0 + n; i < e; i += LT_FUSED_RUN_BLOCK)
+        lt_fused_eval(b, i, (int)(e - i < LT_FUSED_RUN_BLOCK ? e - i :
+                                  LT_FUSED_RUN_BLOCK), regs);
+}
+
 /* One lt_par_for chunk of a whole-kernel run: cblk blocks. */
 typedef struct lt_fused_job {
     const lt_fused_bound *b;

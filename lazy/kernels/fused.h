@@ -134,6 +134,16 @@ const void *lt_fused_eval(const lt_fused_bound *b, int64_t i0, int n,
  * remainder or fmod met a zero divisor. */
 lt_status lt_fused_bound_status(const lt_fused_bound *b);
 
+/* lt_fused_bind for lt_fused_eval_range: the blocks walked are those of a
+ * whole-kernel run (LT_FUSED_RUN_BLOCK elements), outputs required. */
+lt_fused_bound *lt_fused_bind_range(const lt_fused *f, const lt_view *in,
+                                    const lt_view *out);
+/* Evaluates positions [i0, i0 + n) of a program bound by
+ * lt_fused_bind_range (stores only; regs as for lt_fused_eval), e.g. a
+ * GEMM epilogue on the rows a worker has just computed. */
+void lt_fused_eval_range(const lt_fused_bound *b, int64_t i0, int64_t n,
+                         void *regs);
+
 /* Converts n elements of compute type ctype to storage dtype dt at dst. */
 void lt_fused_store_block(const void *src, lt_dtype ctype, void *dst,
                           lt_dtype dt, int n);

@@ -65,6 +65,11 @@ LT_DECLARE_KERNEL(collective)
  * without a world. Returns the collective's error status (sets the
  * thread's error). */
 lt_status lt_collective_abstain(lt_op op, const char *reason);
+/* A GEMM with a fused elementwise epilogue (matmul.c; contract there). */
+struct lt_fused;
+lt_status lt_kernel_matmul_epi(lt_op op, const lt_attrs *attrs, const lt_view *in, int n_in,
+                               const struct lt_fused *epi, const lt_view *epi_in,
+                               const lt_view *out, const lt_kernel_ctx *ctx);
 LT_DECLARE_KERNEL(reduce)      /* unfused reduce (fused path lives in compile) */
 LT_DECLARE_KERNEL(argreduce)
 
