@@ -96,7 +96,10 @@ print("RESULT " + json.dumps(res))
 
 
 def _run(hfuse):
-    env = dict(os.environ, LAZYTPU_NUM_CORES="1", LAZYTPU_PROFILE="1")
+    # horizontal fusion alone: with GEMM epilogues the dependency case's d
+    # would run inside the matmul's kernel and never be a group of its own
+    env = dict(os.environ, LAZYTPU_NUM_CORES="1", LAZYTPU_PROFILE="1",
+               LAZYTPU_GEMM_EPILOGUE="0")
     env["LAZYTPU_HFUSE"] = hfuse
     p = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
                        text=True, timeout=600)
