@@ -54,75 +54,8 @@ static lt_node *N2(lt_op op, lt_dtype dt, lt_shape s, lt_node *a, lt_node *b)
     return r;
 }
 
-typedef struct run_out {
-    lt_program *p;
-    lt_buffer *out[32];
-    int n_out;
-} run_out;
-
-/* Captures roots, compiles, runs (donating when asked), releases roots. */
-static run_out run(lt_node **roots, int n, int donate)
-{
-    run_out r;
-    memset(&r, 0, sizeof r);
-    lt_graph g;
-    assert_int_equal(lt_graph_capture(roots, n, &g), LT_OK);
-    if (lt_compile(&g, &r.p) != LT_OK)
-        fail_msg("compile: %s", lt_last_error());
-    lt_exec_args a;
-    memset(&a, 0, sizeof a);
-    a.n_params = g.n_params;
-    a.param_bufs = calloc(g.n_params + 1, sizeof(lt_buffer *));
-    a.param_values = calloc(g.n_params + 1, sizeof(double));
-    for (int j = 0; j < g.n_params; j++) {
-        lt_node *pn = g.nodes[g.param_pos[j]];
-        if (pn->op == LT_OP_data)
-            a.param_bufs[j] = pn->buf;
-        else
-            a.param_values[j] = pn->value;
-    }
-    a.n_outputs = g.n_outputs;
-    a.out_bufs = calloc(g.n_outputs + 1, sizeof(lt_buffer *));
-    for (int k = 0; k < g.n_outputs; k++) {
-        int al = lt_program_output_alias(r.p, k), dn = lt_program_output_donor(r.p, k);
-        int same = lt_program_output_same(r.p, k);
-        if (same >= 0)
-            a.out_bufs[k] = lt_buffer_retain(a.out_bufs[same]);
-        else if (al >= 0)
-            a.out_bufs[k] = lt_buffer_retain(a.param_bufs[al]);
-        else if (donate && dn >= 0)
-            a.out_bufs[k] = lt_buffer_retain(a.param_bufs[dn]);
-        else
-            assert_int_equal(lt_buffer_alloc(0, lt_program_output_dtype(r.p, k),
-                             lt_shape_numel(lt_program_output_shape(r.p, k)),
-                             &a.out_bufs[k]), LT_OK);
-    }
-    if (lt_program_scratch_bytes(r.p))
-        assert_int_equal(lt_buffer_alloc(0, LT_BOOL, lt_program_scratch_bytes(r.p),
-                                         &a.scratch), LT_OK);
-    if (lt_program_run(r.p, &a, 0, NULL) != LT_OK)
-        fail_msg("run: %s", lt_last_error());
-    for (int k = 0; k < n; k++)
-        r.out[k] = lt_buffer_retain(a.out_bufs[g.root_out[k]]);
-    r.n_out = n;
-    for (int k = 0; k < g.n_outputs; k++)
-        lt_buffer_release(a.out_bufs[k]);
-    lt_buffer_release(a.scratch);
-    free(a.out_bufs);
-    free(a.param_bufs);
-    free(a.param_values);
-    lt_graph_free(&g);
-    for (int k = 0; k < n; k++)
-        lt_node_release(roots[k]);
-    return r;
-}
-
-static void run_free(run_out *r)
-{
-    for (int k = 0; k < r->n_out; k++)
-        lt_buffer_release(r->out[k]);
-    lt_program_release(r->p);
-}
+#define TC_OWN_BUILDERS   /* P, N2 below: float data, two inputs */
+#include "support_compile.h"
 
 static float *filled(int64_t n, float a, float b, int seed)
 {
