@@ -89,7 +89,7 @@ static lt_status step_heights(lt_cctx *c, int *height)
     int *off = calloc(ns + 1, sizeof(int));
     int *indeg = calloc(n1, sizeof(int));
     int *order = malloc(n1 * sizeof(int));
-    int *adj = NULL, *fill = NULL;
+    int *adj = NULL;
     lt_status st = LT_OK;
     if (!prod || !off || !indeg || !order) {
         st = lt_set_error(LT_ERR_OOM, "compile: out of host memory");
@@ -102,31 +102,9 @@ static lt_status step_heights(lt_cctx *c, int *height)
             if (c->steps[s].out[k].base == LT_BASE_BUF)
                 prod[c->steps[s].out[k].index] = s;
     /* edges producer -> reader, CSR by producer (duplicates harmless) */
-    for (int s = 0; s < ns; s++)
-        for (int k = 0; k < c->steps[s].n_in; k++) {
-            const lt_pview *pv = &c->steps[s].in[k];
-            if (pv->base == LT_BASE_BUF && prod[pv->index] >= 0 &&
-                prod[pv->index] != s)
-                off[prod[pv->index] + 1]++;
-        }
-    for (int s = 0; s < ns; s++)
-        off[s + 1] += off[s];
-    adj = malloc((off[ns] ? off[ns] : 1) * sizeof(int));
-    fill = calloc(n1, sizeof(int));
-    if (!adj || !fill) {
-        st = lt_set_error(LT_ERR_OOM, "compile: out of host memory");
+    st = lt_cc_step_edges(c, prod, off, indeg, &adj);
+    if (st != LT_OK)
         goto done;
-    }
-    for (int s = 0; s < ns; s++)
-        for (int k = 0; k < c->steps[s].n_in; k++) {
-            const lt_pview *pv = &c->steps[s].in[k];
-            if (pv->base == LT_BASE_BUF && prod[pv->index] >= 0 &&
-                prod[pv->index] != s) {
-                int q = prod[pv->index];
-                adj[off[q] + fill[q]++] = s;
-                indeg[s]++;
-            }
-        }
     /* Kahn's order, then heights from the back */
     int head = 0, tail = 0;
     for (int s = 0; s < ns; s++)
@@ -155,7 +133,6 @@ done:
     free(indeg);
     free(order);
     free(adj);
-    free(fill);
     return st;
 }
 

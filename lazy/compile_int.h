@@ -115,6 +115,13 @@ lt_status lt_cc_epilogues(lt_cctx *c);
 lt_status lt_cc_emit(lt_cctx *c);
 lt_status lt_cc_hfuse(lt_cctx *c);
 lt_status lt_cc_plan(lt_cctx *c);
+/* The step graph through buffers (compile_plan.c): prod[b] is the step
+ * writing buffer b or -1; the readers of step s become adj[off[s] ..
+ * off[s+1]) (CSR by producer, a reader once per input it reads) and
+ * indeg[s] counts the edges into s. off (n_steps + 1) and indeg (n_steps)
+ * are caller-allocated and zeroed; *adj is malloc'd (caller frees).
+ * LT_ERR_OOM (nothing allocated) on failure. */
+lt_status lt_cc_step_edges(const lt_cctx *c, const int *prod, int *off, int *indeg, int **adj);
 
 /* Union-find root of position p's group. */
 int lt_cc_group(lt_cctx *c, int p);

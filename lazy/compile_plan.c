@@ -55,6 +55,39 @@ static int heap_pop(heap *h)
     return top;
 }
 
+lt_status lt_cc_step_edges(const lt_cctx *c, const int *prod, int *off, int *indeg, int **adj)
+{
+    int ns = c->n_steps;
+    *adj = NULL;
+    for (int s = 0; s < ns; s++)
+        for (int k = 0; k < c->steps[s].n_in; k++) {
+            const lt_pview *pv = &c->steps[s].in[k];
+            if (pv->base == LT_BASE_BUF && prod[pv->index] >= 0 && prod[pv->index] != s)
+                off[prod[pv->index] + 1]++;
+        }
+    for (int s = 0; s < ns; s++)
+        off[s + 1] += off[s];
+    int *a = malloc((off[ns] ? off[ns] : 1) * sizeof(int));
+    int *fill = calloc(ns ? ns : 1, sizeof(int));
+    if (!a || !fill) {
+        free(a);
+        free(fill);
+        return lt_set_error(LT_ERR_OOM, "compile: out of host memory");
+    }
+    for (int s = 0; s < ns; s++)
+        for (int k = 0; k < c->steps[s].n_in; k++) {
+            const lt_pview *pv = &c->steps[s].in[k];
+            if (pv->base == LT_BASE_BUF && prod[pv->index] >= 0 && prod[pv->index] != s) {
+                int q = prod[pv->index];
+                a[off[q] + fill[q]++] = s;
+                indeg[s]++;
+            }
+        }
+    free(fill);
+    *adj = a;
+    return LT_OK;
+}
+
 static lt_status order_steps(lt_cctx *c, int *prod)
 {
     int ns = c->n_steps;
@@ -71,37 +104,9 @@ static lt_status order_steps(lt_cctx *c, int *prod)
         st = lt_set_error(LT_ERR_OOM, "compile: out of host memory");
         goto done;
     }
-    /* edges producer -> reader (CSR by producer) */
-    for (int s = 0; s < ns; s++)
-        for (int k = 0; k < c->steps[s].n_in; k++) {
-            const lt_pview *pv = &c->steps[s].in[k];
-            if (pv->base == LT_BASE_BUF && prod[pv->index] >= 0 &&
-                prod[pv->index] != s)
-                off[prod[pv->index] + 1]++;
-        }
-    for (int s = 0; s < ns; s++)
-        off[s + 1] += off[s];
-    adj = malloc((off[ns] ? off[ns] : 1) * sizeof(int));
-    if (!adj) {
-        st = lt_set_error(LT_ERR_OOM, "compile: out of host memory");
+    st = lt_cc_step_edges(c, prod, off, indeg, &adj);
+    if (st != LT_OK)
         goto done;
-    }
-    int *fill = calloc(n1, sizeof(int));
-    if (!fill) {
-        st = lt_set_error(LT_ERR_OOM, "compile: out of host memory");
-        goto done;
-    }
-    for (int s = 0; s < ns; s++)
-        for (int k = 0; k < c->steps[s].n_in; k++) {
-            const lt_pview *pv = &c->steps[s].in[k];
-            if (pv->base == LT_BASE_BUF && prod[pv->index] >= 0 &&
-                prod[pv->index] != s) {
-                int q = prod[pv->index];
-                adj[off[q] + fill[q]++] = s;
-                indeg[s]++;
-            }
-        }
-    free(fill);
     heap h = {hp, 0, c->step_anchor};
     for (int s = 0; s < ns; s++)
         if (indeg[s] == 0)
