@@ -1,16 +1,18 @@
 /*
- * lazy/kernels/sgemm_small.c — f32 GEMM for small products.
+ * lazy/kernels/sgemm_small.c — lazytpu's own f32 GEMM (small products and
+ * the linear layers' row blocks).
  *
  * OpenBLAS runs the attention heads' products ([128,64] x [64,128] and the
  * like, one per batch and head) at 63-71 GFLOP/s on one Zen 3 core, against
  * ~90 GFLOP/s for large ones: per call it sets up threading, allocates and
- * packs. This is a plain blocked GEMM for such sizes: a 6x16 register tile
- * of FMAs over a K block of 256, every tile of C written once per K block.
- * op(A) is read in place (six broadcast streams), a transposed one over
- * several K blocks packed into 6-row panels; op(B) is packed into 16-column panels once
- * per K block (a transposed B, q @ k^T, with 8x8 register transposes).
- * Build-time
- * AVX2 + FMA only (the library is built with -march=native); elsewhere
+ * packs. This is a plain blocked GEMM: a 6x16 register tile of FMAs over a
+ * K block of 256, every tile of C written once per K block. op(A) is read
+ * in place (six broadcast streams); a transposed op(A) over several K
+ * blocks is packed into 6-row panels; op(B) is packed into 16-column panels
+ * once per K block (a transposed B, q @ k^T, with 8x8 register
+ * transposes). It also beats OpenBLAS slightly on the linear layers' row
+ * blocks (lt_sgemm_small_ok has the measured rules). Built for AVX2 + FMA
+ * only (the library is built with -march=native); elsewhere
  * lt_sgemm_small_ok() says no and callers keep BLAS.
  */
 #include <stdatomic.h>
@@ -215,13 +217,11 @@ void lt_sgemm_small(int ta, int tb, int64_t M, int64_t N, int64_t K, const float
                     int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
 {
     if (M <= 0 || N <= 0) return;
-    if (beta != 0.0f && beta != 1.0f) {
-        for (int64_t i = 0; i < M; i++)
-            for (int64_t j = 0; j < N; j++) C[i * ldc + j] *= beta;
-    }
     if (K <= 0) {
-        if (beta == 0.0f)
-            for (int64_t i = 0; i < M; i++) memset(C + i * ldc, 0, (size_t)N * sizeof *C);
+        for (int64_t i = 0; i < M; i++) {
+            if (beta == 0.0f) memset(C + i * ldc, 0, (size_t)N * sizeof *C);
+            else for (int64_t j = 0; j < N; j++) C[i * ldc + j] *= beta;
+        }
         return;
     }
     /* op(A) is read in place (six broadcast streams, one per row, or one
@@ -245,6 +245,9 @@ void lt_sgemm_small(int ta, int tb, int64_t M, int64_t N, int64_t K, const float
         blas_sgemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
         return;
     }
+    if (beta != 0.0f && beta != 1.0f)     /* then accumulate onto beta*C */
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) C[i * ldc + j] *= beta;
     float *pa = (float *)((char *)pb + bsz);
     for (int64_t pc = 0; pc < K; pc += KC) {
         int64_t kc = K - pc < KC ? K - pc : KC;
