@@ -21,12 +21,17 @@ PKGS=(
   dataset-fashion-mnist
 )
 PY_REQS=(torch==2.13.0 numpy pytest hypothesis expecttest matplotlib wheel "setuptools>=64")
-# The frameworks lazytpu integrates with (lazytpu.lightning, lazytpu.keras).
+# The frameworks lazytpu integrates with (lazytpu.lightning, lazytpu.keras,
+# lazytpu.hf).
 # Their metadata admits torch 2.13 (lightning 2.6.6: torch>=2.1,<4.0; keras
 # has no torch requirement), and they are installed in a second step with
 # torch==2.13.0 on the same command line, so the resolver can never replace
 # torch; the check below fails the bootstrap if it did anyway.
-FRAMEWORK_REQS=(lightning==2.6.6 keras==3.15.1)
+# Hugging Face (lazytpu.hf, the torch_xla paths of Trainer and Accelerate):
+# transformers 5.24 needs torch>=2.4, accelerate 1.15 torch>=2.0; datasets has
+# no torch requirement. Same second step, same torch==2.13.0 on the line.
+FRAMEWORK_REQS=(lightning==2.6.6 keras==3.15.1 transformers==5.24.0 accelerate==1.15.0
+                datasets==5.2.0)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
