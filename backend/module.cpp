@@ -176,6 +176,12 @@ PyObject *py_set_caller(PyObject *, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+PyObject *py_pending_ops(PyObject *, PyObject *args) {
+  int core = 0;
+  if (!PyArg_ParseTuple(args, "|i", &core)) return nullptr;
+  return PyLong_FromLongLong(lt_pending_ops(core));
+}
+
 PyObject *py_live_tensors(PyObject *, PyObject *args) {
   int core = 0;
   if (!PyArg_ParseTuple(args, "|i", &core)) return nullptr;
@@ -327,6 +333,7 @@ PyMethodDef methods[] = {
     {"wait", py_wait, METH_VARARGS, "wait(core=-1): wait for queued programs."},
     {"set_caller", py_set_caller, METH_VARARGS, "Set the caller frame string."},
     {"live_tensors", py_live_tensors, METH_VARARGS, "Live tensors on a core."},
+    {"pending_ops", py_pending_ops, METH_VARARGS, "Ops traced on a core since its last step boundary."},
     {"metrics_report", py_metrics_report, METH_NOARGS, "Text metrics report."},
     {"metrics_json", py_metrics_json, METH_NOARGS, "JSON metrics dump."},
     {"counter_names", py_counter_names, METH_NOARGS, "Newline-separated names."},

@@ -286,6 +286,11 @@ int lt_tensor_is_pending(const lt_tensor *t);
 lt_status lt_tensor_assign(lt_tensor *dst, lt_tensor *src);
 /* Number of live tensors on a core (for leak checks and tests). */
 int64_t lt_live_tensors(int core);
+/* Ops traced on `core` since its last step boundary (a sync of the core's
+ * live tensors resets it; a graph cut at LAZYTPU_GRAPH_LIMIT too): the size
+ * of the graph the next boundary will capture, before dead code is dropped.
+ * 0 for a core out of range. Thread-safe. */
+int64_t lt_pending_ops(int core);
 
 /* ---------------------------------------------------------------- tracing */
 

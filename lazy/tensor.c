@@ -76,6 +76,17 @@ int64_t lt_live_tensors(int core)
     return n;
 }
 
+int64_t lt_pending_ops(int core)
+{
+    if (core < 0 || core >= LT_RT_MAX_CORES) return 0;
+    lt_rt_once();
+    lt_core_live *L = lt_live(core);
+    pthread_mutex_lock(&L->mu);
+    int64_t n = L->traced;
+    pthread_mutex_unlock(&L->mu);
+    return n;
+}
+
 /* --------------------------------------------------------------- accessors */
 
 const lt_shape *lt_tensor_shape(const lt_tensor *t)

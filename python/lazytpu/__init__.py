@@ -39,7 +39,7 @@ from . import _patches  # noqa: E402
 from . import loader  # noqa: E402,F401
 from . import _exit  # noqa: E402,F401  (autograd device threads at exit)
 from . import amp, compat, distributed, utils  # noqa: E402,F401
-from . import hf  # noqa: E402
+from . import hf, step_guard  # noqa: E402,F401
 
 if hf._device_env_is_lazytpu():
     hf.enable()   # ACCELERATE_TORCH_DEVICE=lazytpu: Trainer/Accelerate on lazytpu

@@ -17,6 +17,7 @@ and at the end, CPU fallbacks).
 import argparse
 import os
 import sys
+import time
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--model", choices=["gpt2", "bert"], required=True)
@@ -108,7 +109,9 @@ if args.way == "trainer":
         warmup_steps=2, seed=0, dataloader_num_workers=0, disable_tqdm=True)
     trainer = transformers.Trainer(model=model, args=targs, train_dataset=train,
                                    eval_dataset=evald, callbacks=[Record()])
+    t0 = time.perf_counter()
     trainer.train()
+    result["train_seconds"] = time.perf_counter() - t0
     result["losses"] = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     result["device"] = str(targs.device)
     result["eval_loss"] = trainer.evaluate()["eval_loss"]
@@ -121,6 +124,7 @@ else:
     eloader = torch.utils.data.DataLoader(evald, batch_size=BATCH)
     model, opt, loader, eloader = acc.prepare(model, opt, loader, eloader)
     model.train()
+    t0 = time.perf_counter()
     for step, batch in enumerate(loader):
         loss = model(**batch).loss
         acc.backward(loss)
@@ -130,6 +134,7 @@ else:
         if step + 1 == args.steps // 2:
             result["half"] = counters()
     result["losses"] = [float(v) for v in result["losses"]]
+    result["train_seconds"] = time.perf_counter() - t0
     result["device"] = str(acc.device)
     model.eval()
     with torch.no_grad():
