@@ -44,4 +44,6 @@ from . import amp, compat, distributed, utils  # noqa: E402,F401
 xm = core
 met = metrics
 
+_lazytpu_device._engine_loaded()  # a torch.manual_seed made before the engine
+
 __version__ = "0.2.0"
