@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "lazytpu.h"
+#include "hooks/lt_hooks.h"
 
 namespace lazytpu {
 
@@ -195,18 +196,8 @@ c10::DispatchKey lt_dispatch_key(void);
  * compatibility mode. */
 bool is_lt_device_type(c10::DeviceType t);
 
-/* The current core of this thread (the device guard's index) and setting it
- * (throws for an index past the cores). runtime.cpp. */
-int current_core(void);
-void set_current_core(int idx);
-
-/* Per-core random state (runtime.cpp): returns the seed for the next random
- * op and advances the state. */
-int64_t rng_next_seed(int core);
-void rng_set_state(int core, uint64_t seed);
-uint64_t rng_get_state(int core);
-uint64_t rng_get_seed(int core);                 /* what manual_seed set */
-void rng_restore(int core, uint64_t seed, uint64_t state);
+/* current_core, set_current_core and the per-core random state (rng_*) are
+ * the hooks library's: hooks/lt_hooks.h. */
 
 /* Hook set by the Python module: describes the user's Python frame that is
  * running now ("train.py:42 in step"), or "" . Called only on rare events

@@ -3,12 +3,24 @@
 This module is small on purpose: PyTorch imports it at the end of
 ``import torch`` (entry point group ``torch.backends``, see pyproject.toml),
 and a failure or a slow import here would break ``import torch`` for the
-user. It only renames the PrivateUse1 device to ``lazytpu`` and registers
-itself as ``torch.lazytpu``; the engine (``lazytpu._C``: the kernels, the
-simulated cores) is loaded on first use, through ``_lazy_init``, which PyTorch
-calls before the first tensor is created on the device, or by
-``import lazytpu``. ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns autoloading off
-(then ``import lazytpu`` registers the device).
+user. Autoloading loads the hooks library (``lazytpu/_lib/
+liblazytpu_hooks.so``: what PyTorch asks of a PrivateUse1 device besides
+kernels: hooks, device guard, generators, pinned memory), renames the
+PrivateUse1 device to ``lazytpu`` and registers this module as
+``torch.lazytpu``. The engine (``lazytpu._C``: the kernels, the simulated
+cores) is loaded on first use, through ``_lazy_init``, which PyTorch calls
+before the first tensor is created on the device, or by ``import lazytpu``.
+``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns autoloading off (then ``import
+lazytpu`` registers the device).
+
+Do no harm: until the process uses the device (``import lazytpu``, or a
+tensor on ``lazytpu``), it looks to PyTorch like a CUDA build on a machine
+without a GPU: ``torch.accelerator.current_accelerator()`` names lazytpu
+(the device type exists), but ``is_available()`` is False and
+``device_count()`` is 0, so a CPU program's DataLoader, ``fork_rng``,
+DataParallel and dynamo behave as without lazytpu. ``torch.manual_seed``
+does not load the engine: the seed is kept and given to every core when the
+engine loads.
 """
 import os
 import sys
@@ -17,24 +29,46 @@ import sys
 # torch` imports this module, whose first `import torch` runs PyTorch's
 # autoloading, which imports this module again (still half-initialised).
 NAME = "lazytpu"
+_HOOKS_LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lazytpu", "_lib",
+                          "liblazytpu_hooks.so")
 _registered = False
+_hooks = []          # the loaded hooks library (kept for the process)
+_pending_seed = []   # torch.manual_seed before the engine loaded: [seed]
 
 
-def register():
-    """Renames PrivateUse1 to ``lazytpu`` and installs ``torch.lazytpu`` and
-    the generated ``Tensor.is_lazytpu`` / ``Tensor.lazytpu()`` /
-    ``Module.lazytpu()`` methods. Idempotent; raises RuntimeError if another
-    backend already took the PrivateUse1 name."""
-    global _registered
-    if _registered:
-        return
+def _claim_privateuse1():
+    """Raises RuntimeError if another backend already took the PrivateUse1
+    name (PyTorch allows one per process)."""
     import torch
     current = torch._C._get_privateuse1_backend_name()
     if current not in ("privateuseone", NAME):
         raise RuntimeError(
             "lazytpu: the PrivateUse1 device is already taken by %r; lazytpu "
             "cannot be loaded in the same process" % current)
-    if current != NAME:
+
+
+def _load_hooks():
+    """Loads the hooks library once; its static initialiser registers the
+    PrivateUse1 hooks and device guard (once per process: the engine links the
+    same library). Raises OSError if the library is missing (unbuilt tree)."""
+    if not _hooks:
+        import ctypes
+        _hooks.append(ctypes.CDLL(_HOOKS_LIB))
+
+
+def register():
+    """Loads the hooks, renames PrivateUse1 to ``lazytpu`` and installs
+    ``torch.lazytpu`` and the generated ``Tensor.is_lazytpu`` /
+    ``Tensor.lazytpu()`` / ``Module.lazytpu()`` methods. Idempotent; raises
+    RuntimeError if another backend already took the PrivateUse1 name, OSError
+    if the hooks library is missing."""
+    global _registered
+    if _registered:
+        return
+    import torch
+    _claim_privateuse1()
+    _load_hooks()
+    if torch._C._get_privateuse1_backend_name() != NAME:
         torch.utils.rename_privateuse1_backend(NAME)
     if not hasattr(torch, NAME):
         torch._register_device_module(NAME, sys.modules[__name__])
@@ -46,8 +80,26 @@ def register():
 
 
 def autoload():
-    """Entry point PyTorch calls at the end of ``import torch``."""
+    """Entry point PyTorch calls at the end of ``import torch``. Never makes
+    ``import torch`` fail: if lazytpu cannot register (the PrivateUse1 name is
+    taken, the hooks library is missing), it warns and leaves torch as it
+    was; ``import lazytpu`` then raises the error."""
+    try:
+        _claim_privateuse1()
+        _load_hooks()
+    except (RuntimeError, OSError) as e:
+        import warnings
+        warnings.warn("lazytpu: device not registered at `import torch`: %s" % e,
+                      RuntimeWarning, stacklevel=2)
+        return
     register()
+
+
+def _engine_loaded():
+    """Called by ``import lazytpu`` once the engine is up: gives the cores a
+    seed torch.manual_seed set before."""
+    if _pending_seed:
+        manual_seed_all(_pending_seed.pop())
 
 
 def _engine():
@@ -68,18 +120,20 @@ def is_initialized():
 
 
 def is_available():
-    return True
+    """True once this process uses the device (the engine is loaded: ``import
+    lazytpu``, or a tensor made on ``lazytpu``); False before, so that a
+    program that never names the device sees no accelerator (DataLoader
+    pinning, DataParallel, dynamo, torch.accelerator stay as on a CPU-only
+    PyTorch)."""
+    return is_initialized()
 
 
 def device_count():
-    """Simulated cores in this process (LAZYTPU_NUM_CORES, default 8)."""
+    """Simulated cores in this process (LAZYTPU_NUM_CORES, default 8) once the
+    device is in use; 0 before (see is_available)."""
     if is_initialized():
         return _engine().device_count()
-    try:
-        n = int(os.environ.get("LAZYTPU_NUM_CORES", "8"))
-    except ValueError:
-        n = 8
-    return n if 1 <= n <= 64 else 8
+    return 0
 
 
 _current = [0]
@@ -94,6 +148,7 @@ def set_device(device):
     import torch
     idx = torch.device(device).index if not isinstance(device, int) else device
     idx = 0 if idx is None else int(idx)
+    _engine()
     if not 0 <= idx < device_count():
         raise ValueError("torch.lazytpu.set_device(%d): there are %d cores"
                          % (idx, device_count()))
@@ -122,7 +177,12 @@ def manual_seed(seed):
 
 
 def manual_seed_all(seed):
-    """Seeds every core's generator (torch.manual_seed calls this)."""
+    """Seeds every core's generator (torch.manual_seed calls this). Before the
+    engine is loaded the seed is kept for it (see _engine_loaded): a CPU
+    program's torch.manual_seed does not load it."""
+    if not is_initialized():
+        _pending_seed[:] = [seed]
+        return
     C = _engine()._C
     for i in range(device_count()):
         C.set_rng_state(int(seed) & ((1 << 64) - 1), i)

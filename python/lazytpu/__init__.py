@@ -48,4 +48,6 @@ if hf._device_env_is_lazytpu():
 xm = core
 met = metrics
 
+_lazytpu_device._engine_loaded()  # a torch.manual_seed made before the engine
+
 __version__ = "0.2.0"
