@@ -3,13 +3,15 @@
  *   _fused_adam_ / _fused_adamw_   Adam / AdamW(fused=True) (AdamW fused is
  *                                  the Hugging Face Trainer's default)
  *   _fused_sgd_                    SGD(fused=True)
+ *   _fused_adagrad_                Adagrad(fused=True)
  * each with a float lr and a Tensor lr (.tensor_lr).
  *
  * Each parameter's update is traced from element-wise core ops into the
  * step's graph (no value read), in the arithmetic of PyTorch's CPU kernels
- * (aten/src/ATen/native/cpu/Fused{Adam,SGD}Kernel.cpp): bf16/f16 values are
- * computed in f32 and rounded once when stored; Adam's bias corrections
- * 1 - beta^step are computed in f64 from the step tensor; a grad_scale
+ * (aten/src/ATen/native/cpu/Fused{Adam,SGD,Adagrad}Kernel.cpp): bf16/f16
+ * values are computed in f32 and rounded once when stored; Adam's bias
+ * corrections 1 - beta^step and Adagrad's decayed lr are computed in f64
+ * from the step tensor; a grad_scale
  * divides the gradients, which are written back unscaled; found_inf == 1
  * leaves every tensor as it was (a where() per tensor in place of the CPU
  * kernel's early return). A lr or step tensor on the host is read as the
@@ -20,7 +22,8 @@
  * these ops fails an internal assert ("mutating a non-functional tensor
  * with a functional tensor") whenever an optional list is empty
  * (max_exp_avg_sqs without amsgrad, momentum_buffer_list without momentum),
- * which is how torch.optim calls them. Results are written into each
+ * which is how torch.optim calls them; _fused_adagrad_ has no meta kernel
+ * for it at all. Results are written into each
  * FunctionalTensorWrapper as functionalize.cpp's in-place kernels write
  * them (replace, commit, flush the storage's update list), and each mutated
  * tensor's version counter is bumped as ADInplaceOrView would.
@@ -326,6 +329,62 @@ void lt_fused_sgd_tlr(at::TensorList self, at::TensorList grads,
           nesterov, maximize, is_first_step, grad_scale, found_inf);
 }
 
+/* --------------------------------------------------------------- Adagrad */
+
+void adagrad_all(at::TensorList self, at::TensorList grads, at::TensorList state_sums,
+                 at::TensorList state_steps, const Val &lrv, double lr_decay,
+                 double weight_decay, double eps, bool maximize,
+                 const std::optional<at::Tensor> &grad_scale,
+                 const std::optional<at::Tensor> &found_inf) {
+  const char *op = "_fused_adagrad_";
+  size_t n = self.size();
+  check_sizes(op, "grads", grads.size(), n);
+  check_sizes(op, "state_sums", state_sums.size(), n);
+  check_sizes(op, "state_steps", state_steps.size(), n);
+  check_no_grad(op, self);
+  for (size_t i = 0; i < n; i++) {
+    const at::Tensor &param = self[i], &grad = grads[i], &sum = state_sums[i];
+    check_float(param, op);
+    common_core({&param, &grad, &sum, &state_steps[i]});
+    Ctx c = make_ctx(param, found_inf);
+    const lt_dtype ct = c.ct, f64 = LT_F64;
+    /* clr = lr / (1 + (step - 1) * lr_decay), in f64 */
+    Ref one = num(c.core, 1.0, f64);
+    Ref s = as_ref(c.core, val_of(state_steps[i]), f64);
+    Ref den = op2(LT_OP_add, one, op2(LT_OP_mul, op2(LT_OP_sub, s, one),
+                                      num(c.core, lr_decay, f64)));
+    Ref clr = cast(op2(LT_OP_div, as_ref(c.core, lrv, f64), den).get(), ct);
+    lt_tensor *p0 = c.load(param);
+    Ref p = cast(p0, ct);
+    Ref g = prepare_grad(c, grad, grad_scale, maximize);
+    if (weight_decay != 0) g = op2(LT_OP_add, g, op2(LT_OP_mul, p, num(c.core, weight_decay, ct)));
+    lt_tensor *s0 = c.load(sum);
+    Ref sm = op2(LT_OP_add, cast(s0, ct), op2(LT_OP_mul, g, g));
+    Ref std_ = op2(LT_OP_add, trace(LT_OP_sqrt, {sm.get()}), num(c.core, eps, ct));
+    p = op2(LT_OP_sub, p, op2(LT_OP_div, op2(LT_OP_mul, clr, g), std_));
+    Ref new_s = c.store(sm, s0), new_p = c.store(p, p0);
+    c.write(sum, std::move(new_s));
+    c.write(param, std::move(new_p));
+  }
+}
+
+void lt_fused_adagrad(at::TensorList self, at::TensorList grads, at::TensorList state_sums,
+                      at::TensorList state_steps, double lr, double lr_decay, double weight_decay,
+                      double eps, bool maximize, const std::optional<at::Tensor> &grad_scale,
+                      const std::optional<at::Tensor> &found_inf) {
+  adagrad_all(self, grads, state_sums, state_steps, val_of(lr), lr_decay, weight_decay, eps,
+              maximize, grad_scale, found_inf);
+}
+
+void lt_fused_adagrad_tlr(at::TensorList self, at::TensorList grads, at::TensorList state_sums,
+                          at::TensorList state_steps, const at::Tensor &lr, double lr_decay,
+                          double weight_decay, double eps, bool maximize,
+                          const std::optional<at::Tensor> &grad_scale,
+                          const std::optional<at::Tensor> &found_inf) {
+  adagrad_all(self, grads, state_sums, state_steps, val_of(lr), lr_decay, weight_decay, eps,
+              maximize, grad_scale, found_inf);
+}
+
 /* On the autograd key of m (and AutogradXLA in compatibility mode); not
  * guarded: the CPU fallback works below functionalization, not here. */
 template <class F>
@@ -347,6 +406,8 @@ TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
   reg_autograd(m, "_fused_adamw_.tensor_lr", TORCH_FN(lt_fused_adam_tlr<true>));
   reg_autograd(m, "_fused_sgd_", TORCH_FN(lt_fused_sgd));
   reg_autograd(m, "_fused_sgd_.tensor_lr", TORCH_FN(lt_fused_sgd_tlr));
+  reg_autograd(m, "_fused_adagrad_", TORCH_FN(lt_fused_adagrad));
+  reg_autograd(m, "_fused_adagrad_.tensor_lr", TORCH_FN(lt_fused_adagrad_tlr));
 }
 
 }  // namespace lazytpu

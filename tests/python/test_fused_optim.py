@@ -1,6 +1,7 @@
 """torch.optim with fused=True (aten::_fused_adam_ / _fused_adamw_ /
-_fused_sgd_, traced on the device) and foreach=True on lazytpu, compared
+_fused_sgd_ / _fused_adagrad_, traced on the device) and foreach=True on lazytpu, compared
 with the same optimizer in eager PyTorch on the CPU after several steps."""
+import contextlib
 import copy
 import os
 import subprocess
@@ -31,6 +32,9 @@ CONFIGS = {
                                                  maximize=True, fused=True)),
     "sgd_fused_tensor_lr": (torch.optim.SGD, dict(lr=torch.tensor(0.1), momentum=0.5,
                                                   fused=True)),
+    "adagrad_fused": (torch.optim.Adagrad, dict(lr=0.1, lr_decay=0.01, weight_decay=0.01,
+                                                initial_accumulator_value=0.1, fused=True)),
+    "adagrad_fused_maximize": (torch.optim.Adagrad, dict(lr=0.1, maximize=True, fused=True)),
     "adamw_foreach": (torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1, foreach=True)),
     "adam_foreach_amsgrad": (torch.optim.Adam, dict(lr=1e-2, amsgrad=True, foreach=True)),
     "sgd_foreach": (torch.optim.SGD, dict(lr=0.1, momentum=0.9, nesterov=True, foreach=True)),
@@ -60,6 +64,16 @@ def train(model, opt, batches, dev):
     return torch.stack(losses)
 
 
+@contextlib.contextmanager
+def no_cpu_fallback():
+    before = fallback_counts()
+    yield
+    lazytpu.mark_step()
+    new = {k: v - before.get(k, 0) for k, v in fallback_counts().items()
+           if v - before.get(k, 0) > 0}
+    assert not new, "CPU fallbacks ran: %s" % new
+
+
 def optimizer(cls, kw, params):
     kw = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
     return cls(params, **kw)
@@ -72,18 +86,32 @@ def test_matches_eager_after_steps(dev, name):
     m = copy.deepcopy(cpu).to(dev)
     batches = data()
     opt_c, opt_d = optimizer(cls, kw, cpu.parameters()), optimizer(cls, kw, m.parameters())
-    before = fallback_counts()
-    got = train(m, opt_d, batches, dev)
-    lazytpu.mark_step()
-    new = {k: v - before.get(k, 0) for k, v in fallback_counts().items()
-           if v - before.get(k, 0) > 0}
-    assert not new, "CPU fallbacks ran: %s" % new
+    with no_cpu_fallback():
+        got = train(m, opt_d, batches, dev)
     ref = train(cpu, opt_c, batches, "cpu")
     assert_close(got, ref, 1e-5, 1e-5, "losses")
     for (n, a), (_, b) in zip(m.named_parameters(), cpu.named_parameters()):
         assert_close(a, b, 1e-5, 1e-5, n)
         for k, v in opt_c.state[b].items():
             assert_close(opt_d.state[a][k], v, 1e-5, 1e-5, "%s state %s" % (n, k))
+
+
+OTHERS = ["Adadelta", "Adagrad", "Adamax", "ASGD", "NAdam", "RAdam", "RMSprop", "Rprop"]
+
+
+@pytest.mark.parametrize("foreach", [True, False])
+@pytest.mark.parametrize("name", OTHERS)
+def test_other_optimizers_foreach_and_loop(dev, name, foreach):
+    cls = getattr(torch.optim, name)
+    cpu = make_model()
+    m = copy.deepcopy(cpu).to(dev)
+    batches = data(4)
+    with no_cpu_fallback():
+        got = train(m, cls(m.parameters(), lr=1e-2, foreach=foreach), batches, dev)
+    ref = train(cpu, cls(cpu.parameters(), lr=1e-2, foreach=foreach), batches, "cpu")
+    assert_close(got, ref, 1e-5, 1e-5, "losses")
+    for (n, a), (_, b) in zip(m.named_parameters(), cpu.named_parameters()):
+        assert_close(a, b, 1e-5, 1e-5, n)
 
 
 @pytest.mark.parametrize("name", ["adamw_fused", "sgd_fused_momentum"])
@@ -149,8 +177,9 @@ def test_fused_adam_grad_scale_found_inf_and_lr_tensor(dev, adamw, found, lr_kin
     fn(*cpu, lr=lr if lr is not None else torch.tensor(0.05), grad_scale=torch.tensor(64.0),
        found_inf=torch.tensor(found), **kw)
     lr_d = lr if lr is not None else torch.tensor(0.05, device=dev)
-    fn(*d, lr=lr_d, grad_scale=torch.tensor(64.0, device=dev),
-       found_inf=torch.tensor(found, device=dev), **kw)
+    with no_cpu_fallback():
+        fn(*d, lr=lr_d, grad_scale=torch.tensor(64.0, device=dev),
+           found_inf=torch.tensor(found, device=dev), **kw)
     for name, a, b in zip(["param", "grad", "exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step"],
                           d, cpu):
         for i, (x, y) in enumerate(zip(a, b)):
@@ -171,11 +200,63 @@ def test_fused_sgd_grad_scale_found_inf(dev, found, first):
     kw = dict(weight_decay=0.01, momentum=0.9, lr=0.1, dampening=0.2, nesterov=False,
               maximize=False, is_first_step=first)
     torch._fused_sgd_(*cpu, grad_scale=torch.tensor(8.0), found_inf=torch.tensor(found), **kw)
-    torch._fused_sgd_(*d, grad_scale=torch.tensor(8.0, device=dev),
-                      found_inf=torch.tensor(found, device=dev), **kw)
+    with no_cpu_fallback():
+        torch._fused_sgd_(*d, grad_scale=torch.tensor(8.0, device=dev),
+                          found_inf=torch.tensor(found, device=dev), **kw)
     for name, a, b in zip(["param", "grad", "momentum_buffer"], d, cpu):
         for i, (x, y) in enumerate(zip(a, b)):
             assert_close(x, y, 1e-6, 1e-5, "%s %d" % (name, i))
+
+
+@pytest.mark.parametrize("found", [0.0, 1.0])
+@pytest.mark.parametrize("lr_kind", ["float", "device_tensor"])
+def test_fused_adagrad_grad_scale_found_inf(dev, found, lr_kind):
+    cpu, _ = _adam_tensors("cpu")
+    cpu = [cpu[0], cpu[1], cpu[3], cpu[5]]          # params, grads, state_sums, steps
+    d = [[t.to(dev) for t in lst] for lst in cpu]
+    kw = dict(lr_decay=0.05, weight_decay=0.01, eps=1e-10, maximize=False)
+    lr_c = 0.1 if lr_kind == "float" else torch.tensor(0.1)
+    lr_d = 0.1 if lr_kind == "float" else torch.tensor(0.1, device=dev)
+    torch._fused_adagrad_(*cpu, lr=lr_c, grad_scale=torch.tensor(64.0),
+                          found_inf=torch.tensor(found), **kw)
+    with no_cpu_fallback():
+        torch._fused_adagrad_(*d, lr=lr_d, grad_scale=torch.tensor(64.0, device=dev),
+                              found_inf=torch.tensor(found, device=dev), **kw)
+    for name, a, b in zip(["param", "grad", "state_sum", "step"], d, cpu):
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_close(x, y, 1e-6, 1e-5, "%s %d" % (name, i))
+
+
+@pytest.mark.parametrize("cls", [torch.optim.AdamW, torch.optim.SGD])
+def test_grad_scaler_with_fused_optimizer(dev, cls):
+    """torch.amp.GradScaler hands fused optimizers grad_scale and found_inf
+    (no unscale pass of its own); an overflowing step is skipped and the
+    scale backs off, as on the CPU."""
+    cpu = make_model()
+    m = copy.deepcopy(cpu).to(dev)
+
+    def run(model, d):
+        opt = cls(model.parameters(), lr=1e-2, fused=True)
+        scaler = torch.amp.GradScaler(torch.device(d).type, init_scale=2.0 ** 10,
+                                      growth_interval=2)
+        for i, (x, y) in enumerate(data(6)):
+            if i == 3:
+                x = x.clone()
+                x[0, 0] = float("inf")
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x.to(d)), y.to(d))
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            if d != "cpu":
+                lazytpu.mark_step()
+        return scaler.get_scale()
+
+    with no_cpu_fallback():
+        scale = run(m, dev)
+    assert scale == run(cpu, "cpu")
+    for (n, a), (_, b) in zip(m.named_parameters(), cpu.named_parameters()):
+        assert_close(a, b, 1e-5, 1e-5, n)
 
 
 def test_fused_with_grad_enabled_is_refused_clearly(dev):
