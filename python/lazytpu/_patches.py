@@ -184,3 +184,124 @@ class _lazytpu_inference_mode(_orig_inference_mode):
 torch.inference_mode = _lazytpu_inference_mode
 torch.autograd.grad_mode.inference_mode = _lazytpu_inference_mode
 torch.autograd.inference_mode = _lazytpu_inference_mode
+
+# - Module.to() / Module.cpu() between the host and the device keep a
+#   parameter that several modules share (a tied embedding and LM head) one
+#   Parameter. Module._apply converts a parameter in place (`param.data =
+#   new`: every module keeps its reference) only when the old and the new
+#   tensor have "compatible shallow-copy types". A CPU tensor and a lazytpu
+#   tensor (a FunctionalTensorWrapper around a storage-less device tensor)
+#   never do, and no answer from the backend could help: `.data =` would
+#   copy the wrapper's metadata into the CPU parameter's TensorImpl, which
+#   cannot become a wrapper. _apply then gives every module that holds the
+#   parameter a new Parameter of its own and the tie is lost (torch_xla loses
+#   it the same way). PyTorch's swap path (torch.__future__.
+#   set_swap_module_params_on_conversion) keeps each Parameter object and
+#   swaps its contents instead, which is what `.data =` gives CUDA tensors:
+#   the tie, `model.lm_head.weight is model.embed.weight`, references held
+#   by an optimizer built before the move. It is switched on for this thread
+#   only, and only for a .to()/.cpu() that moves some parameter or buffer of
+#   the module between lazytpu and another device; a module that never
+#   touches the device converts exactly as before. Each parameter keeps its
+#   class and attributes (the swap would exchange them too). A parameter the
+#   swap cannot take (weak references to it, hooks on it, other holders of
+#   its tensor) makes the move take PyTorch's usual path, after which shared
+#   parameters are tied again (each module gets the first module's new
+#   Parameter).
+import copyreg as _copyreg  # noqa: E402
+import threading as _threading  # noqa: E402
+import weakref as _weakref  # noqa: E402
+
+_swap_tls = _threading.local()
+_orig_get_swap = torch.__future__.get_swap_module_params_on_conversion
+
+
+def _get_swap_module_params_on_conversion():
+    return getattr(_swap_tls, "on", False) or _orig_get_swap()
+
+
+_get_swap_module_params_on_conversion.__doc__ = _orig_get_swap.__doc__
+torch.__future__.get_swap_module_params_on_conversion = _get_swap_module_params_on_conversion
+
+_PARAM_SLOTS = set(_copyreg._slotnames(torch.nn.Parameter))
+
+
+def _crosses_device(module, device):
+    """True when converting `module` to `device` moves one of its
+    parameters or buffers between lazytpu and another device type."""
+    if device is None:
+        return False
+    to_dev = torch.device(device).type in _TYPES
+    for ts in (module.parameters(), module.buffers()):
+        for t in ts:
+            if (t.device.type in _TYPES) != to_dev:
+                return True
+    return False
+
+
+def _swappable(t, max_uses):
+    """torch.utils.swap_tensors would take t (no weak references, nobody
+    else holding its tensor, no hooks on it, no slots of its own)."""
+    if _weakref.getweakrefs(t) or t._use_count() > max_uses:
+        return False
+    if t._backward_hooks or getattr(t, "_post_accumulate_grad_hooks", None):
+        return False
+    return set(_copyreg._slotnames(type(t))) == _PARAM_SLOTS or type(t) is torch.Tensor
+
+
+def _shared_parameters(module):
+    """[[(module, name), ...]] for each parameter held under several names."""
+    where = {}
+    for _, mod in module.named_modules(remove_duplicate=False):
+        for name, p in mod._parameters.items():
+            if p is not None:
+                where.setdefault(id(p), []).append((mod, name))
+    return [w for w in where.values() if len(w) > 1]
+
+
+def _convert_across(module, device, convert):
+    """Runs convert() (the original .to/.cpu) with tied parameters kept."""
+    if getattr(_swap_tls, "on", False) or not _crosses_device(module, device):
+        return convert()
+    params = list(module.parameters())
+    # a parameter's tensor is held by its Python object (1); a gradient's by
+    # its parameter and its Python object (2, the first dropped by _apply)
+    if not all(_swappable(p, 1) and (p.grad is None or _swappable(p.grad, 2))
+               for p in params):
+        shared = _shared_parameters(module)
+        out = convert()
+        for holders in shared:
+            first = holders[0][0]._parameters[holders[0][1]]
+            for mod, name in holders[1:]:
+                mod._parameters[name] = first
+        return out
+    kept = [(p, type(p), p.__dict__) for p in params]
+    _swap_tls.on = True
+    try:
+        return convert()
+    finally:
+        _swap_tls.on = False
+        for p, cls, attrs in kept:
+            if type(p) is not cls:
+                p.__class__ = cls
+            if p.__dict__ is not attrs:
+                p.__dict__ = attrs
+
+
+_orig_module_to = torch.nn.Module.to
+_orig_module_cpu = torch.nn.Module.cpu
+
+
+def _module_to(self, *args, **kwargs):
+    device = torch._C._nn._parse_to(*args, **kwargs)[0]
+    return _convert_across(self, device, lambda: _orig_module_to(self, *args, **kwargs))
+
+
+def _module_cpu(self):
+    return _convert_across(self, "cpu", lambda: _orig_module_cpu(self))
+
+
+_module_to.__doc__ = _orig_module_to.__doc__
+_module_cpu.__doc__ = _orig_module_cpu.__doc__
+torch.nn.Module.to = _module_to
+torch.nn.Module.cpu = _module_cpu
