@@ -34,7 +34,7 @@ void lt_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   } clear_caller;
   /* a function traced as one graph (full_graph=True) may not run anything */
   check(lt_execution_check((name.name + " has no lazytpu kernel and would run on the "
-                            "CPU (its device inputs read back to the host)").c_str()));
+                            "CPU, its device inputs read back to the host").c_str()));
   lt_counter_inc_name(name.name.c_str(), 1);  /* "aten::add" */
   int64_t t0 = lt_now_ns();
   /* cpu_fallback moves Tensor and Tensor[] arguments to the CPU but not

@@ -30,7 +30,6 @@ LAZYTPU_TRACE each call is a span named after the function.
 """
 import functools
 import json
-import uuid
 import weakref
 
 import torch
@@ -54,9 +53,6 @@ class _Session:
         self.label = label
         self.calls = 0
         self.graphs = {}        # signature (tuple of graph keys) -> its description
-
-    def describe(self, sig):
-        return self.graphs.get(sig)
 
 
 def _session(f, label):

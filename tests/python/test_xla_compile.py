@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import lazytpu
+import lazytpu.compile  # noqa: F401  (registers the torch.compile backend)
 import lazytpu.metrics as met
 
 SCRIPT = r'''
@@ -114,8 +115,8 @@ torch.manual_seed(0)
 cpu_model = Decoder()
 xla_model = copy.deepcopy(cpu_model).to(dev)
 cpu_step = make_step(cpu_model, torch.optim.Adam(cpu_model.parameters(), lr=1e-3))
-xla_step = torch_xla.compile(make_step(xla_model, torch.optim.Adam(xla_model.parameters(), lr=1e-3)),
-                             full_graph=True, name="decoder_step")
+xla_opt = torch.optim.Adam(xla_model.parameters(), lr=1e-3)
+xla_step = torch_xla.compile(make_step(xla_model, xla_opt), full_graph=True, name="decoder_step")
 g = torch.Generator().manual_seed(1)
 data = torch.randint(0, V, (B, S), generator=g)
 target = torch.randint(0, V, (B, S), generator=g)
@@ -357,4 +358,12 @@ def test_compile_step_lazytpu_api(dev):
     assert guarded(w).cpu().tolist() == [0.5, -1.0, 1.5]   # the known graph still runs
     with pytest.raises(TypeError):
         lazytpu.compile_step(scale, max_different_graphs=-1)
+
+    # a torch.compile(backend="lazytpu") graph replayed on data inputs executes: refused too
+    cfn = torch.compile(lambda a: a * 4 + 1, backend="lazytpu")
+    for _ in range(2):
+        assert cfn(w).cpu().tolist() == [5.0, -7.0, 13.0]      # recorded, then replayed
+    with pytest.raises(RuntimeError, match=r"\(replayed, full_graph=True\): a graph "
+                                           r"recorded by torch.compile"):
+        lazytpu.compile_step(lambda a: cfn(a), full_graph=True, name="replayed")(w)
     assert (met.counter_value("CompiledStep::readit") or 0) >= 1
