@@ -7,7 +7,9 @@
  * counts `aten::<op>` and is recorded with its time and the user's Python
  * frame by lt_fallback_record (the report's "fallback" section: calls, total
  * time, first frames, a hint), and, with LAZYTPU_TRACE, as a trace event of
- * category "fallback" on the host thread.
+ * category "fallback" on the host thread. Under the execution guard
+ * (lt_set_no_execution: a step function compiled with full_graph=True) it
+ * raises instead, naming the op and the frame.
  */
 #include "lt_aten.h"
 
@@ -25,12 +27,15 @@ namespace {
 
 void lt_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   const c10::OperatorName &name = op.schema().operator_name();
-  lt_counter_inc_name(name.name.c_str(), 1);  /* "aten::add" */
   std::string frame = current_caller();   /* rare event: the Python frame */
   lt_set_caller(frame.empty() ? nullptr : frame.c_str());
   struct ClearCaller {
     ~ClearCaller() { lt_set_caller(nullptr); }  /* also when the op throws */
   } clear_caller;
+  /* a function traced as one graph (full_graph=True) may not run anything */
+  check(lt_execution_check((name.name + " has no lazytpu kernel and would run on the "
+                            "CPU, its device inputs read back to the host").c_str()));
+  lt_counter_inc_name(name.name.c_str(), 1);  /* "aten::add" */
   int64_t t0 = lt_now_ns();
   /* cpu_fallback moves Tensor and Tensor[] arguments to the CPU but not
    * Tensor?[] (index, index_put indices): do those here. */

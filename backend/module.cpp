@@ -182,6 +182,30 @@ PyObject *py_pending_ops(PyObject *, PyObject *args) {
   return PyLong_FromLongLong(lt_pending_ops(core));
 }
 
+/* set_no_execution(owner or None) -> the previous owner or None: the
+ * execution guard of a function traced as one graph (lt_set_no_execution). */
+PyObject *py_set_no_execution(PyObject *, PyObject *args) {
+  const char *owner = nullptr;
+  if (!PyArg_ParseTuple(args, "z", &owner)) return nullptr;
+  char *prev = lt_no_execution();
+  lt_set_no_execution(owner);
+  return take_cstr(prev);
+}
+
+/* synced_graphs(since) -> (latest number, [graph keys of the syncs numbered
+ * after since, oldest first]) (lt_synced_graphs; the log keeps 256). */
+PyObject *py_synced_graphs(PyObject *, PyObject *args) {
+  unsigned long long since = 0;
+  if (!PyArg_ParseTuple(args, "K", &since)) return nullptr;
+  uint64_t keys[256];
+  int n = 0;
+  uint64_t seq = lt_synced_graphs(since, keys, 256, &n);
+  PyObject *l = PyList_New(n);
+  if (!l) return nullptr;
+  for (int i = 0; i < n; i++) PyList_SET_ITEM(l, i, PyLong_FromUnsignedLongLong(keys[i]));
+  return Py_BuildValue("(KN)", (unsigned long long)seq, l);
+}
+
 PyObject *py_live_tensors(PyObject *, PyObject *args) {
   int core = 0;
   if (!PyArg_ParseTuple(args, "|i", &core)) return nullptr;
@@ -332,6 +356,10 @@ PyMethodDef methods[] = {
     {"sync", py_sync, METH_VARARGS, "sync(core, cause, wait[, caller])."},
     {"wait", py_wait, METH_VARARGS, "wait(core=-1): wait for queued programs."},
     {"set_caller", py_set_caller, METH_VARARGS, "Set the caller frame string."},
+    {"set_no_execution", py_set_no_execution, METH_VARARGS,
+     "set_no_execution(owner or None) -> previous owner: the execution guard."},
+    {"synced_graphs", py_synced_graphs, METH_VARARGS,
+     "synced_graphs(since) -> (latest, [graph keys synced after since])."},
     {"live_tensors", py_live_tensors, METH_VARARGS, "Live tensors on a core."},
     {"pending_ops", py_pending_ops, METH_VARARGS, "Ops traced on a core since its last step boundary."},
     {"metrics_report", py_metrics_report, METH_NOARGS, "Text metrics report."},

@@ -83,10 +83,12 @@ typedef enum lt_status {
     LT_ERR_DEVICE,     /* bad core index, mixing cores, core failed */
     LT_ERR_COLLECTIVE, /* collective participants disagree or peer died */
     LT_ERR_INTERNAL,   /* a bug in lazytpu: please report */
-    LT_ERR_VALUE       /* a value in a tensor's data the op cannot take, found
+    LT_ERR_VALUE,      /* a value in a tensor's data the op cannot take, found
                           when the program runs: an integer division by zero
                           (eager's ZeroDivisionError), a NaN/Inf under
                           LAZYTPU_CHECK_FINITE (docs/errors.md) */
+    LT_ERR_STATE       /* refused in the current state: something would
+                          execute while lt_set_no_execution is in effect */
 } lt_status;
 
 /* Message of the last failing call on this thread ("" if none). The pointer
@@ -356,6 +358,37 @@ lt_status lt_sync_core(int core, lt_sync_cause cause, int wait);
  * "(+N more failed programs on core C)" when there are several, and claims
  * them: each error is reported once (Conventions, rule 4). */
 lt_status lt_wait(int core);
+
+/* Execution guard, for code that must trace as one graph (a step function
+ * compiled with full_graph=True: torch_xla.compile, lazytpu.compile_step).
+ * While an owner is set, nothing may execute: a sync that has a graph to run
+ * (a value read of a pending value, an op whose output shape depends on
+ * values, the cut at LAZYTPU_GRAPH_LIMIT, a step boundary, an explicit sync),
+ * a recorded graph run on data inputs (lt_replay_run) and the shim's CPU
+ * fallback fail with LT_ERR_STATE (lt_execution_check's message) and change
+ * nothing. Reading a value that is already data is allowed. Process-wide,
+ * not per thread (backward is traced on the autograd engine's thread), like
+ * torch_xla's allow_execution. `owner` names the region in messages
+ * ("torch_xla.compile(step_fn, full_graph=True)"); it is copied. NULL lifts
+ * the guard. */
+void lt_set_no_execution(const char *owner);
+/* A malloc'd copy of the owner while the guard is set (caller frees), NULL
+ * when it is not. */
+char *lt_no_execution(void);
+/* LT_OK while execution is allowed. While the guard is set: sets the
+ * thread's error to "<owner>: <what> (at <frame>); nothing may execute while
+ * the function is traced ..." and returns LT_ERR_STATE. `what` says what
+ * would have run ("aten::nonzero has no lazytpu kernel and would run on the
+ * CPU"); the frame is lt_set_caller's, else the caller hook's (left out when
+ * unknown). */
+lt_status lt_execution_check(const char *what);
+/* The graphs synced so far, process-wide: every sync that has a graph to run
+ * (any cause, any thread, any core) gets the next number (1, 2, ...) and its
+ * graph key is kept (the last 256). Returns the number of the latest; writes
+ * the keys of those numbered after `since`, oldest first, to keys[0..cap)
+ * (the latest ones if there are more than cap, or than 256 are kept) and
+ * their count to *n (n may be NULL). */
+uint64_t lt_synced_graphs(uint64_t since, uint64_t *keys, int cap, int *n);
 
 /* Thread-local description of the user's code that caused what follows
  * ("train.py:42 in step"), recorded on rare events (compiles, value reads,

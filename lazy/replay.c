@@ -533,7 +533,9 @@ lt_status lt_replay_run(lt_replay *r, lt_tensor *const *inputs, int n_in,
         lt_metric_add(rm()->replay_time, (double)(lt_now_ns() - t0));
         return sst;
     }
-    lt_status st = LT_OK;
+    lt_status st = lt_execution_check("a graph recorded by torch.compile(backend=\"lazytpu\") "
+                                      "would run on its data inputs");
+    if (st != LT_OK) return st;
 
     const lt_program *p = r->prog;
     int no = lt_program_n_outputs(p);

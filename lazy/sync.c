@@ -25,6 +25,7 @@
 #include "diagnose.h"
 #include "graph_dump.h"
 #include "trace_events.h"
+#include "exec_guard.h"
 
 const char *lt_sync_cause_name(lt_sync_cause c)
 {
@@ -187,13 +188,25 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
         rts[nr] = ts[i];
         roots[nr++] = lt_node_retain(v);
     }
+    /* the execution guard refuses before anything changes: the graph stays
+     * pending (and its size counted) for the step boundary after the guard */
+    int refused = nr > 0 && lt_exec_guard_on();
     int64_t traced = r->live[core].traced;
-    r->live[core].traced = 0;
+    if (!refused) r->live[core].traced = 0;
     lt_live_unlock(core);
     if (nr == 0) {
         free(roots);
         free(rts);
         return sync_nothing(core, wait, report);
+    }
+    if (refused) {
+        lt_status st0 = lt_execution_check(lt_exec_cause_what(cause));
+        if (st0 != LT_OK) {
+            for (int i = 0; i < nr; i++) lt_node_release(roots[i]);
+            free(roots);
+            free(rts);
+            return st0;
+        }
     }
 
     /* 2 capture */
@@ -204,6 +217,7 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
         return fail_cleanup(st, &g, NULL, &args, roots, nr);
     }
     lt_metric_add(m->graph_size, (double)g.n_nodes);
+    lt_exec_log_graph(g.key);
     if (lt_graph_dump_enabled()) lt_graph_dump_sync(&g, cause, lt_caller_frame());
 
     /* 3 program */

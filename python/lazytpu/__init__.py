@@ -32,6 +32,7 @@ from .world import (get_ordinal, get_local_ordinal, world_size,  # noqa: E402,F4
                     local_world_size, host_index, num_hosts)
 from .collectives import *  # noqa: F401,F403,E402
 from .launch import spawn, WorkerError  # noqa: E402,F401
+from .step_fn import compile_step  # noqa: E402,F401
 from . import core  # noqa: E402
 from . import metrics  # noqa: E402
 from . import debug  # noqa: E402
