@@ -4,12 +4,13 @@ same training on one core with no sharding, at the same global batch, as
 images/s and a ratio, in one run.
 
     .venv/bin/python bench/bench_spmd.py [--model mlp|cnn|both]
-        [--batch 256] [--steps 40] [--warmup 5]
+        [--batch 256] [--steps 40] [--warmup 5] [--repeat 3]
 
 Models: the MLP and CNN of examples/fashion_mnist.py, SGD with momentum,
 cross entropy, synthetic Fashion-MNIST-shaped data fed through
 lazytpu.loader.MpDeviceLoader (input_sharding= for SPMD). Both runs use the
 same batches; the parameters after the run are compared (max abs diff).
+The two runs alternate `repeat` times; the best images/s of each count.
 
 What runs: the SPMD step still executes unpartitioned on core 0
 (docs/spmd.md): the figure measures the cost of the annotations, the
@@ -72,6 +73,7 @@ def main():
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     xs.use_spmd()
@@ -79,8 +81,11 @@ def main():
     for name in (["mlp", "cnn"] if a.model == "both" else [a.model]):
         cls = MLP if name == "mlp" else CNN
         batches = _batches(a.warmup + a.steps, a.batch)
-        one, p1 = run(cls, batches, a.warmup, spmd=False)
-        sp, p8 = run(cls, batches, a.warmup, spmd=True)
+        one = sp = 0.0
+        for _ in range(a.repeat):       # interleaved, best of each: a loaded machine
+            r1, p1 = run(cls, batches, a.warmup, spmd=False)
+            r8, p8 = run(cls, batches, a.warmup, spmd=True)
+            one, sp = max(one, r1), max(sp, r8)
         diff = max(float((p1[k] - p8[k]).abs().max()) for k in p1)
         res[name] = {"one_core_img_s": one, "spmd8_img_s": sp, "ratio": sp / one,
                      "max_param_diff": diff,
