@@ -63,6 +63,9 @@ static lt_sharding *make(const lt_sharding *m, const lt_shape *out, int64_t *axe
         any |= keep != 0;
     }
     if (!any) return NULL;
+    /* the template's own layout (an elementwise chain): shared, not copied */
+    if (m->ndim == out->ndim && memcmp(m->axes, axes, (size_t)out->ndim * sizeof axes[0]) == 0)
+        return lt_sharding_retain((lt_sharding *)m);
     int64_t ids[LT_SPMD_MAX_DEVICES];
     for (int i = 0; i < m->n_dev; i++) ids[i] = m->dev[i];
     lt_sharding *s = NULL;

@@ -549,3 +549,20 @@ def test_fsdp_plan_per_core_memory_is_an_eighth(dev):
     assert peak <= state / 8 * 1.1 + acts, (peak, state, acts)
     text = "\n".join(rows)
     assert "all-gather" in text and "reduce-scatter" in text, text
+
+
+def test_patched_linear_matches_linear(dev):
+    torch.manual_seed(0)
+    lin = nn.Linear(6, 5)
+    x = torch.randn(3, 4, 6, requires_grad=True)
+    ref = lin(x)
+    ref.sum().backward()
+    ref_grads = [x.grad.clone(), lin.weight.grad.clone(), lin.bias.grad.clone()]
+    ld = nn.Linear(6, 5).to(dev)
+    ld.load_state_dict(lin.state_dict())
+    xd = x.detach().to(dev).requires_grad_()
+    out = xs.xla_patched_nn_linear_forward(ld, xd)
+    out.sum().backward()
+    torch.testing.assert_close(out.cpu(), ref.detach(), atol=1e-5, rtol=1e-5)
+    for a, b in zip([xd.grad, ld.weight.grad, ld.bias.grad], ref_grads):
+        torch.testing.assert_close(a.cpu(), b, atol=1e-5, rtol=1e-5)

@@ -27,7 +27,7 @@ _LAZY = {
                  "disable_manual_sharding", "apply_backward_optimization_barrier",
                  "optimization_barrier_", "wrap_if_sharded", "wrap_as_sharded_tensor",
                  "unwrap_sharded_tensor", "sharding_spec_text", "sharding_type_of",
-                 "partition_spec_of"],
+                 "partition_spec_of", "XLAPatchedLinear", "xla_patched_nn_linear_forward"],
     "sharded_tensor": ["XLAShard", "XLAShardedTensor"],
     "fsdp": ["SpmdFullyShardedDataParallel", "recursive_wrap"],
     "debugging": ["visualize_tensor_sharding", "visualize_sharding"],
