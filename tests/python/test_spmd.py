@@ -566,3 +566,20 @@ def test_patched_linear_matches_linear(dev):
     torch.testing.assert_close(out.cpu(), ref.detach(), atol=1e-5, rtol=1e-5)
     for a, b in zip([xd.grad, ld.weight.grad, ld.bias.grad], ref_grads):
         torch.testing.assert_close(a.cpu(), b, atol=1e-5, rtol=1e-5)
+
+
+def test_mark_sharding_inside_torch_compile_keeps_values(dev):
+    """Inside a compiled region the annotation is dropped (docs/spmd.md),
+    the function compiles as one graph and its values are eager's."""
+    mesh = xs.get_1d_mesh("d")
+
+    def f(x, w):
+        y = x @ w
+        xs.mark_sharding(y, mesh, ("d", None))
+        return torch.relu(y).sum(dim=1)
+
+    torch._dynamo.reset()
+    cf = torch.compile(f, backend="lazytpu", fullgraph=True)
+    x, w = torch.randn(16, 8), torch.randn(8, 4)
+    out = cf(x.to(dev), w.to(dev))
+    torch.testing.assert_close(out.cpu(), torch.relu(x @ w).sum(dim=1), atol=1e-5, rtol=1e-5)

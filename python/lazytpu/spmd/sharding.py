@@ -121,6 +121,11 @@ def mark_sharding(t, mesh, partition_spec):
     mesh. A dim that its axes do not divide is padded as XLA pads it (each
     shard ceil(size / shards) long; local_shards shows the padding).
     Requires SPMD mode (use_spmd()), like torch_xla."""
+    if torch.compiler.is_compiling():
+        # inside torch.compile / torch_xla.compile(full_graph=True): the
+        # recorded graph keeps no annotation (values are unaffected: the step
+        # runs unpartitioned); docs/spmd.md
+        return t
     from .sharded_tensor import XLAShardedTensor
     g = t.global_tensor if isinstance(t, XLAShardedTensor) else t
     _device_tensor(g, "mark_sharding")
