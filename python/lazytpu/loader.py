@@ -53,7 +53,7 @@ def _to_device(data, device):
     return data
 
 
-def _shard_batch(data, spec, key=None):
+def _shard_batch(data, spec):
     """input_sharding=: a ShardingSpec (lazytpu.spmd) applied to each device
     tensor of the batch whose rank it fits, or a dict of them by batch key
     (torch_xla's MpDeviceLoader)."""
