@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include "graph_dump.h"
+#include "spmd.h"
 #include "tensor.h"
 #include "registry.h"
 
@@ -88,6 +89,11 @@ static void dump_text(lt_sb *sb, const lt_graph *g, const marks *m, const char *
         call_str(sb, g, i);
         lt_sb_printf(sb, " %s", ty);
         attrs_str(sb, n);
+        if (n->shard) {                  /* SPMD layout (lazy/spmd.h) */
+            char sh[160];
+            lt_sb_printf(sb, " sharding=%s%s", lt_sharding_str(n->shard, sh, sizeof sh),
+                         (n->flags & LT_NODE_SHARD_ANNOT) ? " (annotated)" : "");
+        }
         if (m->param[i] >= 0 && m->output[i] >= 0)
             lt_sb_printf(sb, "  # param %d, output %d", m->param[i], m->output[i]);
         else if (m->param[i] >= 0)

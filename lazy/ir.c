@@ -6,6 +6,7 @@
 #include "ir.h"
 #include "device.h"
 #include "fault.h"
+#include "spmd.h"
 
 /* ------------------------------------------------------------------ hashing */
 
@@ -63,6 +64,7 @@ static void node_hashes(lt_node *n)
         s = lt_hash_mix_inline(s, dbl_bits(n->value));
     h = lt_hash_mix_inline(h, (uint64_t)n->shape.ndim);
     for (int d = 0; d < n->shape.ndim; d++) h = lt_hash_mix_inline(h, (uint64_t)n->shape.dims[d]);
+    if (n->shard) h = lt_hash_mix_inline(h, n->shard->hash);
     n->hash = h;
     uint64_t dh = lt_hash_mix_inline(h, (uint64_t)n->n_in);
     uint64_t sh = lt_hash_mix_inline(s, (uint64_t)n->n_in);
@@ -123,10 +125,14 @@ lt_node *lt_node_new(lt_op op, lt_node *const *in, int n_in,
     n->value = 0;
     n->frame = NULL;
     atomic_init(&n->fault, NULL);
+    n->shard = NULL;
+    int sharded = 0;
     for (int i = 0; i < n_in; i++) {
         n->in[i] = in[i];
         atomic_fetch_add_explicit(&in[i]->refs, 1, memory_order_relaxed);
+        sharded |= in[i]->shard != NULL;
     }
+    if (sharded) n->shard = lt_spmd_forward(op, &n->attrs, n->in, n_in, &n->shape);
     node_hashes(n);
     return n;
 }
@@ -161,10 +167,13 @@ lt_node *lt_node_new_scalar(double value, lt_dtype dtype, int core, int flags)
     n->buf = NULL;
     n->value = value;
     n->frame = NULL;
+    n->shard = NULL;
     atomic_init(&n->fault, NULL);
     node_hashes(n);
     return n;
 }
+
+void lt_node_rehash(lt_node *n) { node_hashes(n); }
 
 lt_node *lt_node_retain(lt_node *n)
 {
@@ -180,6 +189,7 @@ static int node_unref(lt_node *n)
 static void node_free_one(lt_node *n)
 {
     if (n->buf) lt_buffer_release(n->buf);
+    lt_sharding_release(n->shard);
     lt_fault_release(atomic_load(&n->fault));
     free(n->frame);
     free(n);

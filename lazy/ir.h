@@ -44,6 +44,9 @@ typedef struct lt_node {
     _Atomic(struct lt_fault *) fault;  /* owned; set (once, by a core's
                                  worker) when a program failed computing this
                                  node: see lt_node_set_fault */
+    struct lt_sharding *shard; /* owned reference or NULL: the value's SPMD
+                                 sharding, annotated or propagated (spmd.h);
+                                 part of the node hash */
     struct lt_node **in;      /* n_in owned references (points at in_inline when n_in <= 3) */
     struct lt_node *in_inline[3];
     uint64_t cap_mark;        /* graph capture (graph.c): the capture that last */
@@ -62,6 +65,9 @@ lt_node *lt_node_new_data(struct lt_buffer *buf, const lt_shape *shape,
 /* Scalar leaf (0-dim). LT_NODE_CONST is added for 0, 1, -1. */
 lt_node *lt_node_new_scalar(double value, lt_dtype dtype, int core, int flags);
 
+/* Recomputes n's hashes after a field that they cover changed (its
+ * sharding); only before n is shared with anyone. */
+void lt_node_rehash(lt_node *n);
 lt_node *lt_node_retain(lt_node *n);      /* NULL-safe, returns n */
 /* A program failed computing n (its kernel found a bad value, or an input
  * of that step was poisoned): n's value is that failure. A later program

@@ -26,6 +26,7 @@
 #include "graph_dump.h"
 #include "trace_events.h"
 #include "exec_guard.h"
+#include "spmd.h"
 
 const char *lt_sync_cause_name(lt_sync_cause c)
 {
@@ -221,6 +222,7 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
     if (lt_graph_dump_enabled()) lt_graph_dump_sync(&g, cause, lt_caller_frame());
 
     /* 3 program */
+    int compiled = 0;
     lt_program *p = lt_cache_get(r->cache, g.key);
     if (p) {
         lt_counter_add(m->cached, 1);
@@ -242,6 +244,7 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
         lt_counter_add(m->uncached, 1);
         lt_cache_put(r->cache, g.key, p);
         lt_diagnose_compile(&g, cause, lt_caller_frame());
+        compiled = 1;
     }
     if (lt_program_n_params(p) != g.n_params || lt_program_n_outputs(p) != g.n_outputs) {
         free(rts);
@@ -353,11 +356,16 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
         return fail_cleanup(lt_set_error(LT_ERR_INTERNAL, "sync: out of host memory"),
                             &g, p, &args, roots, nr);
     }
+    lt_spmd_plan_out sp;          /* SPMD: the outputs' layouts (and, on a compile,
+                                     the report's sharding lines) */
+    lt_spmd_plan(&g, &sp, compiled);
     for (int k = 0; k < g.n_outputs; k++) {
         const lt_node *rn = g.nodes[g.output_pos[k]];
         outn[k] = lt_node_new_data(lt_buffer_retain(args.out_bufs[k]), &rn->shape,
                                    (lt_dtype)rn->dtype, core);
+        if (outn[k] && sp.n_sharded) lt_spmd_set_output(outn[k], &sp, k);
         if (!outn[k]) {
+            lt_spmd_plan_free(&sp);
             lt_buffer_release(args.out_bufs[k]);
             for (int q = 0; q < k; q++) lt_node_release(outn[q]);
             free(outn);
@@ -368,6 +376,7 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
             return fail_cleanup(LT_ERR_INTERNAL, &g, p, &args, roots, nr);
         }
     }
+    lt_spmd_plan_free(&sp);
     sync_job *job = calloc(1, sizeof *job);
     if (!job) {
         for (int k = 0; k < g.n_outputs; k++) lt_node_release(outn[k]);

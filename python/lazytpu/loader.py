@@ -53,6 +53,27 @@ def _to_device(data, device):
     return data
 
 
+def _shard_batch(data, spec):
+    """input_sharding=: a ShardingSpec (lazytpu.spmd) applied to each device
+    tensor of the batch whose rank it fits, or a dict of them by batch key
+    (torch_xla's MpDeviceLoader)."""
+    if isinstance(spec, dict):
+        if isinstance(data, dict):
+            for k, v in data.items():
+                if k in spec:
+                    _shard_batch(v, spec[k])
+        return
+    if isinstance(data, torch.Tensor):
+        if spec.can_apply(data):
+            spec.apply(data)
+    elif isinstance(data, dict):
+        for v in data.values():
+            _shard_batch(v, spec)
+    elif isinstance(data, (list, tuple)):
+        for v in data:
+            _shard_batch(v, spec)
+
+
 def _end_step():
     """mark_step with cause loader_step, bounded pipelining (at most
     LAZYTPU_MAX_INFLIGHT steps queued per core, see
@@ -137,6 +158,7 @@ class ParallelLoader:
         self._host_queue = queue.Queue(maxsize=max(1, int(loader_prefetch_size)))
         self._device_queues = {d: queue.Queue(maxsize=max(1, int(device_prefetch_size)))
                                for d in self._devices}
+        self._input_sharding = input_sharding
         self._stop = threading.Event()
         self._threads = [
             threading.Thread(target=self._load_loop, name="lazytpu-loader", daemon=True),
@@ -209,6 +231,8 @@ class ParallelLoader:
             k += 1
             try:
                 batch = _to_device(item, dev)
+                if self._input_sharding is not None:
+                    _shard_batch(batch, self._input_sharding)
             except BaseException as e:
                 for d in self._devices:
                     self._put(self._device_queues[d], _Failure(e))

@@ -13,3 +13,4 @@ import lazytpu as _lazytpu  # noqa: E402,F401
 from .version import __version__  # noqa: E402,F401
 from .torch_xla import *  # noqa: E402,F401,F403
 from . import _exit  # noqa: E402,F401
+from . import _XLAC  # noqa: E402,F401

@@ -67,3 +67,8 @@ def set_device_type(pjrt_device):
                            "cores (TPU or CPU accepted)" % pjrt_device)
     import os
     os.environ["PJRT_DEVICE"] = pjrt_device.upper()
+
+
+# ---- SPMD (lazytpu.spmd): these replace the definitions above ----
+from lazytpu.spmd import use_spmd, is_spmd  # noqa: E402,F401,F811
+from lazytpu.spmd import global_runtime_device_count  # noqa: E402,F401,F811

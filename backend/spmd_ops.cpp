@@ -1,0 +1,102 @@
+/*
+ * backend/spmd_ops.cpp — SPMD sharding annotations as dispatcher ops, for
+ * lazytpu.spmd (python/lazytpu/spmd/):
+ *   spmd_set_sharding(Tensor t, int[] enc, str frame) -> ()
+ *       lt_sharding_new from enc (lt_sharding_encode's layout) then
+ *       lt_tensor_set_sharding; an empty enc removes t's sharding
+ *   spmd_get_sharding(Tensor t) -> int[]      lt_sharding_encode, [] if none
+ *   spmd_sharding_text(Tensor t) -> str       lt_sharding_str, "" if none
+ * The value is not changed: an annotation replaces t's value node by an
+ * equal one carrying the sharding (lazy/spmd_sharding.c).
+ */
+#include "lt_aten.h"
+#include "lazytpu_spmd.h"
+#include "lt_register.h"
+
+#include <torch/library.h>
+
+#include <string>
+#include <vector>
+
+namespace lazytpu {
+namespace {
+
+lt_tensor *device_handle(const at::Tensor &t, const char *what) {
+  TORCH_CHECK(t.defined() && impl_of(t) != nullptr, "lazytpu.spmd.", what,
+              ": expected a lazytpu device tensor, got a ",
+              t.defined() ? t.device().str() : std::string("undefined"), " tensor");
+  return handle_of(t);
+}
+
+void spmd_set_sharding(const at::Tensor &t, at::IntArrayRef enc, c10::string_view frame) {
+  lt_tensor *h = device_handle(t, "mark_sharding");
+  if (enc.empty()) {
+    check(lt_tensor_set_sharding(h, nullptr));
+    return;
+  }
+  /* mesh_ndim, mesh_shape[], n_dev, ids[], ndim, axes[] */
+  size_t k = 0, n = enc.size();
+  auto take = [&](const char *field) {
+    TORCH_CHECK(k < n, "lazytpu.spmd: internal: short sharding encoding at ", field);
+    return enc[k++];
+  };
+  int mesh_ndim = (int)take("mesh_ndim");
+  TORCH_CHECK(mesh_ndim >= 1 && mesh_ndim <= LT_MAX_DIMS, "lazytpu.spmd: bad mesh rank ", mesh_ndim);
+  std::vector<int64_t> mesh(mesh_ndim);
+  for (auto &v : mesh) v = take("mesh_shape");
+  int64_t n_dev = take("n_dev");
+  TORCH_CHECK(n_dev >= 1 && n_dev <= 64, "lazytpu.spmd: bad device count ", n_dev);
+  std::vector<int64_t> ids(n_dev);
+  for (auto &v : ids) v = take("device_ids");
+  int ndim = (int)take("ndim");
+  TORCH_CHECK(ndim >= 0 && ndim <= LT_MAX_DIMS, "lazytpu.spmd: bad tensor rank ", ndim);
+  std::vector<int64_t> axes(ndim > 0 ? ndim : 1);
+  for (int d = 0; d < ndim; d++) axes[d] = take("axes");
+  std::string fr(frame.data(), frame.size());
+  lt_sharding *s = nullptr;
+  check(lt_sharding_new(mesh_ndim, mesh.data(), ids.data(), ndim, axes.data(), fr.c_str(), &s));
+  lt_status st = lt_tensor_set_sharding(h, s);
+  lt_sharding_release(s);
+  check(st);
+}
+
+std::vector<int64_t> spmd_get_sharding(const at::Tensor &t) {
+  lt_sharding *s = lt_tensor_sharding(device_handle(t, "sharding"));
+  if (!s) return {};
+  std::vector<int64_t> out(lt_sharding_encode(s, nullptr, 0));
+  lt_sharding_encode(s, out.data(), (int)out.size());
+  lt_sharding_release(s);
+  return out;
+}
+
+std::string spmd_sharding_text(const at::Tensor &t) {
+  lt_sharding *s = lt_tensor_sharding(device_handle(t, "sharding"));
+  if (!s) return "";
+  std::vector<char> buf(4096);
+  lt_sharding_str(s, buf.data(), buf.size());
+  lt_sharding_release(s);
+  return std::string(buf.data());
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(lazytpu, m) {
+  m.def("spmd_set_sharding(Tensor t, int[] enc, str frame) -> ()");
+  m.def("spmd_get_sharding(Tensor t) -> int[]");
+  m.def("spmd_sharding_text(Tensor t) -> str");
+}
+
+TORCH_LIBRARY_IMPL(lazytpu, PrivateUse1, m) {
+  reg_own(m, "spmd_set_sharding", TORCH_FN(spmd_set_sharding));
+  reg_own(m, "spmd_get_sharding", TORCH_FN(spmd_get_sharding));
+  reg_own(m, "spmd_sharding_text", TORCH_FN(spmd_sharding_text));
+}
+
+/* Annotations and inspection: no autograd. */
+TORCH_LIBRARY_IMPL(lazytpu, AutogradPrivateUse1, m) {
+  reg_autograd_fallthrough(m, "spmd_set_sharding");
+  reg_autograd_fallthrough(m, "spmd_get_sharding");
+  reg_autograd_fallthrough(m, "spmd_sharding_text");
+}
+
+}  // namespace lazytpu

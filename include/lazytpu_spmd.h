@@ -1,0 +1,61 @@
+/*
+ * lazytpu_spmd.h — the SPMD part of lazytpu's public C API (DESIGN.md §8,
+ * docs/spmd.md): shardings of values over a mesh of cores. Kept beside
+ * lazytpu.h (which it includes) so that the shim's files that do not use
+ * it do not depend on it.
+ */
+#ifndef LAZYTPU_SPMD_H
+#define LAZYTPU_SPMD_H
+
+#include "lazytpu.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------- SPMD */
+
+/* A sharding: how a value is laid out over a mesh of cores (DESIGN.md §8,
+ * docs/spmd.md). Immutable, refcounted. */
+typedef struct lt_sharding lt_sharding;
+
+/* Makes a sharding over a mesh of mesh_ndim (1..8) axes of sizes
+ * mesh_shape, whose positions (row-major) are the cores device_ids
+ * [prod(mesh_shape)] (distinct, each in [0, 64)), for a tensor of ndim dims:
+ * dim d is split over the mesh axes packed in dim_axes[d] (axis k is the
+ * nibble value k + 1, the first nibble the major axis, at most 4 axes; 0 =
+ * not split). A mesh axis may split at most one dim. `frame` (may be NULL)
+ * is the user's line of the annotation, kept for the report. LT_ERR_ARG
+ * naming the bad entry otherwise; *out gets one reference. */
+lt_status lt_sharding_new(int mesh_ndim, const int64_t *mesh_shape,
+                          const int64_t *device_ids, int ndim,
+                          const int64_t *dim_axes, const char *frame,
+                          lt_sharding **out);
+lt_sharding *lt_sharding_retain(lt_sharding *s);   /* NULL-safe, returns s */
+void lt_sharding_release(lt_sharding *s);          /* NULL-safe */
+/* Writes s as integers into buf (at most cap; returns the count needed):
+ * mesh_ndim, mesh_shape[mesh_ndim], n_devices, device_ids[n], ndim,
+ * dim_axes[ndim] — the arguments of lt_sharding_new. */
+int lt_sharding_encode(const lt_sharding *s, int64_t *buf, int cap);
+
+/* XLA's text of a sharding ("{devices=[4,2]0,1,2,3,4,5,6,7}", with
+ * " last_tile_dim_replicate" when some mesh axes split no dim;
+ * "{replicated}" when no dim is split) into buf (always NUL-terminated,
+ * "..." when cut); returns buf. */
+char *lt_sharding_str(const lt_sharding *s, char *buf, size_t cap);
+
+/* Annotates t with s (NULL: removes its sharding): t's value, pending or
+ * data, is replaced by an equal value carrying s (nothing is computed or
+ * copied; the value's graph is unchanged). The annotation is part of the
+ * graph key, and propagates to the values computed from t. LT_ERR_SHAPE
+ * when s's ndim is not t's rank, or a split dim of size 0. */
+lt_status lt_tensor_set_sharding(lt_tensor *t, lt_sharding *s);
+/* t's sharding (annotated, or propagated from its inputs), or NULL; one
+ * new reference. */
+lt_sharding *lt_tensor_sharding(lt_tensor *t);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LAZYTPU_SPMD_H */

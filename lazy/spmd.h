@@ -1,0 +1,113 @@
+/*
+ * lazy/spmd.h — SPMD shardings inside the core (DESIGN.md §8).
+ *
+ * A sharding (lt_sharding, public handle in lazytpu.h) says how a value of
+ * the logical program is laid out over a device mesh: the mesh (axis sizes
+ * and the core of each mesh position, row-major), and per tensor dim the
+ * mesh axes that split it (packed: axis k is nibble value k + 1, the first
+ * nibble the major axis; 0 = not split). It is immutable and refcounted;
+ * its hash covers everything but the user's frame.
+ *
+ * An IR node carries one (lt_node.shard): set by an annotation
+ * (lt_tensor_set_sharding: a copy of the value node with the sharding and
+ * LT_NODE_SHARD_ANNOT) or propagated forward when the node is made
+ * (lt_spmd_forward, from its inputs' shardings and the op's rule class,
+ * lazy/spmd_rules.def). The sharding is part of the node hash, so of the
+ * graph key. After a sync each output's data node keeps the root's sharding,
+ * so a parameter updated every step stays sharded.
+ *
+ * Execution: a graph with shardings runs unpartitioned on its core (the
+ * values are the ones the partitioned program must give); at each compile
+ * lt_spmd_plan works out the partition (layouts, collectives, per-core
+ * memory) and the report's "== sharding ==" section shows it and says that
+ * the step was not partitioned.
+ */
+#ifndef LT_SPMD_H
+#define LT_SPMD_H
+
+#include <stdatomic.h>
+#include "lazytpu_spmd.h"
+#include "ir.h"
+#include "graph.h"
+
+#define LT_SPMD_MAX_DEVICES 64
+
+enum { LT_NODE_SHARD_ANNOT = 4 };   /* lt_node.flags: an explicit annotation */
+
+struct lt_sharding {
+    atomic_int refs;
+    int mesh_ndim;
+    int64_t mesh_shape[LT_MAX_DIMS];
+    int n_dev;
+    int16_t dev[LT_SPMD_MAX_DEVICES];  /* core of each mesh position, row-major */
+    int ndim;
+    int64_t axes[LT_MAX_DIMS];         /* per tensor dim: packed mesh axes */
+    uint64_t hash;
+    char *frame;                       /* owned: the annotation's user line, or NULL */
+};
+
+typedef enum lt_spmd_rule {
+    LT_SPMD_EW = 0,
+    LT_SPMD_CONTRACT,
+    LT_SPMD_REDUCE,
+    LT_SPMD_NORM,
+    LT_SPMD_VIEW,
+    LT_SPMD_GATHER,
+    LT_SPMD_CONV,
+    LT_SPMD_COLLECTIVE,
+    LT_SPMD_OPAQUE,
+    LT_SPMD_NUM_RULES
+} lt_spmd_rule;
+
+/* The rule class of op (spmd_rules.def, else its kind's default). */
+lt_spmd_rule lt_spmd_rule_of(lt_op op);
+/* "ew", "contract", "reduce", "norm", "view", "gather", "conv",
+ * "collective", "opaque". */
+const char *lt_spmd_rule_name(lt_spmd_rule r);
+
+/* Number of mesh axes packed in code, and the k-th (0-based) of them. */
+int lt_spmd_axes_count(int64_t code);
+int lt_spmd_axes_get(int64_t code, int k);
+/* Shards of a tensor dim split over the packed axes `code` of s's mesh. */
+int64_t lt_spmd_dim_shards(const lt_sharding *s, int d);
+
+/* The sharding of the op's output computed from its inputs' shardings by
+ * the op's rule class, or NULL (no input sharded, the rule gives none, or
+ * every dim ends up unsplit). New reference. Never fails (NULL on malloc
+ * failure: the value is then simply unannotated). */
+lt_sharding *lt_spmd_forward(lt_op op, const lt_attrs *a, lt_node *const *in,
+                             int n_in, const lt_shape *out);
+
+/* A new node equal to n (same op, operands, attrs, buffer or value) with
+ * sharding s (NULL: none) and LT_NODE_SHARD_ANNOT when annotated. Caller
+ * owns 1 reference; NULL on malloc failure (error set). */
+lt_node *lt_node_with_sharding(lt_node *n, lt_sharding *s, int annotated);
+
+/* The partition plan of a graph (spmd_partition.c). */
+typedef struct lt_spmd_plan_out {
+    int n_sharded;                 /* nodes carrying a sharding; 0: no plan */
+    double peak_bytes;             /* one core's planned peak */
+    double peak_bytes_unpartitioned;
+    double param_bytes;            /* one core's share of the graph's leaves */
+    double param_bytes_unpartitioned;
+    int n_collectives;
+    double collective_bytes;
+    int n_replicated;              /* ops without a rule, run replicated */
+    int n_outputs;
+    lt_sharding **out_shard;       /* per output: its planned layout (one
+                                      reference each) or NULL */
+} lt_spmd_plan_out;
+
+/* Plans g over the mesh of its first sharded value: layouts (annotated,
+ * forward-propagated, then backward through elementwise consumers),
+ * collectives where layouts disagree, replicated fallbacks, per-core
+ * memory. With report=1 also writes the graph's lines into the report's
+ * "sharding" section and counts SpmdGraphs, SpmdUnpartitionedGraphs,
+ * SpmdPlannedCollectives, SpmdReplicatedOps. *res is zeroed (n_sharded 0)
+ * when nothing in g is sharded; free it with lt_spmd_plan_free. */
+lt_status lt_spmd_plan(const lt_graph *g, lt_spmd_plan_out *res, int report);
+void lt_spmd_plan_free(lt_spmd_plan_out *res);
+/* Output k's data node `out` takes its planned layout (sync step 6). */
+void lt_spmd_set_output(lt_node *out, const lt_spmd_plan_out *res, int k);
+
+#endif

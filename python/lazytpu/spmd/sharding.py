@@ -1,0 +1,344 @@
+"""Sharding annotations: partition specs over a mesh, checked like
+torch_xla, recorded on the value in the IR (lazytpu.spmd's C op)."""
+import dataclasses
+import enum
+from typing import Optional, Tuple
+
+import numpy as np
+import torch
+
+from .. import core as _core
+from .mesh import Mesh, get_global_mesh
+from .runtime import global_runtime_device_count, is_spmd
+
+
+class ShardingType(enum.IntEnum):
+    """XLA's OpSharding types, as torch_xla numbers them."""
+    REPLICATED = 0
+    MAXIMAL = 1
+    TUPLE = 2
+    TILED = 3
+    MANUAL = 4
+    PARTIAL = 5
+    UNKNOWN = 6
+
+
+def _where(t, mesh, spec):
+    return "tensor of shape %s, partition_spec %s, mesh %s" % (list(t.shape), spec, mesh)
+
+
+def _translate(mesh, spec, t=None):
+    """Partition spec with names replaced by mesh axis indices; refuses what
+    torch_xla refuses, with the same exception types (ValueError for an
+    unknown name or a bad entry type, AssertionError for nested tuples, axis
+    indices out of range or an axis used twice)."""
+    out = []
+    for p in spec:
+        if isinstance(p, tuple):
+            if any(isinstance(x, tuple) for x in p):
+                raise AssertionError("Partition spec cannot contain nested tuples: %s"
+                                     % (_where(t, mesh, spec) if t is not None else spec,))
+            out.append(tuple(_translate(mesh, p, t)))
+        elif p is None or (isinstance(p, (int, np.integer)) and not isinstance(p, bool)):
+            out.append(None if p is None else int(p))
+        elif isinstance(p, str):
+            idx = mesh.get_axis_name_idx(p)
+            if idx is None:
+                raise ValueError("Axis name %s is not defined in the given mesh (%s)"
+                                 % (p, _where(t, mesh, spec) if t is not None else mesh))
+            out.append(idx)
+        else:
+            raise ValueError("Spec type %s is not supported in partition spec (%s)"
+                             % (type(p), _where(t, mesh, spec) if t is not None else spec))
+    return tuple(out)
+
+
+def _check_axes(mesh, spec, t=None):
+    flat = []
+    for d in spec:
+        if isinstance(d, tuple):
+            flat.extend(d)
+        elif d is not None:
+            flat.append(d)
+    where = _where(t, mesh, spec) if t is not None else "partition_spec %s" % (spec,)
+    if not all(0 <= d < len(mesh.mesh_shape) for d in flat):
+        raise AssertionError("partition_spec (%s) contains out of bound index into "
+                             "mesh_shape %s: %s" % (spec, mesh.mesh_shape, where))
+    if len(flat) != len(set(flat)):
+        raise AssertionError("Each device mesh dimension should appear at most once in "
+                             "partition_spec %s: %s" % (spec, where))
+    return flat
+
+
+def _encode(mesh, spec):
+    """lt_sharding_new's arguments as one int list (backend/spmd_ops.cpp)."""
+    enc = [len(mesh.mesh_shape)] + list(mesh.mesh_shape)
+    enc += [mesh.size()] + [int(d) for d in mesh.device_ids.tolist()]
+    enc.append(len(spec))
+    for d in spec:
+        axes = d if isinstance(d, tuple) else (() if d is None else (d,))
+        code = 0
+        for k, a in enumerate(axes):
+            code |= (a + 1) << (4 * k)
+        enc.append(code)
+    return enc
+
+
+def _decode(enc):
+    """(mesh_shape, device_ids, per-dim tuples of mesh axes) from an encoding."""
+    k = 0
+    mnd = enc[k]; k += 1
+    mesh_shape = tuple(enc[k:k + mnd]); k += mnd
+    n = enc[k]; k += 1
+    ids = list(enc[k:k + n]); k += n
+    nd = enc[k]; k += 1
+    dims = []
+    for code in enc[k:k + nd]:
+        axes = []
+        while code & 0xF:
+            axes.append((code & 0xF) - 1)
+            code >>= 4
+        dims.append(tuple(axes))
+    return mesh_shape, ids, dims
+
+
+def _device_tensor(t, what):
+    if not isinstance(t, torch.Tensor) or not _core.is_lazytpu_tensor(t):
+        raise RuntimeError("%s: expected a tensor on the device (%s), got %s"
+                           % (what, _core.DEVICE_TYPE,
+                              t.device if isinstance(t, torch.Tensor) else type(t).__name__))
+    return t
+
+
+def mark_sharding(t, mesh, partition_spec):
+    """Annotates t (a device tensor or XLAShardedTensor) with how it is laid
+    out over `mesh`: partition_spec has one entry per dim of t, a mesh axis
+    (name or index), a tuple of axes (split over their product, the first
+    the major), or None (not split). Returns an XLAShardedTensor wrapping t.
+    Checks like torch_xla: the mesh must span every core and the spec must
+    have t's rank (AssertionError), axis names must exist (ValueError), each
+    mesh axis is used once; the message names t's shape, the spec and the
+    mesh. A dim that its axes do not divide is padded as XLA pads it (each
+    shard ceil(size / shards) long; local_shards shows the padding).
+    Requires SPMD mode (use_spmd()), like torch_xla."""
+    if torch.compiler.is_compiling():
+        # inside torch.compile / torch_xla.compile(full_graph=True): the
+        # recorded graph keeps no annotation (values are unaffected: the step
+        # runs unpartitioned); docs/spmd.md
+        return t
+    from .sharded_tensor import XLAShardedTensor
+    g = t.global_tensor if isinstance(t, XLAShardedTensor) else t
+    _device_tensor(g, "mark_sharding")
+    if not is_spmd():
+        raise RuntimeError("mark_sharding: SPMD is not enabled; call "
+                           "torch_xla.runtime.use_spmd() (lazytpu.spmd.use_spmd()) first")
+    if not isinstance(mesh, Mesh):
+        raise ValueError("mark_sharding: mesh must be a Mesh, got %s" % type(mesh).__name__)
+    partition_spec = tuple(partition_spec)
+    n = global_runtime_device_count()
+    if mesh.size() != n:
+        raise AssertionError("%s is not mappable over %d devices (%s)"
+                             % (mesh.mesh_shape, n, _where(g, mesh, partition_spec)))
+    if len(g.shape) != len(partition_spec):
+        raise AssertionError("Partition spec length (%d) should be equal to the input rank "
+                             "(%d): %s" % (len(partition_spec), len(g.shape),
+                                           _where(g, mesh, partition_spec)))
+    spec = _translate(mesh, partition_spec, g)
+    _check_axes(mesh, spec, g)
+    torch.ops.lazytpu.spmd_set_sharding(g, _encode(mesh, spec), _core._caller(2) or "")
+    return t if isinstance(t, XLAShardedTensor) else XLAShardedTensor(t)
+
+
+def clear_sharding(t):
+    """Removes t's annotation (in place); returns the plain tensor."""
+    from .sharded_tensor import XLAShardedTensor
+    g = t.global_tensor if isinstance(t, XLAShardedTensor) else t
+    torch.ops.lazytpu.spmd_set_sharding(_device_tensor(g, "clear_sharding"), [], "")
+    return g
+
+
+def sharding_spec_text(t):
+    """XLA's text of t's sharding ("{devices=[8,1]0,1,...}",
+    "{replicated}"), "" when t has none (torch_xla's
+    _XLAC._get_xla_sharding_spec)."""
+    from .sharded_tensor import XLAShardedTensor
+    g = t.global_tensor if isinstance(t, XLAShardedTensor) else t
+    if not _core.is_lazytpu_tensor(g):
+        return ""
+    return torch.ops.lazytpu.spmd_sharding_text(g)
+
+
+def _sharding_of(t):
+    from .sharded_tensor import XLAShardedTensor
+    g = t.global_tensor if isinstance(t, XLAShardedTensor) else t
+    if not _core.is_lazytpu_tensor(g):
+        return None
+    enc = list(torch.ops.lazytpu.spmd_get_sharding(g))
+    return _decode(enc) if enc else None
+
+
+def partition_spec_of(t):
+    """(mesh_shape, device_ids, spec) of t's sharding, spec as per-dim mesh
+    axis indices (int, tuple or None); None when t has no sharding."""
+    d = _sharding_of(t)
+    if d is None:
+        return None
+    mesh_shape, ids, dims = d
+    spec = tuple(None if not a else (a[0] if len(a) == 1 else tuple(a)) for a in dims)
+    return mesh_shape, ids, spec
+
+
+def sharding_type_of(t):
+    """ShardingType of t's sharding as an int, None when t has none
+    (torch_xla's _XLAC._get_xla_sharding_type)."""
+    d = _sharding_of(t)
+    if d is None:
+        return None
+    mesh_shape, ids, dims = d
+    used = {a for axes in dims for a in axes}
+    if len(ids) == 1:
+        return int(ShardingType.MAXIMAL)
+    if not used:
+        return int(ShardingType.REPLICATED)
+    if any(mesh_shape[a] > 1 for a in range(len(mesh_shape)) if a not in used):
+        return int(ShardingType.PARTIAL)
+    return int(ShardingType.TILED)
+
+
+def wrap_as_sharded_tensor(t):
+    from .sharded_tensor import XLAShardedTensor
+    return t if isinstance(t, XLAShardedTensor) else XLAShardedTensor(t)
+
+
+def unwrap_sharded_tensor(t):
+    from .sharded_tensor import XLAShardedTensor
+    return t.global_tensor if isinstance(t, XLAShardedTensor) else t
+
+
+def wrap_if_sharded(x):
+    """x as an XLAShardedTensor when it is a device tensor with a sharding."""
+    from .sharded_tensor import XLAShardedTensor
+    if (isinstance(x, torch.Tensor) and not isinstance(x, XLAShardedTensor)
+            and _core.is_lazytpu_tensor(x) and sharding_type_of(x) is not None):
+        return XLAShardedTensor(x)
+    return x
+
+
+@dataclasses.dataclass
+class ShardingSpec:
+    """A (mesh, partition_spec) pair applied to tensors later, e.g. by
+    ``MpDeviceLoader(..., input_sharding=ShardingSpec(mesh, ("data", None)))``.
+    ``minibatch``: the host loads only its part of the global batch (one
+    host here: the whole batch)."""
+    mesh: Mesh
+    partition_spec: Tuple
+    minibatch: Optional[bool] = False
+
+    def __post_init__(self):
+        self.partition_spec = tuple(self.partition_spec)
+        spec = _translate(self.mesh, self.partition_spec)
+        _check_axes(self.mesh, spec)
+        self._spec = spec
+
+    def can_apply(self, t):
+        """True when the spec fits t's rank."""
+        return len(t.shape) == len(self.partition_spec)
+
+    def apply(self, t):
+        """mark_sharding(t, mesh, partition_spec)."""
+        mark_sharding(t, self.mesh, self.partition_spec)
+
+
+class _MarkShardingFunction(torch.autograd.Function):
+    """Annotates the forward value and its gradient alike."""
+
+    @staticmethod
+    def forward(ctx, t, mesh, spec):
+        ctx.mesh, ctx.spec = mesh, spec
+        out = t.view_as(t)
+        mark_sharding(out, mesh, spec)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.view_as(grad)
+        mark_sharding(grad, ctx.mesh, ctx.spec)
+        return grad, None, None
+
+
+def mark_sharding_with_gradients(t, mesh, partition_spec):
+    """mark_sharding for t and, in the backward pass, for t's gradient;
+    returns the annotated tensor (use it instead of t)."""
+    from .sharded_tensor import XLAShardedTensor
+    g = t.global_tensor if isinstance(t, XLAShardedTensor) else t
+    return _MarkShardingFunction.apply(g, mesh, tuple(partition_spec))
+
+
+def enable_manual_sharding(t, partition_spec, *, mesh=None):
+    """Manual sharding (per-core code between enable/disable) needs the
+    per-core programs of the partitioner, which this build does not run:
+    raises RuntimeError after checking the spec, never a wrong value."""
+    mesh = get_global_mesh() if mesh is None else mesh
+    if mesh is None:
+        raise ValueError("enable_manual_sharding: no mesh given and no global mesh set")
+    g = unwrap_sharded_tensor(t)
+    mark_sharding(g, mesh, partition_spec)
+    raise RuntimeError("enable_manual_sharding: per-core (manual) regions need the SPMD "
+                       "partitioner's per-core programs, which lazytpu does not run yet; "
+                       "the tensor (%s) was annotated, but no shard-shaped view exists"
+                       % _where(g, mesh, tuple(partition_spec)))
+
+
+def disable_manual_sharding(t, partition_spec, full_shape, *, mesh=None):
+    """See enable_manual_sharding: raises RuntimeError."""
+    raise RuntimeError("disable_manual_sharding: manual sharding is not supported by "
+                       "lazytpu yet (see enable_manual_sharding)")
+
+
+def optimization_barrier_(tensors):
+    """XLA's optimization barrier: the values pass unchanged; it only keeps
+    XLA from moving computation across it. lazytpu's compiler keeps a
+    step's graph whole and does not reorder across such points, so there is
+    nothing to do; kept for torch_xla programs (FSDPv2)."""
+    return None
+
+
+def apply_backward_optimization_barrier(m):
+    """Registers a full backward hook on module m that puts its parameters'
+    gradients and its input gradients behind an optimization barrier
+    (optimization_barrier_), as torch_xla's FSDPv2 does."""
+
+    def barrier(module, grad_input, grad_output):
+        grads = [p.grad for p in module.parameters() if p.grad is not None]
+        optimization_barrier_(grads + [g for g in grad_input if isinstance(g, torch.Tensor)])
+
+    m.register_full_backward_hook(barrier)
+
+
+class XLAPatchedLinear(torch.autograd.Function):
+    """torch_xla's linear as einsums (forward ``...n,mn->...m``, backward
+    ``...m,mn->...n`` / ``...m,...n->mn`` / ``...m->m``): the same values as
+    nn.functional.linear."""
+
+    @staticmethod
+    def forward(ctx, input, weight, bias=None):
+        ctx.save_for_backward(input, weight, bias)
+        out = torch.einsum("...n,mn->...m", input, weight)
+        return out + bias if bias is not None else out
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        input, weight, bias = ctx.saved_tensors
+        gi = gw = gb = None
+        if ctx.needs_input_grad[0]:
+            gi = torch.einsum("...m,mn->...n", grad_output, weight)
+        if ctx.needs_input_grad[1]:
+            gw = torch.einsum("...m,...n->mn", grad_output, input)
+        if bias is not None and ctx.needs_input_grad[2]:
+            gb = torch.einsum("...m->m", grad_output)
+        return gi, gw, gb
+
+
+def xla_patched_nn_linear_forward(m, input):
+    """An nn.Linear's forward through XLAPatchedLinear."""
+    return XLAPatchedLinear.apply(input, m.weight, m.bias)
