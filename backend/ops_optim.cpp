@@ -36,7 +36,6 @@
 #include <ATen/core/grad_mode.h>
 #include <torch/library.h>
 
-#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
