@@ -532,7 +532,14 @@ typedef struct conv_pass_arg {
 static lt_status conv_pass(void *arg, const lt_view *a, const lt_view *b, const lt_view *out)
 {
     const conv_pass_arg *j = arg;
-    return conv_compute(j->op, j->q, LT_F32, a->data, b->data, out->data, j->nt, j->ctx, 1);
+    void *o0 = NULL, *o1 = NULL;      /* parts keep a permuted input's layout */
+    const void *p0 = lt_kutil_pack(a, LT_F32, j->nt, &o0);
+    const void *p1 = p0 ? lt_kutil_pack(b, LT_F32, j->nt, &o1) : NULL;
+    lt_status st = p1 ? conv_compute(j->op, j->q, LT_F32, p0, p1, out->data, j->nt, j->ctx, 1)
+                      : LT_ERR_OOM;
+    free(o0);
+    free(o1);
+    return st;
 }
 
 /* conv2d / conv2d_backward_input / conv2d_backward_weight (see ops.def) into
@@ -561,7 +568,7 @@ lt_status lt_kernel_conv(lt_op op, const lt_attrs *attrs, const lt_view *in, int
         float *res = out->dtype == LT_F32 ? kt_ptr(out) : lt_kutil_alloc((size_t)n * sizeof(float), "conv2d");
         if (!res) return LT_ERR_OOM;
         conv_pass_arg j = {op, &q, nt, ctx};
-        st = lt_mxu_product(ctx->mm_precision, &in[0], &in[1], &out->shape, res, conv_pass, &j, nt);
+        st = lt_mxu_product(ctx->mm_precision, &in[0], &in[1], &out->shape, res, conv_pass, &j, nt, ctx);
         if (res != kt_ptr(out)) {
             if (st == LT_OK) lt_kutil_unpack(res, LT_F32, out, nt);
             free(res);

@@ -197,7 +197,14 @@ typedef struct conv3_pass_arg {
 static lt_status conv3_pass(void *arg, const lt_view *a, const lt_view *b, const lt_view *out)
 {
     const conv3_pass_arg *j = arg;
-    return conv3_run(j->ctx, j->op, j->q, LT_F32, a->data, b->data, out->data, j->nt);
+    void *o0 = NULL, *o1 = NULL;      /* parts keep a permuted input's layout */
+    const void *p0 = lt_kutil_pack(a, LT_F32, j->nt, &o0);
+    const void *p1 = p0 ? lt_kutil_pack(b, LT_F32, j->nt, &o1) : NULL;
+    lt_status st = p1 ? conv3_run(j->ctx, j->op, j->q, LT_F32, p0, p1, out->data, j->nt)
+                      : LT_ERR_OOM;
+    free(o0);
+    free(o1);
+    return st;
 }
 
 /* conv3d / conv3d_backward_input / conv3d_backward_weight (see ops.def) into
@@ -228,7 +235,7 @@ lt_status lt_kernel_conv3d(lt_op op, const lt_attrs *attrs, const lt_view *in, i
         memset(y, 0, (size_t)on * es);
     } else if (lt_mxu_applies(ctx, cdt, in[0].dtype, in[1].dtype)) {
         conv3_pass_arg j = {op, &q, nt, ctx};      /* in bf16 passes (mxu.h) */
-        st = lt_mxu_product(ctx->mm_precision, &in[0], &in[1], &out->shape, y, conv3_pass, &j, nt);
+        st = lt_mxu_product(ctx->mm_precision, &in[0], &in[1], &out->shape, y, conv3_pass, &j, nt, ctx);
     } else {
         void *o0 = NULL, *o1 = NULL;
         const void *p0 = lt_kutil_pack(&in[0], cdt, nt, &o0);

@@ -282,7 +282,7 @@ static lt_status matmul_mxu(const lt_view *a, const lt_view *b, const lt_view *b
         osh.dims[1] = out->shape.dims[2];
         osh.dims[2] = out->shape.dims[3];
     }
-    lt_status st = lt_mxu_product(ctx->mm_precision, a, b, &osh, res, mm_pass, &j, nt);
+    lt_status st = lt_mxu_product(ctx->mm_precision, a, b, &osh, res, mm_pass, &j, nt, ctx);
     if (st == LT_OK && bias) {
         int64_t N = out->shape.dims[out->shape.ndim - 1], M = n / N;
         float *row = bias_row(bias, LT_F32, N);
@@ -498,10 +498,8 @@ lt_status lt_kernel_matmul_epi(lt_op op, const lt_attrs *attrs, const lt_view *i
     /* DEFAULT precision: the one pass multiplies the operands rounded to bf16 */
     float *rnd[2] = {NULL, NULL};
     lt_view rv[2] = {m[0], m[1]};
-    for (int k = 0; k < 2 && st == LT_OK && K > 0 && prec; k++) {
-        if (!(rnd[k] = lt_mxu_split_view(prec, &m[k], nt))) st = LT_ERR_OOM;
-        else rv[k] = kt_contig_view(rnd[k], LT_F32, &m[k].shape);
-    }
+    for (int k = 0; k < 2 && st == LT_OK && K > 0 && prec; k++)
+        if (!(rnd[k] = lt_mxu_split_view(prec, &m[k], nt, ctx, &rv[k]))) st = LT_ERR_OOM;
     if (st == LT_OK && K > 0 && (st = mm_operand_init(&rv[0], 0, cdt, nt, &oa)) == LT_OK)
         st = mm_operand_init(&rv[1], 0, cdt, nt, &ob);
     if (st == LT_OK && !(fb = lt_fused_bind_range(epi, epi_in, out + 1)))

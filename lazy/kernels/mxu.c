@@ -24,6 +24,7 @@
  */
 #include "kutil.h"
 #include "mxu.h"
+#include "par.h"
 
 int lt_mxu_applies(const lt_kernel_ctx *ctx, lt_dtype cdt, lt_dtype da, lt_dtype db)
 {
@@ -47,31 +48,66 @@ static inline float trunc_bf16(float x)
 
 static inline float round_bf16(float x) { return kt_bf16_to_f32(kt_f32_to_bf16(x)); }
 
-void lt_mxu_split(int p, const float *x, int64_t n, float *parts, int nt)
+/* elements [lo, hi) of lt_mxu_split */
+static void split_range(int p, const float *x, int64_t n, float *parts, int64_t lo, int64_t hi)
 {
     float *p0 = parts, *p1 = parts + n, *p2 = parts + 2 * n;
-    if (nt < 1) nt = 1;
     if (p == LT_MATMUL_DEFAULT) {
-        #pragma omp parallel for num_threads(nt) if (n >= 65536) schedule(static)
-        for (int64_t i = 0; i < n; i++) p0[i] = round_bf16(x[i]);
+        for (int64_t i = lo; i < hi; i++) p0[i] = round_bf16(x[i]);
     } else if (p == LT_MATMUL_HIGH) {
-        #pragma omp parallel for num_threads(nt) if (n >= 65536) schedule(static)
-        for (int64_t i = 0; i < n; i++) {
-            float hi = trunc_bf16(x[i]);
-            p0[i] = hi;
-            p1[i] = round_bf16(x[i] - hi);
+        for (int64_t i = lo; i < hi; i++) {
+            float h = trunc_bf16(x[i]);
+            p0[i] = h;
+            p1[i] = round_bf16(x[i] - h);
         }
     } else if (p == LT_MATMUL_HIGHEST) {
-        #pragma omp parallel for num_threads(nt) if (n >= 65536) schedule(static)
-        for (int64_t i = 0; i < n; i++) {
-            float hi = trunc_bf16(x[i]);
-            float r = x[i] - hi;
+        for (int64_t i = lo; i < hi; i++) {
+            float h = trunc_bf16(x[i]);
+            float r = x[i] - h;
             float mid = trunc_bf16(r);
-            p0[i] = hi;
+            p0[i] = h;
             p1[i] = mid;
             p2[i] = round_bf16(r - mid);
         }
     }
+}
+
+/* Elementwise jobs over n values in chunks on the core's helpers (par.h;
+ * an OpenMP region's join stalls on an oversubscribed machine). */
+#define MXU_CHUNK 32768
+
+typedef struct ew_job {
+    int p, last;
+    const float *x;
+    float *dst;
+    int64_t n;
+} ew_job;
+
+static void split_chunk(void *arg, int64_t c, int w)
+{
+    const ew_job *j = arg;
+    (void)w;
+    int64_t lo = c * MXU_CHUNK, hi = lo + MXU_CHUNK < j->n ? lo + MXU_CHUNK : j->n;
+    split_range(j->p, j->x, j->n, j->dst, lo, hi);
+}
+
+static int64_t chunks(int64_t n, int *nt)
+{
+    int64_t nch = (n + MXU_CHUNK - 1) / MXU_CHUNK;
+    if (*nt < 1 || nch < 2) *nt = 1;
+    return nch;
+}
+
+void lt_mxu_split(int p, const float *x, int64_t n, float *parts, int nt,
+                  const lt_kernel_ctx *ctx)
+{
+    int64_t nch = chunks(n, &nt);
+    if (nt == 1) {
+        split_range(p, x, n, parts, 0, n);
+        return;
+    }
+    ew_job j = {p, 0, x, parts, n};
+    lt_par_for(ctx, nt, nch, split_chunk, &j);
 }
 
 /* part 0 = hi; HIGH: 1 = lo; HIGHEST: 1 = mid, 2 = lo */
@@ -89,32 +125,90 @@ int lt_mxu_passes(int p, const unsigned char (**pairs)[2])
     }
 }
 
-/* acc += pk (last: acc = nan0(acc) + pk), n values */
-static void accumulate(float *acc, const float *pk, int64_t n, int last, int nt)
+/* acc += pk (last: acc = nan0(acc) + pk) over [lo, hi) */
+static void acc_range(float *acc, const float *pk, int last, int64_t lo, int64_t hi)
 {
-    if (last) {
-        #pragma omp parallel for num_threads(nt) if (n >= 65536) schedule(static)
-        for (int64_t i = 0; i < n; i++) acc[i] = (isnan(acc[i]) ? 0.0f : acc[i]) + pk[i];
-    } else {
-        #pragma omp parallel for num_threads(nt) if (n >= 65536) schedule(static)
-        for (int64_t i = 0; i < n; i++) acc[i] += pk[i];
-    }
+    if (last)
+        for (int64_t i = lo; i < hi; i++) acc[i] = (isnan(acc[i]) ? 0.0f : acc[i]) + pk[i];
+    else
+        for (int64_t i = lo; i < hi; i++) acc[i] += pk[i];
 }
 
-float *lt_mxu_split_view(int p, const lt_view *v, int nt)
+static void acc_chunk(void *arg, int64_t c, int w)
+{
+    const ew_job *j = arg;
+    (void)w;
+    int64_t lo = c * MXU_CHUNK, hi = lo + MXU_CHUNK < j->n ? lo + MXU_CHUNK : j->n;
+    acc_range(j->dst, j->x, j->last, lo, hi);
+}
+
+static void accumulate(float *acc, const float *pk, int64_t n, int last, int nt,
+                       const lt_kernel_ctx *ctx)
+{
+    int64_t nch = chunks(n, &nt);
+    if (nt == 1) {
+        acc_range(acc, pk, last, 0, n);
+        return;
+    }
+    ew_job j = {0, last, pk, acc, n};
+    lt_par_for(ctx, nt, nch, acc_chunk, &j);
+}
+
+/* 1 when v's elements fill one dense block of memory from its first
+ * element on, in some order of its dims (contiguous, or a transpose or
+ * permutation of a contiguous tensor: a weight read as W^T). */
+static int dense_block(const lt_view *v)
+{
+    int64_t st[LT_MAX_DIMS], sz[LT_MAX_DIMS];
+    int n = 0;
+    for (int d = 0; d < v->shape.ndim; d++) {
+        if (v->shape.dims[d] == 1) continue;
+        if (v->strides[d] <= 0) return 0;
+        st[n] = v->strides[d];
+        sz[n++] = v->shape.dims[d];
+    }
+    for (int i = 1; i < n; i++)          /* insertion sort by stride */
+        for (int k = i; k > 0 && st[k] < st[k - 1]; k--) {
+            int64_t t = st[k]; st[k] = st[k - 1]; st[k - 1] = t;
+            t = sz[k]; sz[k] = sz[k - 1]; sz[k - 1] = t;
+        }
+    int64_t want = 1;
+    for (int i = 0; i < n; i++) {
+        if (st[i] != want) return 0;
+        want *= sz[i];
+    }
+    return 1;
+}
+
+float *lt_mxu_split_view(int p, const lt_view *v, int nt, const lt_kernel_ctx *ctx,
+                         lt_view *part0)
 {
     int64_t n = kt_numel(&v->shape);
-    void *owned = NULL;
-    const float *x = lt_kutil_pack(v, LT_F32, nt, &owned);
-    if (!x) return NULL;
     float *parts = lt_kutil_alloc((size_t)(n * lt_mxu_parts(p)) * sizeof(float), "matmul precision");
-    if (parts) lt_mxu_split(p, x, n, parts, nt);
+    if (!parts) return NULL;
+    if (v->dtype == LT_F32 && dense_block(v)) {
+        /* split the block in memory order: the parts keep v's layout */
+        lt_mxu_split(p, (const float *)v->data + v->offset, n, parts, nt, ctx);
+        *part0 = *v;
+        part0->data = parts;
+        part0->offset = 0;
+        return parts;
+    }
+    void *owned = NULL;      /* packed on this thread: an OpenMP copy stalls when oversubscribed */
+    const float *x = lt_kutil_pack(v, LT_F32, 1, &owned);
+    if (!x) {
+        free(parts);
+        return NULL;
+    }
+    lt_mxu_split(p, x, n, parts, nt, ctx);
     free(owned);
+    *part0 = kt_contig_view(parts, LT_F32, &v->shape);
     return parts;
 }
 
 lt_status lt_mxu_product(int p, const lt_view *a, const lt_view *b, const lt_shape *out_shape,
-                         float *res, lt_mxu_pass_fn pass, void *arg, int nt)
+                         float *res, lt_mxu_pass_fn pass, void *arg, int nt,
+                         const lt_kernel_ctx *ctx)
 {
     const unsigned char (*pairs)[2];
     int np = lt_mxu_passes(p, &pairs);
@@ -122,17 +216,19 @@ lt_status lt_mxu_product(int p, const lt_view *a, const lt_view *b, const lt_sha
         return lt_set_error(LT_ERR_INTERNAL, "matmul precision: level %d has no passes", p);
     if (nt < 1) nt = 1;
     int64_t na = kt_numel(&a->shape), nb = kt_numel(&b->shape), no = kt_numel(out_shape);
-    float *pa = lt_mxu_split_view(p, a, nt);
-    float *pb = pa ? lt_mxu_split_view(p, b, nt) : NULL;
+    lt_view a0, b0;
+    float *pa = lt_mxu_split_view(p, a, nt, ctx, &a0);
+    float *pb = pa ? lt_mxu_split_view(p, b, nt, ctx, &b0) : NULL;
     float *tmp = pb && np > 1 ? lt_kutil_alloc((size_t)no * sizeof(float), "matmul precision")
                               : NULL;
     lt_status st = pb && (np == 1 || tmp) ? LT_OK : LT_ERR_OOM;
     for (int k = 0; k < np && st == LT_OK; k++) {
-        lt_view va = kt_contig_view(pa + pairs[k][0] * na, LT_F32, &a->shape);
-        lt_view vb = kt_contig_view(pb + pairs[k][1] * nb, LT_F32, &b->shape);
+        lt_view va = a0, vb = b0;
+        va.data = pa + pairs[k][0] * na;
+        vb.data = pb + pairs[k][1] * nb;
         lt_view vo = kt_contig_view(k == 0 ? res : tmp, LT_F32, out_shape);
         st = pass(arg, &va, &vb, &vo);
-        if (st == LT_OK && k > 0) accumulate(res, tmp, no, k == np - 1, nt);
+        if (st == LT_OK && k > 0) accumulate(res, tmp, no, k == np - 1, nt, ctx);
     }
     free(pa);
     free(pb);

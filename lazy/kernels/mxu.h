@@ -29,13 +29,18 @@ int lt_mxu_parts(int p);
  * algorithms do: DEFAULT rounds x to bf16 (nearest even); HIGH: hi =
  * x truncated to bf16 (low 16 bits cleared), lo = bf16(x - hi); HIGHEST:
  * hi = trunc(x), mid = trunc(x - hi), lo = bf16(x - hi - mid). Uses up to
- * nt OpenMP threads. */
-void lt_mxu_split(int p, const float *x, int64_t n, float *parts, int nt);
+ * nt workers of ctx's core (lt_par_for; ctx may be NULL). */
+void lt_mxu_split(int p, const float *x, int64_t n, float *parts, int nt,
+                  const lt_kernel_ctx *ctx);
 
-/* v (any strides, float dtype) packed to f32 and split at level p: the
- * parts of numel(v) values each, one after the other, in one malloc'd block
- * the caller frees (NULL, LT_ERR_OOM set, on OOM). */
-float *lt_mxu_split_view(int p, const lt_view *v, int nt);
+/* v (any strides, float dtype) split at level p: the parts of numel(v)
+ * values each, one after the other, in one malloc'd block the caller frees
+ * (NULL, LT_ERR_OOM set, on OOM). *part0 is the view of part 0 (part k: the
+ * same view k * numel(v) floats further): an f32 view that fills a dense
+ * block (contiguous, transposed, permuted) keeps its strides, any other is
+ * packed contiguous first. */
+float *lt_mxu_split_view(int p, const lt_view *v, int nt, const lt_kernel_ctx *ctx,
+                         lt_view *part0);
 
 /* The passes of level p in XLA's order as (part of a, part of b) pairs
  * (part 0 = hi): *pairs points at a static table; returns their number (1,
@@ -45,8 +50,9 @@ float *lt_mxu_split_view(int p, const lt_view *v, int nt);
  * NaN through its 0 * inf low passes). */
 int lt_mxu_passes(int p, const unsigned char (**pairs)[2]);
 
-/* One f32 product of a and b (contiguous f32 views with the operands'
- * shapes) into out (a contiguous f32 view of the result's shape). */
+/* One f32 product of a and b (f32 views with the operands' shapes,
+ * strided as lt_mxu_split_view leaves them) into out (a contiguous f32
+ * view of the result's shape). */
 typedef lt_status (*lt_mxu_pass_fn)(void *arg, const lt_view *a, const lt_view *b,
                                     const lt_view *out);
 
@@ -56,6 +62,7 @@ typedef lt_status (*lt_mxu_pass_fn)(void *arg, const lt_view *a, const lt_view *
  * the results are summed into res (contiguous f32, the numel of out_shape).
  * Returns LT_OK, LT_ERR_OOM (scratch) or the first error of pass. */
 lt_status lt_mxu_product(int p, const lt_view *a, const lt_view *b, const lt_shape *out_shape,
-                         float *res, lt_mxu_pass_fn pass, void *arg, int nt);
+                         float *res, lt_mxu_pass_fn pass, void *arg, int nt,
+                         const lt_kernel_ctx *ctx);
 
 #endif

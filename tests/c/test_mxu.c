@@ -75,16 +75,16 @@ static void test_split(void **st)
                   0x1.fffffep127f, 1e-40f, 0.0f, -0.0f, 123456.789f, 0x1.234568p-100f};
     int n = (int)(sizeof xs / sizeof xs[0]);
     float parts[3 * 16];
-    lt_mxu_split(LT_MATMUL_DEFAULT, xs, n, parts, 1);
+    lt_mxu_split(LT_MATMUL_DEFAULT, xs, n, parts, 1, NULL);
     for (int i = 0; i < n; i++) assert_true(bits_of(parts[i]) == bits_of(rne(xs[i])));
-    lt_mxu_split(LT_MATMUL_HIGH, xs, n, parts, 1);
+    lt_mxu_split(LT_MATMUL_HIGH, xs, n, parts, 1, NULL);
     for (int i = 0; i < n; i++) {
         float hi = parts[i], lo = parts[n + i];
         assert_true(bits_of(hi) == (bits_of(xs[i]) & 0xFFFF0000u));
         assert_true(bits_of(lo) == bits_of(rne(xs[i] - hi)));
         assert_true((bits_of(lo) & 0xFFFFu) == 0);
     }
-    lt_mxu_split(LT_MATMUL_HIGHEST, xs, n, parts, 1);
+    lt_mxu_split(LT_MATMUL_HIGHEST, xs, n, parts, 1, NULL);
     for (int i = 0; i < n; i++) {
         float hi = parts[i], mid = parts[n + i], lo = parts[2 * n + i];
         assert_true((bits_of(hi) & 0xFFFFu) == 0 && (bits_of(mid) & 0xFFFFu) == 0 &&
@@ -95,12 +95,12 @@ static void test_split(void **st)
     }
     /* infinities: hi keeps them, the rest is inf - inf = NaN */
     float inf[2] = {INFINITY, -INFINITY};
-    lt_mxu_split(LT_MATMUL_HIGHEST, inf, 2, parts, 1);
+    lt_mxu_split(LT_MATMUL_HIGHEST, inf, 2, parts, 1, NULL);
     assert_true(parts[0] == INFINITY && parts[1] == -INFINITY);
     assert_true(isnan(parts[2]) && isnan(parts[4]));
     /* a NaN stays NaN in hi */
     float nan1 = NAN;
-    lt_mxu_split(LT_MATMUL_HIGH, &nan1, 1, parts, 1);
+    lt_mxu_split(LT_MATMUL_HIGH, &nan1, 1, parts, 1, NULL);
     assert_true(isnan(parts[0]));
     /* many values, split on threads, equal the serial split */
     enum { N = 100000 };
@@ -108,8 +108,8 @@ static void test_split(void **st)
           *p2 = malloc(3 * N * sizeof *p2);
     unsigned s = 7;
     for (int i = 0; i < N; i++) x[i] = frand(&s) * 1000.0f;
-    lt_mxu_split(LT_MATMUL_HIGHEST, x, N, p1, 1);
-    lt_mxu_split(LT_MATMUL_HIGHEST, x, N, p2, 2);
+    lt_mxu_split(LT_MATMUL_HIGHEST, x, N, p1, 1, NULL);
+    lt_mxu_split(LT_MATMUL_HIGHEST, x, N, p2, 2, NULL);
     assert_memory_equal(p1, p2, 3 * N * sizeof *p1);
     free(x);
     free(p1);
@@ -186,7 +186,7 @@ static void test_product_order(void **st)
     int levels[3] = {LT_MATMUL_DEFAULT, LT_MATMUL_HIGH, LT_MATMUL_HIGHEST}, npass[3] = {1, 3, 6};
     for (int l = 0; l < 3; l++) {
         int calls = 0;
-        assert_int_equal(lt_mxu_product(levels[l], &va, &vb, &sh, r, ew_pass, &calls, 2), LT_OK);
+        assert_int_equal(lt_mxu_product(levels[l], &va, &vb, &sh, r, ew_pass, &calls, 2, NULL), LT_OK);
         assert_int_equal(calls, npass[l]);
         for (int i = 0; i < N; i++) {
             float f = formula(levels[l], a[i], b[i]);
@@ -268,8 +268,8 @@ static void check_kernel(lt_op op, const mat *m, int p, int nt, lt_dtype in_dt)
     /* reference parts: both operands bf16 multiply in one exact pass */
     int eff = in_dt == LT_BF16 ? LT_MATMUL_DEFAULT : p;
     float *pa = malloc(3 * na * 4), *pb = malloc(3 * nb * 4);
-    lt_mxu_split(eff, av, na, pa, 1);
-    lt_mxu_split(eff, bv, nb, pb, 1);
+    lt_mxu_split(eff, av, na, pa, 1, NULL);
+    lt_mxu_split(eff, bv, nb, pb, 1, NULL);
     double worst = 0.0, off_f32 = 0.0;
     for (int64_t bi = 0; bi < B; bi++)
         for (int64_t i = 0; i < M; i++)
