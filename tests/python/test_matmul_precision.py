@@ -153,6 +153,9 @@ def test_mm_bits_and_emulation(level, lv):
     assert np.array_equal(bmm.numpy(), emulate(np.matmul, xb.numpy(), yb.numpy(), lv))
     # linear: the bias is added to the passes' sum
     assert np.array_equal(lin.numpy(), (want + bias.numpy()[None, :]).astype(np.float32))
+    # the GEMM epilogue (Linear + ReLU in one step)
+    (act,) = run_at(lv, lambda a, b, e: torch.relu(F.linear(a, b.t(), e)), x, y, bias)
+    assert np.array_equal(act.numpy(), np.maximum(want + bias.numpy()[None, :], 0))
     exact = x.double() @ y.double()
     bits = mantissa_bits(mm, exact)
     assert abs(bits - BITS[lv]) <= 1, "%s: %.2f bits" % (lv, bits)
