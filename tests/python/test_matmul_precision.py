@@ -345,6 +345,24 @@ def test_switching_levels_recompiles(level):
     assert (met.counter_value("UncachedCompile") or 0) - c0 <= 1
 
 
+def test_compiled_graph_follows_the_level(level):
+    """torch.compile(backend="lazytpu") replays a recorded program; after a
+    switch the graph runs at the new level (spliced into the lazy step)."""
+    import lazytpu.compile  # noqa: F401  (registers the backend)
+    g = torch.Generator().manual_seed(8)
+    x, y = diag(256, g), diag(256, g)
+    dev = lazytpu.device()
+    f = torch.compile(lambda a, b: (a @ b) * 1.0, backend="lazytpu")
+    xd, yd = x.to(dev), y.to(dev)
+    for lv in ("f32", "default", "high", "f32"):
+        lazytpu.set_matmul_precision(lv)
+        for _ in range(2):
+            got = f(xd, yd)
+            lazytpu.mark_step()
+            want = (x @ y).numpy() if lv == "f32" else emulate(mm_np, x.numpy(), y.numpy(), lv)
+            assert np.array_equal(got.cpu().numpy(), want), lv
+
+
 # ------------------------------------------------- torch_xla compatibility mode
 
 COMPAT = textwrap.dedent("""
