@@ -89,6 +89,26 @@ PyObject *py_bf16_mode(PyObject *, PyObject *) {
   return PyBool_FromLong(lt_bf16_mode());
 }
 
+/* matmul precision (lt_matmul_precision) by name: "f32", "default", "high",
+ * "highest"; another name raises ValueError. */
+PyObject *py_set_matmul_precision(PyObject *, PyObject *args) {
+  const char *name;
+  if (!PyArg_ParseTuple(args, "s", &name)) return nullptr;
+  lt_matmul_precision p;
+  if (lt_matmul_precision_parse(name, &p) != LT_OK) {
+    PyErr_SetString(PyExc_ValueError, lt_last_error());
+    return nullptr;
+  }
+  lt_status st = lt_set_matmul_precision(p);
+  if (st != LT_OK) return raise_status(st);
+  Py_RETURN_NONE;
+}
+
+PyObject *py_matmul_precision(PyObject *, PyObject *) {
+  const char *n = lt_matmul_precision_name(lt_get_matmul_precision());
+  return PyUnicode_FromString(n ? n : "f32");
+}
+
 PyObject *py_used_cores(PyObject *, PyObject *) {
   uint32_t m = lazytpu_used_cores_mask();
   PyObject *l = PyList_New(0);
@@ -353,6 +373,9 @@ PyMethodDef methods[] = {
     {"num_cores", py_num_cores, METH_NOARGS, "Number of simulated cores."},
     {"bf16_mode", py_bf16_mode, METH_NOARGS, "1 when f32 is stored as bf16."},
     {"used_cores", py_used_cores, METH_NOARGS, "Cores that hold tensors."},
+    {"set_matmul_precision", py_set_matmul_precision, METH_VARARGS,
+     "set_matmul_precision(name): f32, default, high or highest."},
+    {"matmul_precision", py_matmul_precision, METH_NOARGS, "The matmul precision's name."},
     {"sync", py_sync, METH_VARARGS, "sync(core, cause, wait[, caller])."},
     {"wait", py_wait, METH_VARARGS, "wait(core=-1): wait for queued programs."},
     {"set_caller", py_set_caller, METH_VARARGS, "Set the caller frame string."},

@@ -237,6 +237,32 @@ int lt_num_cores(void);
  * XLA_USE_BF16 at its first device tensor too), and holds until lt_shutdown. */
 int lt_bf16_mode(void);
 
+/* How f32 matrix products are multiplied: mm, bmm, addmm, the convolutions
+ * and their gradients whose operands are not both bf16. A TPU's MXU
+ * multiplies bf16: at XLA's precision levels an f32 product is split into
+ * bf16 passes (XLA's BF16_BF16_F32, _X3, _X6 dot algorithms; f32
+ * accumulation, passes summed in XLA's order: lazy/kernels/mxu.c).
+ * LT_MATMUL_F32 is plain f32 arithmetic (XLA:CPU; lazytpu's default). The
+ * value is the number of bf16 passes. */
+typedef enum lt_matmul_precision {
+    LT_MATMUL_F32 = 0,
+    LT_MATMUL_DEFAULT = 1,     /* operands rounded to bf16: ~8 mantissa bits */
+    LT_MATMUL_HIGH = 3,        /* bf16x3: ~14 bits */
+    LT_MATMUL_HIGHEST = 6      /* bf16x6: ~22 bits */
+} lt_matmul_precision;
+/* Sets the level for the graphs synced from now on (process-wide; a graph
+ * holding products takes the level in its key, so a switch compiles anew).
+ * The initial level is LAZYTPU_MATMUL_PRECISION's (f32, default, high,
+ * highest), read by lt_init; f32 when unset. LT_ERR_ARG for another value. */
+lt_status lt_set_matmul_precision(lt_matmul_precision p);
+/* The current level (initialises the library if needed: LT_MATMUL_F32 when
+ * that fails). */
+lt_matmul_precision lt_get_matmul_precision(void);
+/* "f32", "default", "high", "highest"; NULL for another value. */
+const char *lt_matmul_precision_name(lt_matmul_precision p);
+/* The level named s (the names above); LT_ERR_ARG naming s otherwise. */
+lt_status lt_matmul_precision_parse(const char *s, lt_matmul_precision *out);
+
 /* Device memory of one core, in bytes: held by live device buffers now, the
  * most ever held at once, and the budget (LAZYTPU_HBM_BYTES); and the number
  * of live device buffers. Freed buffers kept for reuse
@@ -510,6 +536,10 @@ char *lt_fallback_report(void);
  * value was read on the host): per user line, reads, reads per step, how
  * many had to run the graph and the time the host waited. */
 char *lt_host_read_report(void);
+/* The report's first line: "lazytpu: f32 matrix products at matmul
+ * precision 'default' (1 bf16 pass, as a TPU at XLA DEFAULT)" for the
+ * current level (lt_matmul_precision). malloc'd; caller frees. */
+char *lt_matmul_precision_report(void);
 
 /* 1 when LAZYTPU_DEBUG=1 or PT_XLA_DEBUG=1 (read by lt_init) or
  * lt_debug_set(>0) is in effect: each step boundary then checks the last 4

@@ -192,6 +192,7 @@ lt_status lt_compile(const lt_graph *g, lt_program **out)
     c.no_fuse = c.prog->check_finite = rt && rt->check_finite;
     c.no_hfuse = c.no_fuse || (rt && rt->no_hfuse);
     c.no_epilogue = rt && rt->no_epilogue;
+    c.prog->mm_precision = g->mm_precision;
 
     lt_status st = lt_cc_cse(&c);
     if (st == LT_OK)

@@ -73,6 +73,7 @@ typedef struct recomp_entry {
     int n_nodes;
     uint16_t *ops;
     uint32_t *ahash;
+    int mm_precision;                  /* the graph's lt_matmul_precision */
     struct recomp_entry *next;
 } recomp_entry;
 
@@ -133,6 +134,7 @@ static void entry_fill(recomp_entry *e, const lt_graph *g)
     e->ops = NULL;
     e->ahash = NULL;
     e->key = g->key;
+    e->mm_precision = g->mm_precision;
     e->n_params = g->n_params;
     e->shapes = malloc((size_t)(g->n_params ? g->n_params : 1) * sizeof *e->shapes);
     e->dtypes = malloc((size_t)(g->n_params ? g->n_params : 1));
@@ -247,6 +249,12 @@ void lt_diagnose_compile(const lt_graph *g, lt_sync_cause cause, const char *fra
         if (e->key == g->key) {
             snprintf(why, sizeof why, "evicted from the compile cache (LAZYTPU_COMPILE_CACHE_SIZE)");
             kind = 3;
+        } else if (e->mm_precision != g->mm_precision) {
+            const char *was = lt_matmul_precision_name((lt_matmul_precision)e->mm_precision);
+            const char *now = lt_matmul_precision_name((lt_matmul_precision)g->mm_precision);
+            snprintf(why, sizeof why, "matmul precision %s -> %s", was ? was : "?",
+                     now ? now : "?");
+            kind = 2;
         } else {
             int j = -1;
             if (e->n_params == g->n_params) {

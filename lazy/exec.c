@@ -184,7 +184,7 @@ lt_status lt_program_run(const lt_program *p, const lt_exec_args *args,
         if (p->param_scalar[j])
             lt_slot_store(&slots[j], args->param_values ? args->param_values[j]
                           : 0.0, (lt_dtype)p->param_dtype[j]);
-    lt_kernel_ctx ctx = {core, lt_core_omp_threads(core)};
+    lt_kernel_ctx ctx = {core, lt_core_omp_threads(core), p->mm_precision};
     int prof = lt_profile_on();
     int cap = 0;
     lt_view *views = NULL;

@@ -342,6 +342,17 @@ static lt_status capture_locked(lt_node *const *roots, int n_roots, lt_graph *g,
         k = lt_hash_mix_inline(k, (uint64_t)g->output_pos[o]);
         s = lt_hash_mix_inline(s, (uint64_t)g->output_pos[o]);
     }
+    /* the level a product multiplies at is part of what the graph computes */
+    g->mm_precision = LT_MATMUL_F32;
+    lt_matmul_precision prec = lt_rt_matmul_precision();
+    for (int i = 0; prec != LT_MATMUL_F32 && i < g->n_nodes; i++) {
+        lt_op_kind kind = lt_op_kind_of((lt_op)g->nodes[i]->op);
+        if (kind == LT_KIND_MATMUL || kind == LT_KIND_CONV) {
+            g->mm_precision = prec;
+            k = lt_hash_mix_inline(k, 0x4D58550000ull + (uint64_t)prec);
+            break;
+        }
+    }
     g->key = k;
     g->struct_key = s;
     return LT_OK;

@@ -8,8 +8,9 @@
  *
  * key: hash over the post-order sequence of (node hash, operand positions),
  * the parameter aliasing pattern and the output positions. Equal keys mean
- * the same computation up to parameter values. struct_key: the same without
- * shapes (for recompilation analysis).
+ * the same computation up to parameter values; a graph holding a product
+ * also mixes in the matmul precision it was captured at. struct_key: the
+ * same without shapes and precision (for recompilation analysis).
  */
 #ifndef LT_GRAPH_H
 #define LT_GRAPH_H
@@ -33,6 +34,10 @@ typedef struct lt_graph {
     int *root_out;        /* per root given to capture: its output index */
     uint64_t key;
     uint64_t struct_key;
+    int mm_precision;     /* lt_matmul_precision at capture when the graph
+                             holds a product (matmul or convolution node),
+                             else LT_MATMUL_F32; mixed into key, not into
+                             struct_key */
 } lt_graph;
 
 /* Captures the graph reaching roots (all on one core). Root nodes that are

@@ -20,6 +20,8 @@
  *                                (lazy/finite.h; slow: no fusion)
  *   LAZYTPU_HFUSE=0              no horizontal fusion of same-program
  *                                elementwise steps (lazy/compile_hfuse.c)
+ *   LAZYTPU_MATMUL_PRECISION     f32 (default), default, high, highest: how
+ *                                f32 products multiply (lazy/precision.c)
  * lt_init may run again after lt_shutdown (the env is then re-read).
  */
 #include <stdio.h>
@@ -82,7 +84,8 @@ lt_status lt_init(void)
         pthread_mutex_unlock(&rt_mu);
         return LT_OK;
     }
-    lt_status st = lt_devices_init();
+    lt_status st = lt_rt_precision_init(&rt);
+    if (st == LT_OK) st = lt_devices_init();
     if (st != LT_OK) {
         pthread_mutex_unlock(&rt_mu);
         return st;

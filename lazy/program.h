@@ -94,6 +94,8 @@ struct lt_program {
     int n_kernels;
     int check_finite;         /* LAZYTPU_CHECK_FINITE at compile: unfused,
                                  each step's values scanned (finite.h) */
+    int mm_precision;         /* the graph's lt_matmul_precision: handed to
+                                 every kernel (lt_kernel_ctx) */
 };
 
 /* Frees a program's contents (not refcount-aware; used by release and on

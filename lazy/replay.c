@@ -22,7 +22,9 @@
  * program of its own; instead the recorded graph is spliced: rebuilt from
  * its template as IR nodes on the inputs' current values (one lt_node_new
  * per node, no shape inference, no dispatcher), so that it runs with the
- * rest of the step as one program at the step boundary.
+ * rest of the step as one program at the step boundary. A graph holding
+ * products recorded at another matmul precision than the current one is
+ * spliced too (its program has the old level).
  *
  * Not replayable (record fails with LT_ERR_ARG, "not replayable: ..."; the
  * caller keeps tracing the graph lazily): random ops (their seed is a
@@ -64,6 +66,8 @@ struct lt_replay {
     int *out_prog;                /* per output tensor: program output index */
     uint8_t *out_logical;         /* per output tensor: logical dtype */
     int n_nodes;                  /* nodes of the recorded graph (stats) */
+    int products;                 /* the graph holds a matmul or convolution */
+    int mm_precision;             /* the matmul precision it was compiled at */
     /* splice template: the recorded graph as node descriptions */
     struct tmpl_node *t;          /* n_nodes entries, post-order */
     int *t_in;                    /* operand positions, flattened */
@@ -313,6 +317,11 @@ lt_status lt_replay_record(lt_tensor *const *inputs, int n_in,
     }
     r->n_nodes = g.n_nodes;
     r->key = g.key;
+    r->mm_precision = g.mm_precision;
+    for (int i = 0; i < g.n_nodes; i++) {
+        lt_op_kind kind = lt_op_kind_of((lt_op)g.nodes[i]->op);
+        if (kind == LT_KIND_MATMUL || kind == LT_KIND_CONV) r->products = 1;
+    }
     for (int i = 0; i < g.n_nodes; i++)
         if (lt_op_kind_of((lt_op)g.nodes[i]->op) == LT_KIND_RANDOM) {
             RELEASE_INVALS();
@@ -522,8 +531,10 @@ lt_status lt_replay_run(lt_replay *r, lt_tensor *const *inputs, int n_in,
                                 lt_dtype_name((lt_dtype)r->in_dtype[i]), a, core);
         }
     }
-    /* an input still pending: splice the graph into the pending one */
-    int pending = 0;
+    /* an input still pending: splice the graph into the pending one; so
+     * too when the matmul precision changed since the recording (the
+     * spliced graph compiles at the current level) */
+    int pending = r->products && (int)lt_rt_matmul_precision() != r->mm_precision;
     lt_live_lock(core);
     for (int i = 0; i < n_in && !pending; i++) pending = lt_node_is_pending(inputs[i]->value);
     lt_live_unlock(core);

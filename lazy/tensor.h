@@ -47,6 +47,7 @@ typedef struct lt_runtime {
                                     (lazy/compile_hfuse.c) */
     int no_epilogue;             /* LAZYTPU_GEMM_EPILOGUE=0: no GEMM epilogues
                                     (compile_pattern.c) */
+    atomic_int mm_precision;     /* lt_matmul_precision (lazy/precision.c) */
     struct lt_cache *cache;
     lt_core_live live[LT_RT_MAX_CORES];
 } lt_runtime;
@@ -72,6 +73,12 @@ char *lt_caller_capture(void);
 int lt_rt_bf16(lt_runtime *r);
 /* The runtime if initialised, else NULL (never initialises). */
 lt_runtime *lt_rt_peek(void);
+/* Sets r's matmul precision from LAZYTPU_MATMUL_PRECISION (f32 when unset);
+ * LT_ERR_ARG naming the value when it is not a level (lazy/precision.c). */
+lt_status lt_rt_precision_init(lt_runtime *r);
+/* The matmul precision graphs take when captured now: the runtime's level,
+ * LT_MATMUL_F32 before lt_init (never initialises). */
+lt_matmul_precision lt_rt_matmul_precision(void);
 
 /* Initialises the live lists and locks (once; no cores, no env). */
 void lt_rt_once(void);

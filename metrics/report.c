@@ -1,5 +1,7 @@
-/* metrics/report.c — the text report in torch_xla's format:
+/* metrics/report.c — the text report in torch_xla's format, after one
+ * header line (lt_matmul_precision_report):
  *
+ *   lazytpu: f32 matrix products at matmul precision 'f32' (full f32, as XLA:CPU)
  *   Metric: CompileTime
  *     TotalSamples: 3
  *     Accumulator: 02s694ms418.595us
@@ -116,9 +118,17 @@ static void emit_profile(lt_sb *sb, const lt_metric_snap *ms, int nm)
 char *lt_metrics_report(void)
 {
     lt_sb sb = {0};
+    char *hd = lt_matmul_precision_report();   /* the header line */
+    if (hd) {
+        lt_sb_puts(&sb, hd);
+        free(hd);
+    }
     lt_metric_snap *ms;
     int nm = lt_metric_snaps(&ms);
-    if (nm < 0) return NULL;
+    if (nm < 0) {
+        free(lt_sb_take(&sb));
+        return NULL;
+    }
     for (int i = 0; i < nm; i++)
         if (ms[i].total_samples > 0) emit_metric(&sb, &ms[i]);
     lt_sb prof = {0};                   /* the table goes after the notes */

@@ -19,6 +19,7 @@
 #include "kutil.h"
 #include "par.h"
 #include "conv_wino.h"
+#include "mxu.h"
 
 typedef struct conv_geom {
     int64_t N, C, H, W;        /* input */
@@ -477,9 +478,12 @@ static int conv_bwd_input_as_fwd(const conv_geom *q, lt_dtype cdt, const void *g
  * gradient as the forward conv of gy with the flipped, transposed weight
  * and padding 2 - p); a forward conv of one input channel by the direct
  * kernel (conv_direct.c). a, b: the op's packed inputs. Returns 1 when
- * done (*st set), 0 when not applicable or not chosen. */
+ * done (*st set), 0 when not applicable or not chosen; no_wino: the direct
+ * kernel only (a pass of a TPU precision level: Winograd's transforms
+ * would multiply other values than the bf16 parts). */
 static int conv_try_wino(lt_op op, const conv_geom *q, lt_dtype cdt, const void *a,
-                         const void *b, void *y, int nt, const lt_kernel_ctx *ctx, lt_status *st)
+                         const void *b, void *y, int nt, const lt_kernel_ctx *ctx, lt_status *st,
+                         int no_wino)
 {
     if (cdt != LT_F32 || q->kh != 3 || q->kw != 3 || q->sh != 1 || q->sw != 1 || q->dh != 1 ||
         q->dw != 1 || q->g != 1)
@@ -494,7 +498,7 @@ static int conv_try_wino(lt_op op, const conv_geom *q, lt_dtype cdt, const void 
         *st = lt_conv_direct_c1(&wq, a, b, y, nt, ctx);
         return 1;
     }
-    if (!lt_wino_choose(&wq)) return 0;
+    if (no_wino || !lt_wino_choose(&wq)) return 0;
     if (op == LT_OP_conv2d_backward_weight)
         *st = lt_wino_run_bw(&wq, b, a, y, nt, ctx);
     else
@@ -502,9 +506,47 @@ static int conv_try_wino(lt_op op, const conv_geom *q, lt_dtype cdt, const void 
     return 1;
 }
 
+/* The f32 convolution op of packed inputs a, b into y, by the kernel that
+ * takes it (Winograd unless no_wino, direct, the input gradient as a
+ * forward convolution, im2col + GEMM). */
+static lt_status conv_compute(lt_op op, const conv_geom *q, lt_dtype cdt, const void *a,
+                              const void *b, void *y, int nt, const lt_kernel_ctx *ctx,
+                              int no_wino)
+{
+    lt_status st = LT_OK;
+    if (conv_try_wino(op, q, cdt, a, b, y, nt, ctx, &st, no_wino))
+        return st;
+    if (op != LT_OP_conv2d_backward_input || !conv_bwd_input_as_fwd(q, cdt, a, b, y, nt, ctx, &st))
+        st = conv_run(op, q, cdt, a, b, y, nt, ctx);
+    return st;
+}
+
+/* One pass of a TPU precision level (mxu.h): the convolution of two parts. */
+typedef struct conv_pass_arg {
+    lt_op op;
+    const conv_geom *q;
+    int nt;
+    const lt_kernel_ctx *ctx;
+} conv_pass_arg;
+
+static lt_status conv_pass(void *arg, const lt_view *a, const lt_view *b, const lt_view *out)
+{
+    const conv_pass_arg *j = arg;
+    void *o0 = NULL, *o1 = NULL;      /* parts keep a permuted input's layout */
+    const void *p0 = lt_kutil_pack(a, LT_F32, j->nt, &o0);
+    const void *p1 = p0 ? lt_kutil_pack(b, LT_F32, j->nt, &o1) : NULL;
+    lt_status st = p1 ? conv_compute(j->op, j->q, LT_F32, p0, p1, out->data, j->nt, j->ctx, 1)
+                      : LT_ERR_OOM;
+    free(o0);
+    free(o1);
+    return st;
+}
+
 /* conv2d / conv2d_backward_input / conv2d_backward_weight (see ops.def) into
  * contiguous out. Float dtypes only (LT_ERR_DTYPE otherwise); LT_ERR_OOM when
- * scratch cannot be allocated. */
+ * scratch cannot be allocated. At a TPU precision level (lt_mxu_applies) an
+ * f32 convolution is computed in bf16 passes (the split commutes with
+ * im2col: each pass is the convolution of two parts), without Winograd. */
 lt_status lt_kernel_conv(lt_op op, const lt_attrs *attrs, const lt_view *in, int n_in,
                          const lt_view *out, const lt_kernel_ctx *ctx)
 {
@@ -521,6 +563,18 @@ lt_status lt_kernel_conv(lt_op op, const lt_attrs *attrs, const lt_view *in, int
     if (st != LT_OK) return st;
     if (kt_numel(&out->shape) == 0) return LT_OK;
     lt_dtype cdt = kt_compute_dt(out->dtype);
+    if (lt_mxu_applies(ctx, cdt, in[0].dtype, in[1].dtype)) {
+        int64_t n = kt_numel(&out->shape);
+        float *res = out->dtype == LT_F32 ? kt_ptr(out) : lt_kutil_alloc((size_t)n * sizeof(float), "conv2d");
+        if (!res) return LT_ERR_OOM;
+        conv_pass_arg j = {op, &q, nt, ctx};
+        st = lt_mxu_product(ctx->mm_precision, &in[0], &in[1], &out->shape, res, conv_pass, &j, nt, ctx);
+        if (res != kt_ptr(out)) {
+            if (st == LT_OK) lt_kutil_unpack(res, LT_F32, out, nt);
+            free(res);
+        }
+        return st;
+    }
     void *o0 = NULL, *o1 = NULL, *yown = NULL;
     const void *p0 = lt_kutil_pack(&in[0], cdt, nt, &o0);
     const void *p1 = p0 ? lt_kutil_pack(&in[1], cdt, nt, &o1) : NULL;
@@ -531,11 +585,7 @@ lt_status lt_kernel_conv(lt_op op, const lt_attrs *attrs, const lt_view *in, int
         free(o0); free(o1); free(yown);
         return LT_ERR_OOM;
     }
-    if (conv_try_wino(op, &q, cdt, p0, p1, y, nt, ctx, &st))
-        ;
-    else if (op != LT_OP_conv2d_backward_input ||
-             !conv_bwd_input_as_fwd(&q, cdt, p0, p1, y, nt, ctx, &st))
-        st = conv_run(op, &q, cdt, p0, p1, y, nt, ctx);
+    st = conv_compute(op, &q, cdt, p0, p1, y, nt, ctx, 0);
     if (st == LT_OK && yown) lt_kutil_unpack(yown, cdt, out, nt);
     free(o0); free(o1); free(yown);
     return st;

@@ -11,6 +11,7 @@
  * f64 for f64.
  */
 #include "kutil.h"
+#include "mxu.h"
 
 typedef struct geom3 {
     int64_t N, C, sp[3];        /* input [N, C, D, H, W] */
@@ -185,6 +186,27 @@ static lt_status conv3_run(const lt_kernel_ctx *ctx, lt_op op, const geom3 *q, l
     return LT_OK;
 }
 
+/* One pass of a TPU precision level (mxu.h): the convolution of two parts. */
+typedef struct conv3_pass_arg {
+    lt_op op;
+    const geom3 *q;
+    int nt;
+    const lt_kernel_ctx *ctx;
+} conv3_pass_arg;
+
+static lt_status conv3_pass(void *arg, const lt_view *a, const lt_view *b, const lt_view *out)
+{
+    const conv3_pass_arg *j = arg;
+    void *o0 = NULL, *o1 = NULL;      /* parts keep a permuted input's layout */
+    const void *p0 = lt_kutil_pack(a, LT_F32, j->nt, &o0);
+    const void *p1 = p0 ? lt_kutil_pack(b, LT_F32, j->nt, &o1) : NULL;
+    lt_status st = p1 ? conv3_run(j->ctx, j->op, j->q, LT_F32, p0, p1, out->data, j->nt)
+                      : LT_ERR_OOM;
+    free(o0);
+    free(o1);
+    return st;
+}
+
 /* conv3d / conv3d_backward_input / conv3d_backward_weight (see ops.def) into
  * contiguous out. Float dtypes only (LT_ERR_DTYPE otherwise); LT_ERR_OOM when
  * scratch cannot be allocated. */
@@ -211,6 +233,9 @@ lt_status lt_kernel_conv3d(lt_op op, const lt_attrs *attrs, const lt_view *in, i
     if (!y) return LT_ERR_OOM;
     if (q.N == 0 || q.L == 0 || q.ckk == 0 || q.Og == 0) {   /* nothing reaches the output */
         memset(y, 0, (size_t)on * es);
+    } else if (lt_mxu_applies(ctx, cdt, in[0].dtype, in[1].dtype)) {
+        conv3_pass_arg j = {op, &q, nt, ctx};      /* in bf16 passes (mxu.h) */
+        st = lt_mxu_product(ctx->mm_precision, &in[0], &in[1], &out->shape, y, conv3_pass, &j, nt, ctx);
     } else {
         void *o0 = NULL, *o1 = NULL;
         const void *p0 = lt_kutil_pack(&in[0], cdt, nt, &o0);

@@ -24,6 +24,8 @@ typedef struct lt_view {
 typedef struct lt_kernel_ctx {
     int core;
     int nthreads;             /* OpenMP budget for this kernel */
+    int mm_precision;         /* the program's lt_matmul_precision: how f32
+                                 products multiply (mxu.h); 0 = plain f32 */
 } lt_kernel_ctx;
 
 /* Computes op on views in[0..n_in) into out (contiguous, out->dtype is the

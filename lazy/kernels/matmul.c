@@ -7,6 +7,9 @@
  * packed to a contiguous array first. bf16 (storage) operands are converted
  * to f32, multiplied with f32 accumulation and rounded to nearest even on
  * store (TPU MXU numerics). Integer dtypes use a plain int64-accumulating loop.
+ * At a TPU precision level (the program's, lt_kernel_ctx.mm_precision) an
+ * f32 product runs this f32 path once per bf16 pass on split operands
+ * (mxu.h), and addmm's bias is added after the passes.
  *
  * GEMM epilogue (lt_kernel_matmul_epi): a 2-D product is split into blocks
  * of rows (or columns) claimed by the core's workers; each worker fills its block with
@@ -20,6 +23,7 @@
 #include "kutil.h"
 #include "fused.h"
 #include "par.h"
+#include "mxu.h"
 
 /* BLAS operand: rows x cols view with strides s0, s1 (elements). Returns 1 and
  * sets trans/ld when BLAS can read it in place. */
@@ -245,6 +249,56 @@ static lt_status matmul_float(const lt_view *a, const lt_view *b, const lt_view 
     return LT_OK;
 }
 
+/* ---- TPU precision levels (mxu.h) ---- */
+
+typedef struct mm_pass_arg {
+    int batched, nt;
+    const lt_kernel_ctx *ctx;
+} mm_pass_arg;
+
+static lt_status mm_pass(void *arg, const lt_view *a, const lt_view *b, const lt_view *out)
+{
+    const mm_pass_arg *j = arg;
+    return matmul_float(a, b, NULL, out, j->batched, j->nt, j->ctx);
+}
+
+/* matmul_float at the program's precision level (lt_mxu_applies): the
+ * product in bf16 passes into an f32 result, then addmm's bias added to
+ * every row (XLA adds it to the dot's result), then stored as out (its
+ * dtype and, for a 4-D bmm result, its strides). */
+static lt_status matmul_mxu(const lt_view *a, const lt_view *b, const lt_view *bias,
+                            const lt_view *out, int batched, int nt, const lt_kernel_ctx *ctx)
+{
+    int64_t n = kt_numel(&out->shape);
+    if (n == 0) return LT_OK;
+    int direct = out->dtype == LT_F32 && lt_view_is_contiguous(out);
+    float *res = direct ? kt_ptr(out) : lt_kutil_alloc((size_t)n * sizeof(float), "matmul");
+    if (!res) return LT_ERR_OOM;
+    mm_pass_arg j = {batched, nt, ctx};
+    lt_shape osh = out->shape;          /* a 4-D bmm result: passes into [B, M, N] */
+    if (osh.ndim == 4) {
+        osh.ndim = 3;
+        osh.dims[0] *= osh.dims[1];
+        osh.dims[1] = out->shape.dims[2];
+        osh.dims[2] = out->shape.dims[3];
+    }
+    lt_status st = lt_mxu_product(ctx->mm_precision, a, b, &osh, res, mm_pass, &j, nt, ctx);
+    if (st == LT_OK && bias) {
+        int64_t N = out->shape.dims[out->shape.ndim - 1], M = n / N;
+        float *row = bias_row(bias, LT_F32, N);
+        if (!row) st = LT_ERR_OOM;
+        for (int64_t i = 0; row && i < M; i++)
+            for (int64_t c = 0; c < N; c++) res[i * N + c] += row[c];
+        free(row);
+    }
+    if (st == LT_OK && !direct) {
+        lt_view src = kt_contig_view(res, LT_F32, &out->shape);
+        lt_kutil_copy(&src, out, nt);
+    }
+    if (!direct) free(res);
+    return st;
+}
+
 static lt_status matmul_int(const lt_view *a, const lt_view *b, const lt_view *out,
                             int batched, int nt)
 {
@@ -314,7 +368,9 @@ lt_status lt_kernel_matmul(lt_op op, const lt_attrs *attrs, const lt_view *in, i
         return lt_set_error(LT_ERR_SHAPE, "%s: expected %d-D operands", lt_op_name(op), want);
     if (kt_is_float(out->dtype) && kt_is_float(m[0].dtype) && kt_is_float(m[1].dtype) &&
         (!bias || kt_is_float(bias->dtype)))
-        return matmul_float(&m[0], &m[1], bias, out, batched, nt, ctx);
+        return lt_mxu_applies(ctx, kt_compute_dt(out->dtype), m[0].dtype, m[1].dtype)
+                   ? matmul_mxu(&m[0], &m[1], bias, out, batched, nt, ctx)
+                   : matmul_float(&m[0], &m[1], bias, out, batched, nt, ctx);
     if (!addmm && !four && kt_is_index(out->dtype) && kt_is_index(in[0].dtype) && kt_is_index(in[1].dtype))
         return matmul_int(&in[0], &in[1], out, batched, nt);
     return lt_kutil_dtype_error(op, in, n_in, out);
@@ -341,6 +397,8 @@ typedef struct epi_job {
     int round;                /* out->dtype != cdt: rounded per block */
     int split_m;              /* blocks of rows (else of columns) */
     int gemm_done;            /* the product is complete: epilogue only */
+    int bias_after;           /* brow added after the GEMM (a TPU precision
+                                 level: XLA adds it to the dot's result) */
     int64_t M, N, K, chunk;
     const lt_fused_bound *fb;
     void **regs;              /* per worker */
@@ -356,16 +414,23 @@ static void epi_block(void *arg, int64_t ci, int w)
     int64_t r0 = j->split_m ? lo : 0, r1 = j->split_m ? hi : M;
     int64_t c0 = j->split_m ? 0 : lo, c1 = j->split_m ? N : hi, nc = c1 - c0;
     char *c = j->C + (r0 * N + c0) * (int64_t)es;
-    for (int64_t i = 0; i < r1 - r0 && !j->gemm_done && (j->brow || j->K == 0); i++) {
+    int pre = j->brow && !j->bias_after;      /* the bias as the GEMM's prologue */
+    for (int64_t i = 0; i < r1 - r0 && !j->gemm_done && (pre || j->K == 0); i++) {
         char *row = c + i * N * (int64_t)es;
-        if (j->brow) memcpy(row, j->brow + c0 * (int64_t)es, (size_t)nc * es);
+        if (pre) memcpy(row, j->brow + c0 * (int64_t)es, (size_t)nc * es);
         else memset(row, 0, (size_t)nc * es);
     }
     if (j->K > 0 && !j->gemm_done)
         lt_kutil_gemm(j->cdt, j->a->trans, j->b->trans, r1 - r0, nc, j->K,
                       j->a->base + (j->a->trans ? r0 : r0 * j->a->ld) * (int64_t)es, j->a->ld,
                       j->b->base + (j->b->trans ? c0 * j->b->ld : c0) * (int64_t)es, j->b->ld,
-                      j->brow ? 1.0 : 0.0, c, N);
+                      pre ? 1.0 : 0.0, c, N);
+    if (j->brow && j->bias_after && !j->gemm_done)      /* f32 (cdt is f32 here) */
+        for (int64_t i = 0; i < r1 - r0; i++) {
+            float *row = (float *)c + i * N;
+            const float *bv = (const float *)j->brow + c0;
+            for (int64_t k = 0; k < nc; k++) row[k] += bv[k];
+        }
     if (j->round && !j->gemm_done) {
         lt_shape sh = {2, {r1 - r0, nc}};
         lt_view src = kt_contig_view(c, j->cdt, &sh);
@@ -389,8 +454,11 @@ static void epi_block(void *arg, int64_t ci, int w)
  * computed it. The result is 2-D f32 or bf16 (bf16: the program reads the
  * rounded values, as when it runs after the GEMM); any other case runs
  * lt_kernel_matmul then the program as a whole (lt_fused_run), with the
- * same values. Returns LT_OK or the errors of lt_kernel_matmul
- * (LT_ERR_OOM for scratch). */
+ * same values. At the TPU precision level DEFAULT (mxu.h) the blocks
+ * multiply the operands rounded to bf16 and addmm's bias is added after
+ * each block's GEMM; HIGH and HIGHEST take the lt_kernel_matmul route.
+ * Returns LT_OK or the errors of lt_kernel_matmul (LT_ERR_OOM for
+ * scratch). */
 lt_status lt_kernel_matmul_epi(lt_op op, const lt_attrs *attrs, const lt_view *in, int n_in,
                                const struct lt_fused *epi, const lt_view *epi_in,
                                const lt_view *out, const lt_kernel_ctx *ctx)
@@ -398,12 +466,16 @@ lt_status lt_kernel_matmul_epi(lt_op op, const lt_attrs *attrs, const lt_view *i
     int addmm = op == LT_OP_addmm;
     const lt_view *m = addmm ? in + 1 : in;
     lt_dtype cdt = kt_compute_dt(out->dtype);
+    /* a TPU precision level (mxu.h): DEFAULT's one pass runs here on
+     * rounded operands; HIGH and HIGHEST run their passes, then the program */
+    int prec = n_in == (addmm ? 3 : 2) && lt_mxu_applies(ctx, cdt, m[0].dtype, m[1].dtype)
+                   ? ctx->mm_precision : 0;
     if ((op != LT_OP_mm && !addmm) || n_in != (addmm ? 3 : 2) || out->shape.ndim != 2 ||
         m[0].shape.ndim != 2 || m[1].shape.ndim != 2 || cdt != LT_F32 ||
         (out->dtype != LT_F32 && out->dtype != LT_BF16) || !kt_is_float(m[0].dtype) ||
         !kt_is_float(m[1].dtype) || (addmm && !kt_is_float(in[0].dtype)) ||
         lt_shape_numel(&epi->shape) != lt_shape_numel(&out->shape) ||
-        !lt_view_is_contiguous(out)) {
+        !lt_view_is_contiguous(out) || (prec && prec != LT_MATMUL_DEFAULT)) {
         lt_status st = lt_kernel_matmul(op, attrs, in, n_in, out, ctx);
         return st != LT_OK ? st : lt_fused_run(epi, epi_in, out + 1, ctx);
     }
@@ -423,8 +495,13 @@ lt_status lt_kernel_matmul_epi(lt_op op, const lt_attrs *attrs, const lt_view *i
     if (round && !(C = cown = lt_kutil_alloc((size_t)(M * N) * es, "matmul")))
         return LT_ERR_OOM;
     if (addmm && !(brow = bias_row(&in[0], cdt, N))) st = LT_ERR_OOM;
-    if (st == LT_OK && K > 0 && (st = mm_operand_init(&m[0], 0, cdt, nt, &oa)) == LT_OK)
-        st = mm_operand_init(&m[1], 0, cdt, nt, &ob);
+    /* DEFAULT precision: the one pass multiplies the operands rounded to bf16 */
+    float *rnd[2] = {NULL, NULL};
+    lt_view rv[2] = {m[0], m[1]};
+    for (int k = 0; k < 2 && st == LT_OK && K > 0 && prec; k++)
+        if (!(rnd[k] = lt_mxu_split_view(prec, &m[k], nt, ctx, &rv[k]))) st = LT_ERR_OOM;
+    if (st == LT_OK && K > 0 && (st = mm_operand_init(&rv[0], 0, cdt, nt, &oa)) == LT_OK)
+        st = mm_operand_init(&rv[1], 0, cdt, nt, &ob);
     if (st == LT_OK && !(fb = lt_fused_bind_range(epi, epi_in, out + 1)))
         st = lt_set_error(LT_ERR_OOM, "matmul: out of host memory");
     /* A long inner dimension (weight gradients: K = tokens) is split
@@ -433,12 +510,14 @@ lt_status lt_kernel_matmul_epi(lt_op op, const lt_attrs *attrs, const lt_view *i
      * over blocks of rows, still one step. */
     int gemm_done = st == LT_OK && K > 0 && K >= 2 * (M > N ? M : N);
     if (gemm_done) {
-        if (brow)
+        if (brow && !prec)
             lt_kutil_gemm_par_bias(ctx, nt, cdt, oa.trans, ob.trans, M, N, K, oa.base, oa.ld,
                                    ob.base, ob.ld, brow, C, N);
         else
             lt_kutil_gemm_par(ctx, nt, cdt, oa.trans, ob.trans, M, N, K, oa.base, oa.ld,
                               ob.base, ob.ld, 0.0, C, N);
+        for (int64_t i = 0; brow && prec && i < M; i++)
+            for (int64_t k = 0; k < N; k++) ((float *)C)[i * N + k] += ((const float *)brow)[k];
         if (round)
             lt_kutil_unpack(C, cdt, out, nt);
     }
@@ -458,8 +537,8 @@ lt_status lt_kernel_matmul_epi(lt_op op, const lt_attrs *attrs, const lt_view *i
         if (!(regs[nreg] = lt_fused_regs_alloc(lt_fused_regs_bytes(epi))))
             st = lt_set_error(LT_ERR_OOM, "matmul: out of host memory");
     if (st == LT_OK) {
-        epi_job j = {cdt, &oa, &ob, brow, C, out, round, split_m, gemm_done, M, N, K, chunk,
-                     fb, regs};
+        epi_job j = {cdt, &oa, &ob, brow, C, out, round, split_m, gemm_done, prec != 0,
+                     M, N, K, chunk, fb, regs};
         if (workers > 1)
             lt_par_for(ctx, workers, nch, epi_block, &j);
         else
@@ -470,6 +549,8 @@ lt_status lt_kernel_matmul_epi(lt_op op, const lt_attrs *attrs, const lt_view *i
     lt_fused_unbind(fb);
     free(oa.owned);
     free(ob.owned);
+    free(rnd[0]);
+    free(rnd[1]);
     free(brow);
     free(cown);
     return st;

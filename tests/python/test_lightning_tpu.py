@@ -37,6 +37,9 @@ def run(cmd, timeout=900):
     for k in list(env):
         if k.startswith(("XLA_", "PT_XLA", "PJRT_", "LAZYTPU_")) and k != "LAZYTPU_BIN_DIR":
             env.pop(k)
+    # compared with Lightning on the CPU: f32 products, not the TPU's default
+    # one bf16 pass (the script itself stays unchanged)
+    env["LAZYTPU_MATMUL_PRECISION"] = "f32"
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
                        cwd=REPO)
     assert p.returncode == 0, "exit %d\n--- stdout\n%s\n--- stderr\n%s" % (

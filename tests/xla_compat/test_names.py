@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 import torch_xla
 import torch_xla.amp as xamp
+import torch_xla.backends
 import torch_xla.core.xla_env_vars as xenv
 import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
@@ -299,6 +300,17 @@ def test_env_var_names_and_runtime_cache(capsys):
 
 
 def test_training_matches_eager_cpu():
+    # a TPU multiplies f32 in one bf16 pass by default (~8 bits): a run
+    # compared with f32 eager asks for HIGHEST (~22 bits), as on a TPU
+    before = torch_xla.backends.get_mat_mul_precision()
+    torch_xla.backends.set_mat_mul_precision("highest")
+    try:
+        _train_and_compare_with_eager_cpu()
+    finally:
+        torch_xla.backends.set_mat_mul_precision(before)
+
+
+def _train_and_compare_with_eager_cpu():
     torch.manual_seed(0)
     ref = nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 3))
     m = nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 3))

@@ -4,11 +4,17 @@ Active only under ``lazytpu-run`` / ``python -m lazytpu``. Each module of this
 tree maps torch_xla's names onto lazytpu's implementation; see
 docs/torch_xla.md for the table and what differs.
 """
+import os
+
 from . import _env
 
 _env.translate_env()       # before the engine loads: it reads its settings once
 
 import lazytpu as _lazytpu  # noqa: E402,F401
+
+# the engine may have started before this import (a device tensor made
+# first): the starting matmul precision _env chose applies either way
+_lazytpu.set_matmul_precision(os.environ["LAZYTPU_MATMUL_PRECISION"])
 
 from .version import __version__  # noqa: E402,F401
 from .torch_xla import *  # noqa: E402,F401,F403

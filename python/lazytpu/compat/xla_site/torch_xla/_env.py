@@ -19,6 +19,8 @@ def translate_env():
     XLA_METRICS_FILE -> the report is appended there at exit (torch_xla/_exit.py);
     XLA_IR_DEBUG -> user frames in graph dumps (always on in lazytpu);
     PJRT_DEVICE: TPU or CPU accepted (the device kind reported), else an error;
+      it also picks the starting LAZYTPU_MATMUL_PRECISION when unset: default
+      (a TPU's bf16 passes) for TPU, f32 for CPU;
     XLA_FLAGS: ignored, with a one-line note."""
     e = os.environ
     for k in ("XLA_USE_BF16", "XLA_DOWNCAST_BF16"):
@@ -37,5 +39,8 @@ def translate_env():
     if pjrt not in ("TPU", "CPU"):
         raise RuntimeError("lazytpu: PJRT_DEVICE=%s is not available; lazytpu simulates "
                            "TPU cores (PJRT_DEVICE=TPU or CPU)" % e["PJRT_DEVICE"])
+    # f32 products as the device computes them: a TPU's bf16 passes at XLA's
+    # DEFAULT precision, full f32 on XLA:CPU (torch_xla.backends)
+    e.setdefault("LAZYTPU_MATMUL_PRECISION", "default" if pjrt == "TPU" else "f32")
     if e.get("XLA_FLAGS"):
         _note("XLA_FLAGS=%s is ignored (lazytpu is not XLA)" % e["XLA_FLAGS"])
