@@ -8,6 +8,12 @@
  * a fallback), read to the host, and the positions are uploaded as an int64
  * index. Everything else stays on the device.
  *
+ * tensor_split with a tensor of indices or sections: eager insists on a CPU
+ * tensor; a device one is read on the host the same way (a named sync and a
+ * host read, as torch_xla pays), then the split is the int-list one. It is
+ * registered on the autograd key (aten's op is CompositeImplicitAutograd),
+ * so the slices keep their gradients.
+ *
  * Advanced indexing with several index tensors (ints and/or masks, a mask
  * standing for its nonzero() columns): the indexed dims are made adjacent
  * (moved to the front when they are not, as eager orders the result), the
@@ -19,6 +25,7 @@
 #include "lt_register.h"
 
 #include <ATen/ExpandUtils.h>
+#include <ATen/ops/tensor_split.h>
 
 #include <numeric>
 
@@ -233,6 +240,39 @@ at::Tensor lt_masked_select(const at::Tensor &self, const at::Tensor &mask) {
 }
 
 }  // namespace
+
+namespace {
+
+std::vector<at::Tensor> lt_tensor_split_t(const at::Tensor &self, const at::Tensor &ios,
+                                          int64_t dim) {
+  TORCH_CHECK(self.dim() > 0, "tensor_split expected at least a 1-dimensional tensor, but got a "
+              "tensor with ", self.dim(), " dims");
+  TORCH_CHECK(ios.scalar_type() == at::kLong, "tensor_split expected tensor_indices_or_sections "
+              "to have dtype of long, but got ", ios.scalar_type());
+  TORCH_CHECK(ios.dim() == 0 || ios.dim() == 1, "tensor_split expected "
+              "tensor_indices_or_sections to be a zero-dimensional or one-dimensional tensor, but "
+              "got a tensor with ", ios.dim(), " dims");
+  std::vector<int64_t> v((size_t)ios.numel());
+  if (impl_of(ios)) {
+    lt_tensor *t = handle_of(ios);
+    check(lt_sync(&t, 1, LT_SYNC_DYNAMIC_SHAPE, 1));
+    if (!v.empty()) check_read(lt_tensor_to_host(t, v.data(), LT_I64));
+  } else {
+    at::Tensor c = ios.contiguous();
+    std::copy(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + v.size(), v.begin());
+  }
+  if (ios.dim() == 0) return at::tensor_split(self, v[0], dim);
+  return at::tensor_split(self, at::IntArrayRef(v), dim);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
+  const char *name = "tensor_split.tensor_indices_or_sections";
+  if (xla_compat())
+    mirror_library("aten", c10::DispatchKey::AutogradXLA).impl(name, TORCH_FN(lt_tensor_split_t));
+  m.impl(name, TORCH_FN(lt_tensor_split_t));
+}
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   reg(m, "nonzero", TORCH_FN(lt_nonzero));

@@ -2,7 +2,9 @@
  * backend/ops_ew.cpp — elementwise and mask kernels composed from table ops:
  *   bitwise_and/or/xor/not (bool and integer tensors; floats run on the CPU
  *     fallback, which raises eager's error),
- *   isinf/isposinf/isneginf/isfinite,
+ *   isinf/isposinf/isneginf/isfinite, nan_to_num (wheres on those tests),
+ *   isin (the table's isin on both inputs cast to their result type; with a
+ *     scalar on either side, an eq, and an any over the test elements),
  *   tril/triu (a mask of arange comparisons and where),
  *   masked_scatter (the k-th masked position takes source's k-th element:
  *     positions by a cumsum of the mask, then a gather),
@@ -13,7 +15,11 @@
 
 #include <ATen/ExpandUtils.h>
 
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
 #include <cmath>
+#include <limits>
 
 namespace lazytpu {
 namespace {
@@ -92,6 +98,87 @@ at::Tensor lt_isfinite(const at::Tensor &self) {
   Ref inf = abs_eq_inf(x);
   Ref fin = trace(LT_OP_logical_not, {inf.get()});
   return wrap(trace(LT_OP_logical_and, {notnan.get(), fin.get()}));
+}
+
+/* nan -> nan (0), inf -> posinf (the dtype's max), -inf -> neginf (its
+ * lowest), the replacements rounded to x's dtype as eager does; integers
+ * and bools are copied */
+template <class T>
+void finite_limits(double *hi, double *lo) {
+  *hi = (double)std::numeric_limits<T>::max();
+  *lo = (double)std::numeric_limits<T>::lowest();
+}
+at::Tensor lt_nan_to_num(const at::Tensor &self, c10::optional<double> nan,
+                         c10::optional<double> posinf, c10::optional<double> neginf) {
+  lt_tensor *x = handle_of(self);
+  int core = lt_tensor_core(x);
+  lt_dtype dt = lt_tensor_dtype(x);
+  if (!lt_dtype_is_float(dt)) {
+    if (lt_dtype_is_complex(dt)) throw_unsupported("nan_to_num of a complex tensor");
+    return wrap(trace(LT_OP_copy, {x}));
+  }
+  double hi, lo;
+  switch (self.scalar_type()) {
+  case at::kDouble: finite_limits<double>(&hi, &lo); break;
+  case at::kBFloat16: finite_limits<c10::BFloat16>(&hi, &lo); break;
+  case at::kHalf: finite_limits<c10::Half>(&hi, &lo); break;
+  default: finite_limits<float>(&hi, &lo); break;
+  }
+  Ref vn = scalar_typed(core, nan.value_or(0.0), dt);
+  Ref vp = scalar_typed(core, posinf.value_or(hi), dt);
+  Ref vm = scalar_typed(core, neginf.value_or(lo), dt);
+  Ref pinf = scalar(core, INFINITY), minf = scalar(core, -INFINITY);
+  Ref r = trace(LT_OP_where, {trace(LT_OP_eq, {x, minf.get()}).get(), vm.get(), x});
+  r = trace(LT_OP_where, {trace(LT_OP_eq, {x, pinf.get()}).get(), vp.get(), r.get()});
+  r = trace(LT_OP_where, {trace(LT_OP_isnan, {x}).get(), vn.get(), r.get()});
+  return wrap(std::move(r));
+}
+
+/* ------------------------------------------------------------------ isin */
+
+void check_isin_dtype(c10::ScalarType st) {
+  TORCH_CHECK(st != at::kBool && !at::isComplexType(st) && !at::isQIntType(st),
+              "Unsupported input type encountered for isin(): ", st);
+}
+/* the dtype of eager's wrapped-number tensor of s */
+void check_isin_scalar(const c10::Scalar &s) {
+  check_isin_dtype(s.isBoolean() ? at::kBool : s.isComplex() ? at::kComplexDouble : at::kLong);
+}
+at::Tensor isin_done(Ref r, bool invert) {
+  if (invert) r = trace(LT_OP_logical_not, {r.get()});
+  return wrap(std::move(r));
+}
+at::Tensor lt_isin_tt(const at::Tensor &elements, const at::Tensor &test, bool assume_unique,
+                      bool invert) {
+  check_isin_dtype(elements.scalar_type());
+  check_isin_dtype(test.scalar_type());
+  int core = common_core({&elements, &test});
+  lt_dtype rt = to_lt_dtype(at::result_type(elements, test));
+  Ref e = operand(elements, core), t = operand(test, core);
+  Ref ec = cast(e.get(), rt), tc = cast(t.get(), rt);
+  lt_attrs a = attrs_of({invert ? 1 : 0});
+  return wrap(trace(LT_OP_isin, {ec.get(), tc.get()}, &a));
+}
+at::Tensor lt_isin_ts(const at::Tensor &elements, const c10::Scalar &test, bool assume_unique,
+                      bool invert) {
+  check_isin_dtype(elements.scalar_type());
+  check_isin_scalar(test);
+  lt_tensor *x = handle_of(elements);
+  lt_dtype rt = to_lt_dtype(at::result_type(elements, test));
+  Ref ec = cast(x, rt);
+  Ref s = scalar(lt_tensor_core(x), test);
+  return isin_done(trace(LT_OP_eq, {ec.get(), s.get()}), invert);
+}
+at::Tensor lt_isin_st(const c10::Scalar &element, const at::Tensor &test, bool assume_unique,
+                      bool invert) {
+  check_isin_dtype(test.scalar_type());
+  check_isin_scalar(element);
+  lt_tensor *t = handle_of(test);
+  lt_dtype rt = to_lt_dtype(at::result_type(test, element));
+  Ref tc = cast(t, rt);
+  Ref s = scalar(lt_tensor_core(t), element);
+  Ref hit = reduce(LT_OP_any, trace(LT_OP_eq, {tc.get(), s.get()}).get(), {}, false);
+  return isin_done(std::move(hit), invert);
 }
 
 /* ----------------------------------------------------------- tril/triu */
@@ -226,6 +313,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   reg(m, "isposinf", TORCH_FN(lt_isposinf));
   reg(m, "isneginf", TORCH_FN(lt_isneginf));
   reg(m, "isfinite", TORCH_FN(lt_isfinite));
+  reg(m, "nan_to_num", TORCH_FN(lt_nan_to_num));
+  reg(m, "isin.Tensor_Tensor", TORCH_FN(lt_isin_tt));
+  reg(m, "isin.Tensor_Scalar", TORCH_FN(lt_isin_ts));
+  reg(m, "isin.Scalar_Tensor", TORCH_FN(lt_isin_st));
   reg(m, "tril", TORCH_FN(lt_tril));
   reg(m, "triu", TORCH_FN(lt_triu));
   reg(m, "masked_scatter", TORCH_FN(lt_masked_scatter));

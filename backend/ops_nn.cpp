@@ -336,6 +336,30 @@ at::Tensor lt_adaptive_avg_pool2d_backward(const at::Tensor &grad, const at::Ten
   return wrap(trace(LT_OP_adaptive_avg_pool2d_backward, {g.get(), x.get()}, &a));
 }
 
+std::tuple<at::Tensor, at::Tensor> lt_adaptive_max_pool2d(const at::Tensor &self,
+                                                          at::IntArrayRef output_size) {
+  TORCH_CHECK(output_size.size() == 2, "adaptive_max_pool2d(): internal error: output_size.size() "
+              "must be 2");
+  TORCH_CHECK(self.dim() == 3 || self.dim() == 4, "adaptive_max_pool2d(): Expected 3D or 4D "
+              "tensor, but got: ", self.sizes());
+  for (int64_t d = 1; d < self.dim(); d++)
+    TORCH_CHECK(self.size(d) > 0, "adaptive_max_pool2d(): Expected input to have non-zero size "
+                "for non-batch dimensions, but input has sizes ", self.sizes(), " with dimension ",
+                d, " being empty");
+  TORCH_CHECK(output_size[0] > 0 && output_size[1] > 0, "adaptive_max_pool2d(): output_size "
+              "must be positive, got ", output_size);
+  lt_tensor *x = handle_of(self);
+  lt_attrs a = attrs_of({output_size[0], output_size[1]});
+  return std::make_tuple(wrap(trace(LT_OP_adaptive_max_pool2d, {x}, &a)),
+                         wrap(trace(LT_OP_adaptive_max_pool2d_indices, {x}, &a)));
+}
+at::Tensor lt_adaptive_max_pool2d_backward(const at::Tensor &grad, const at::Tensor &self,
+                                           const at::Tensor &indices) {
+  int core = common_core({&grad, &self, &indices});
+  Ref g = operand(grad, core), x = operand(self, core), i = operand(indices, core);
+  return wrap(trace(LT_OP_adaptive_max_pool2d_backward, {g.get(), x.get(), i.get()}));
+}
+
 /* ---------------------------------------------------------- batch norm */
 
 std::vector<int64_t> bn_reduce_dims(int nd) {
@@ -771,6 +795,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   reg(m, "avg_pool2d_backward", TORCH_FN(lt_avg_pool2d_backward));
   reg(m, "_adaptive_avg_pool2d", TORCH_FN(lt_adaptive_avg_pool2d));
   reg(m, "_adaptive_avg_pool2d_backward", TORCH_FN(lt_adaptive_avg_pool2d_backward));
+  reg(m, "adaptive_max_pool2d", TORCH_FN(lt_adaptive_max_pool2d));
+  reg(m, "adaptive_max_pool2d_backward", TORCH_FN(lt_adaptive_max_pool2d_backward));
   reg(m, "native_batch_norm", TORCH_FN(lt_native_batch_norm));
   reg(m, "native_batch_norm_backward", TORCH_FN(lt_native_batch_norm_backward));
   reg(m, "native_layer_norm", TORCH_FN(lt_native_layer_norm));

@@ -189,7 +189,8 @@ typedef enum lt_op_kind {
     LT_KIND_LOSS,
     LT_KIND_RANDOM,
     LT_KIND_COLLECTIVE,
-    LT_KIND_BITCAST     /* same bytes, another dtype (complex <-> real pairs) */
+    LT_KIND_BITCAST,    /* same bytes, another dtype (complex <-> real pairs) */
+    LT_KIND_LINALG      /* matrix decompositions over the last two dims (f64 inside) */
 } lt_op_kind;
 
 typedef enum lt_op {

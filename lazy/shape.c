@@ -1,6 +1,7 @@
 /*
  * lazy/shape.c — the shape and dtype rules named in lazy/ops.def
- * (convolution and pooling rules: shape_conv.c; shared helpers: shape_int.h).
+ * (convolution and pooling rules: shape_conv.c; isin and linear algebra:
+ * shape_linalg.c; shared helpers: shape_int.h).
  * See shape.h for the contract. Error paths format messages; success paths
  * do no formatting and no allocation (they run once per traced op).
  */
@@ -396,6 +397,10 @@ lt_status lt_shape_rule_same(lt_op op, const lt_operand *in, int n,
             if (!lt_dtype_is_float(in[0].dtype) && !is_int(in[0].dtype) && in[0].dtype != LT_BOOL)
                 return lt_shape_fail(LT_ERR_DTYPE, op, in, n, "bad dtype");
         }
+        break;
+    case LT_OP_cummax_indices:
+        TRY(lt_shape_need_attrs(op, in, n, a, 1, "dim"));
+        TRY(check_dim(op, in, n, a->i[0], s->ndim, "dim"));
         break;
     case LT_OP_all_reduce:
         TRY(lt_shape_need_attrs(op, in, n, a, 1, "reduce type"));

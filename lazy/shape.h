@@ -67,6 +67,10 @@ LT_DECLARE_SHAPE_RULE(all_gather)
 LT_DECLARE_SHAPE_RULE(reduce_scatter)
 LT_DECLARE_SHAPE_RULE(view_as_real)
 LT_DECLARE_SHAPE_RULE(view_as_complex)
+LT_DECLARE_SHAPE_RULE(isin)          /* shape_linalg.c */
+LT_DECLARE_SHAPE_RULE(inv)
+LT_DECLARE_SHAPE_RULE(eigh)
+LT_DECLARE_SHAPE_RULE(svd)
 
 /* Dtype rules of ops.def's dtype column. */
 typedef enum lt_dtype_rule {

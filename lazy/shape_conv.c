@@ -275,7 +275,7 @@ lt_status lt_shape_rule_pool_bwd(lt_op op, const lt_operand *in, int n,
 {
     const lt_shape *gr = in[0].shape, *x = in[1].shape;
     lt_shape expect;
-    if (op == LT_OP_adaptive_avg_pool2d_backward) {
+    if (op == LT_OP_adaptive_avg_pool2d_backward || op == LT_OP_adaptive_max_pool2d_backward) {
         if (!spatial_ok(x) || gr->ndim != x->ndim)
             return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "expects grad and input of equal rank 3 or 4");
         for (int d = 0; d < x->ndim - 2; d++)
@@ -292,7 +292,7 @@ lt_status lt_shape_rule_pool_bwd(lt_op op, const lt_operand *in, int n,
     }
     if (in[0].dtype != in[1].dtype)
         return lt_shape_fail(LT_ERR_DTYPE, op, in, n, "grad and input dtypes differ");
-    if (op == LT_OP_max_pool2d_backward_idx) {
+    if (op == LT_OP_max_pool2d_backward_idx || op == LT_OP_adaptive_max_pool2d_backward) {
         if (!lt_shape_equal(in[2].shape, gr))
             return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "indices must have the grad's shape");
         if (in[2].dtype != LT_I64 && in[2].dtype != LT_I32)
@@ -315,6 +315,8 @@ lt_status lt_shape_rule_adaptive_pool(lt_op op, const lt_operand *in, int n,
     int b = x->ndim - 3;
     if (x->dims[b + 1] <= 0 || x->dims[b + 2] <= 0)
         return lt_shape_fail(LT_ERR_SHAPE, op, in, n, "input spatial size must be positive");
+    if (op != LT_OP_adaptive_avg_pool2d && !lt_dtype_is_float(in[0].dtype))
+        return lt_shape_fail(LT_ERR_DTYPE, op, in, n, "needs a floating input");
     *out = *x;
     out->dims[b + 1] = a->i[0];
     out->dims[b + 2] = a->i[1];

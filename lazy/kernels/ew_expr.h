@@ -126,4 +126,29 @@ static inline int64_t lt_ew_floordiv_i(int64_t a, int64_t b)
 }
 #define LT_FLOORDIV(a, b) _Generic((a), float: lt_ew_floordiv_f, double: lt_ew_floordiv_d, default: lt_ew_floordiv_i)(a, b)
 
+/* ---- erfinv: |y| > 1 -> NaN, +-1 -> +-inf ----
+ * Winitzki's closed form (relative error ~2e-3) refined by Newton steps on
+ * erf(x) = y in double, on erfc(x) = 1 - y past 0.5 (1 - y is exact there,
+ * so the tail keeps its digits): 4 steps take the guess to double precision.
+ * float rounds the double result once. */
+static inline double lt_ew_erfinv_d(double y)
+{
+    double ay = fabs(y);
+    if (!(ay <= 1)) return NAN;
+    if (ay == 1) return copysign(INFINITY, y);
+    if (ay == 0) return y;
+    const double a = 0.147, k = 1.1283791670955126;   /* 2 / sqrt(pi) */
+    double l = log1p(-ay * ay), t = 2 / (3.14159265358979323846 * a) + l / 2;
+    double x = sqrt(sqrt(t * t - l / a) - t);
+    double q = 1 - ay;
+    for (int i = 0; i < 4; i++) {
+        double e = exp(-x * x);
+        if (e == 0) break;
+        x = ay > 0.5 ? x + (erfc(x) - q) / (k * e) : x - (erf(x) - ay) / (k * e);
+    }
+    return copysign(x, y);
+}
+static inline float lt_ew_erfinv_f(float y) { return (float)lt_ew_erfinv_d(y); }
+#define LT_ERFINV(a) _Generic((a), float: lt_ew_erfinv_f, default: lt_ew_erfinv_d)(a)
+
 #endif

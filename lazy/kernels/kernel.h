@@ -50,7 +50,7 @@ LT_DECLARE_KERNEL(conv3d)
 LT_DECLARE_KERNEL(pool)
 LT_DECLARE_KERNEL(norm)
 LT_DECLARE_KERNEL(lnorm)       /* layer_norm and its backward (layernorm.c) */
-LT_DECLARE_KERNEL(scan)        /* cumsum, cumprod */
+LT_DECLARE_KERNEL(scan)        /* cumsum, cumprod, cummax_indices */
 LT_DECLARE_KERNEL(sort)        /* argsort */
 LT_DECLARE_KERNEL(view)        /* materialise a view: strided copy */
 LT_DECLARE_KERNEL(scatter)
@@ -59,6 +59,8 @@ LT_DECLARE_KERNEL(index)
 LT_DECLARE_KERNEL(loss)
 LT_DECLARE_KERNEL(random)
 LT_DECLARE_KERNEL(collective)
+LT_DECLARE_KERNEL(search)      /* isin */
+LT_DECLARE_KERNEL(linalg)      /* inv, eigh, svd (linalg.c) */
 /* Takes part in the collective `op` (all_reduce, ...) of this process's
  * world as a failure, for a program that cannot provide its operand (an
  * earlier step failed, an input is poisoned): every rank's collective then

@@ -1,6 +1,6 @@
 /*
- * lazy/kernels/pool.c — 2-D max / average / adaptive average pooling and
- * their backward passes over [N,C,H,W] or [C,H,W], PyTorch semantics:
+ * lazy/kernels/pool.c — 2-D max / average / adaptive average / adaptive max
+ * pooling and their backward passes over [N,C,H,W] or [C,H,W], PyTorch semantics:
  * padding (max pads with -inf), dilation, ceil_mode (output size comes from
  * the output/grad shape computed by the shape rule), count_include_pad,
  * divisor_override. Max: flat h*W+w indices, NaN counts as the max, ties keep
@@ -244,6 +244,36 @@ static void adaptive_##SUF(const pool_geom *q, const T *x, const T *g, T *out, i
             }                                                                             \
         }                                                                                 \
     }                                                                                     \
+}                                                                                         \
+/* Adaptive max pooling: output (oy, ox) takes the max of rows                           \
+ * [oy*H/oh, ceil((oy+1)*H/oh)) x the same for columns (PyTorch's windows),              \
+ * lt_pool_max_at's rule (the last NaN, else the first maximum); values into              \
+ * y and/or flat h*W+w indices into idx (dtype idt), either may be NULL. */               \
+static void adaptive_max_##SUF(const pool_geom *q, const T *x, T *y, void *idx,           \
+                               lt_dtype idt, int nt)                                      \
+{                                                                                         \
+    int64_t ohw = q->oh * q->ow, hw = q->H * q->W;                                        \
+    _Pragma("omp parallel for num_threads(nt) schedule(static) if (q->P * hw > 4096)")   \
+    for (int64_t p = 0; p < q->P; p++) {                                                  \
+        const T *xp = x + p * hw;                                                         \
+        for (int64_t oy = 0; oy < q->oh; oy++) {                                          \
+            int64_t h0 = oy * q->H / q->oh, h1 = ((oy + 1) * q->H + q->oh - 1) / q->oh;   \
+            for (int64_t ox = 0; ox < q->ow; ox++) {                                      \
+                int64_t w0 = ox * q->W / q->ow, w1 = ((ox + 1) * q->W + q->ow - 1) / q->ow; \
+                int64_t best = h0 * q->W + w0, o = p * ohw + oy * q->ow + ox;             \
+                T m = -INFINITY;                                                          \
+                for (int64_t h = h0; h < h1; h++)                                         \
+                    for (int64_t w = w0; w < w1; w++) {                                   \
+                        T v = xp[h * q->W + w];                                           \
+                        int take = (v > m) | (v != v);                                    \
+                        m = take ? v : m;                                                 \
+                        best = take ? h * q->W + w : best;                                \
+                    }                                                                     \
+                if (y) y[o] = m;                                                          \
+                if (idx) kt_store_i(idx, idt, o, best);                                   \
+            }                                                                             \
+        }                                                                                 \
+    }                                                                                     \
 }
 
 POOL_IMPL(float, f)
@@ -284,10 +314,25 @@ static void max_general(lt_dtype cdt, const pool_geom *q, const void *x, const v
     lt_par_for(ctx, nt, (q->P + j.per - 1) / j.per, maxg_chunk, &j);
 }
 
+static int is_adaptive(lt_op op)
+{
+    return op == LT_OP_adaptive_avg_pool2d || op == LT_OP_adaptive_avg_pool2d_backward ||
+           op == LT_OP_adaptive_max_pool2d || op == LT_OP_adaptive_max_pool2d_indices ||
+           op == LT_OP_adaptive_max_pool2d_backward;
+}
+
+/* backward ops that scatter the gradient at given flat indices (grad, x, idx) */
+static int is_bwd_idx(lt_op op)
+{
+    return op == LT_OP_max_pool2d_backward_idx || op == LT_OP_adaptive_max_pool2d_backward;
+}
+
 static int is_max(lt_op op)
 {
     return op == LT_OP_max_pool2d || op == LT_OP_max_pool2d_indices ||
-           op == LT_OP_max_pool2d_backward || op == LT_OP_max_pool2d_backward_idx;
+           op == LT_OP_max_pool2d_backward || op == LT_OP_max_pool2d_backward_idx ||
+           op == LT_OP_adaptive_max_pool2d || op == LT_OP_adaptive_max_pool2d_indices ||
+           op == LT_OP_adaptive_max_pool2d_backward;
 }
 
 /* max_pool2d_backward_idx over chunks of planes: dx (cdt, [P, hw]) = g
@@ -352,7 +397,7 @@ static lt_status pool_geom_init(lt_op op, const lt_attrs *at, const lt_view *x,
     q->ow = y->shape.dims[nd - 1];
     int64_t a[9] = {1, 1, 1, 1, 0, 0, 1, 1, 0};
     for (int k = 0; k < 9 && k < at->n; k++) a[k] = at->i[k];
-    if (op == LT_OP_adaptive_avg_pool2d || op == LT_OP_adaptive_avg_pool2d_backward) return LT_OK;
+    if (is_adaptive(op)) return LT_OK;
     q->kh = a[0]; q->kw = a[1];
     q->sh = a[2] > 0 ? a[2] : a[0]; q->sw = a[3] > 0 ? a[3] : a[1];
     q->ph = a[4]; q->pw = a[5];
@@ -376,14 +421,14 @@ lt_status lt_kernel_pool(lt_op op, const lt_attrs *attrs, const lt_view *in, int
                          const lt_view *out, const lt_kernel_ctx *ctx)
 {
     int nt = kt_nthreads(ctx);
-    int bwd = op == LT_OP_max_pool2d_backward || op == LT_OP_max_pool2d_backward_idx ||
+    int bwd = op == LT_OP_max_pool2d_backward || is_bwd_idx(op) ||
               op == LT_OP_avg_pool2d_backward ||
               op == LT_OP_adaptive_avg_pool2d_backward;
-    if (n_in != (op == LT_OP_max_pool2d_backward_idx ? 3 : bwd ? 2 : 1))
+    if (n_in != (is_bwd_idx(op) ? 3 : bwd ? 2 : 1))
         return lt_set_error(LT_ERR_INTERNAL, "pool kernel: op %d with %d inputs", (int)op, n_in);
     const lt_view *x = bwd ? &in[1] : &in[0];
     const lt_view *g = bwd ? &in[0] : NULL;
-    int idx_out = op == LT_OP_max_pool2d_indices;
+    int idx_out = op == LT_OP_max_pool2d_indices || op == LT_OP_adaptive_max_pool2d_indices;
     if (!kt_is_float(x->dtype) || (g && !kt_is_float(g->dtype)) ||
         (idx_out ? !kt_is_index(out->dtype) : !kt_is_float(out->dtype)) ||
         (n_in == 3 && !kt_is_index(in[2].dtype)))
@@ -397,7 +442,7 @@ lt_status lt_kernel_pool(lt_op op, const lt_attrs *attrs, const lt_view *in, int
     void *xo = NULL, *go = NULL, *yo = NULL;
     const void *xp = NULL, *gp = NULL;
     int need_x = !(op == LT_OP_avg_pool2d_backward || op == LT_OP_adaptive_avg_pool2d_backward ||
-                   op == LT_OP_max_pool2d_backward_idx);
+                   is_bwd_idx(op));
     if (need_x && !(xp = lt_kutil_pack(x, cdt, nt, &xo))) return LT_ERR_OOM;
     if (g && !(gp = lt_kutil_pack(g, cdt, nt, &go))) { free(xo); return LT_ERR_OOM; }
     void *y = NULL;
@@ -421,22 +466,23 @@ lt_status lt_kernel_pool(lt_op op, const lt_attrs *attrs, const lt_view *in, int
         if (lt_pool_is_max2(&q)) lt_pool_max2_bwd(cdt, &q, gp, xp, y, nt, ctx);
         else max_general(cdt, &q, xp, gp, NULL, NULL, LT_F32, y, nt, ctx);
         break;
-    case LT_OP_max_pool2d_backward_idx: {
+    case LT_OP_max_pool2d_backward_idx:
+    case LT_OP_adaptive_max_pool2d_backward: {
         void *io = NULL;
         const void *ip = lt_kutil_pack(&in[2], in[2].dtype, nt, &io);
         if (!ip) { st = LT_ERR_OOM; break; }
         int64_t hw = q.H * q.W, ohw = q.oh * q.ow;
         bwd_idx_job j = {cdt, in[2].dtype, q.P, hw, ohw, 1, gp, ip, y, 0};
         if (kt_numel(&in[2].shape) != q.P * ohw)
-            st = lt_set_error(LT_ERR_SHAPE, "max_pool2d_backward: %lld indices for a %lld-element grad",
-                              (long long)kt_numel(&in[2].shape), (long long)(q.P * ohw));
+            st = lt_set_error(LT_ERR_SHAPE, "%s: %lld indices for a %lld-element grad",
+                              lt_op_name(op), (long long)kt_numel(&in[2].shape), (long long)(q.P * ohw));
         if (st == LT_OK) {
             j.per = hw > 0 ? 16384 / hw : 1;
             if (j.per < 1) j.per = 1;
             lt_par_for(ctx, q.P * hw < 65536 ? 1 : nt, (q.P + j.per - 1) / j.per, bwd_idx_chunk, &j);
             if (atomic_load(&j.bad))
-                st = lt_set_error(LT_ERR_ARG, "max_pool2d_backward: an index is outside the "
-                                  "%lldx%lld input plane", (long long)q.H, (long long)q.W);
+                st = lt_set_error(LT_ERR_ARG, "%s: an index is outside the "
+                                  "%lldx%lld input plane", lt_op_name(op), (long long)q.H, (long long)q.W);
         }
         free(io);
         break;
@@ -451,6 +497,13 @@ lt_status lt_kernel_pool(lt_op op, const lt_attrs *attrs, const lt_view *in, int
     case LT_OP_adaptive_avg_pool2d_backward:
         if (dbl) adaptive_d(&q, xp, gp, y, bwd, nt); else adaptive_f(&q, xp, gp, y, bwd, nt);
         break;
+    case LT_OP_adaptive_max_pool2d:
+    case LT_OP_adaptive_max_pool2d_indices: {
+        void *ix = idx_out ? kt_ptr(out) : NULL;
+        if (dbl) adaptive_max_d(&q, xp, y, ix, out->dtype, nt);
+        else adaptive_max_f(&q, xp, y, ix, out->dtype, nt);
+        break;
+    }
     default:
         st = lt_set_error(LT_ERR_INTERNAL, "pool kernel: unexpected op %d", (int)op);
     }

@@ -1,6 +1,7 @@
 /*
  * lazy/kernels/scan.c — inclusive scans along one dim (attrs.i[0]):
- * cumsum and cumprod.
+ * cumsum, cumprod, and cummax_indices (the index of the running max or,
+ * attrs.i[1] != 0, min: cummax / cummin are a gather of x at it).
  *
  * The input is seen as [outer, D, inner]; each (outer, inner) line is scanned
  * in order d = 0..D-1, so results match a sequential loop (PyTorch's CPU
@@ -43,12 +44,39 @@ SCAN_IMPL(float, f)
 SCAN_IMPL(double, d)
 SCAN_IMPL(int64_t, i)
 
+/* Index of the running max (min when mn) per line, eager's rule: element d
+ * replaces the best when it is NaN, or when the best is not NaN and
+ * x[d] >= best (<= for min): ties and NaN take the latest index. */
+#define ARGSCAN_IMPL(T, SUF, ISNAN)                                                    \
+static void argscan_run_##SUF(int mn, const T *a, int64_t *y, int64_t outer, int64_t D, \
+                              int64_t inner, int nt)                                  \
+{                                                                                     \
+    _Pragma("omp parallel for num_threads(nt) schedule(static) if (outer * D * inner > 32768)") \
+    for (int64_t l = 0; l < outer * inner; l++) {                                     \
+        int64_t o = l / inner, j = l % inner, base = o * D * inner + j, bi = 0;       \
+        T best = a[base];                                                             \
+        for (int64_t d = 0; d < D; d++) {                                             \
+            T v = a[base + d * inner];                                                \
+            if (ISNAN(v) || (!ISNAN(best) && (mn ? v <= best : v >= best))) {         \
+                best = v;                                                             \
+                bi = d;                                                               \
+            }                                                                         \
+            y[base + d * inner] = bi;                                                 \
+        }                                                                             \
+    }                                                                                 \
+}
+#define SCAN_ISNAN(v) ((v) != (v))
+#define SCAN_NONAN(v) 0
+ARGSCAN_IMPL(double, d, SCAN_ISNAN)
+ARGSCAN_IMPL(int64_t, i, SCAN_NONAN)
+
 /* cumsum / cumprod (x) along attrs.i[0] into contiguous out (dtype by the
- * SUM rule). LT_ERR_ARG for a bad dim, LT_ERR_OOM if scratch fails. */
+ * SUM rule), cummax_indices into contiguous int64 out. LT_ERR_ARG for a bad
+ * dim, LT_ERR_OOM if scratch fails. */
 lt_status lt_kernel_scan(lt_op op, const lt_attrs *attrs, const lt_view *in, int n_in,
                          const lt_view *out, const lt_kernel_ctx *ctx)
 {
-    if (op != LT_OP_cumsum && op != LT_OP_cumprod)
+    if (op != LT_OP_cumsum && op != LT_OP_cumprod && op != LT_OP_cummax_indices)
         return lt_set_error(LT_ERR_INTERNAL, "scan kernel: unexpected op %d", (int)op);
     if (n_in != 1)
         return lt_set_error(LT_ERR_INTERNAL, "scan kernel: %d inputs", n_in);
@@ -66,6 +94,17 @@ lt_status lt_kernel_scan(lt_op op, const lt_attrs *attrs, const lt_view *in, int
         else inner *= s->dims[d];
     }
     if (outer * D * inner == 0) return LT_OK;
+    if (op == LT_OP_cummax_indices) {
+        lt_dtype kdt = kt_is_float(in[0].dtype) ? LT_F64 : LT_I64;
+        void *ko = NULL;
+        const void *k = lt_kutil_pack(&in[0], kdt, nt, &ko);
+        if (!k) return LT_ERR_OOM;
+        int mn = attrs && attrs->n > 1 && attrs->i[1] != 0;
+        if (kdt == LT_F64) argscan_run_d(mn, k, kt_ptr(out), outer, D, inner, nt);
+        else argscan_run_i(mn, k, kt_ptr(out), outer, D, inner, nt);
+        free(ko);
+        return LT_OK;
+    }
     lt_dtype cdt = kt_is_float(out->dtype) ? kt_compute_dt(out->dtype) : LT_I64;
     void *ao = NULL, *yo = NULL;
     const void *a = lt_kutil_pack(&in[0], cdt, nt, &ao);

@@ -126,6 +126,8 @@ lt_status lt_kernel_view(lt_op op, const lt_attrs *attrs, const lt_view *in,
 #pragma weak lt_kernel_loss
 #pragma weak lt_kernel_random
 #pragma weak lt_kernel_collective
+#pragma weak lt_kernel_search
+#pragma weak lt_kernel_linalg
 
 #define LT_KFN_none NULL
 #define LT_KFN_fused NULL
@@ -146,6 +148,8 @@ lt_status lt_kernel_view(lt_op op, const lt_attrs *attrs, const lt_view *in,
 #define LT_KFN_loss lt_kernel_loss
 #define LT_KFN_random lt_kernel_random
 #define LT_KFN_collective lt_kernel_collective
+#define LT_KFN_search lt_kernel_search
+#define LT_KFN_linalg lt_kernel_linalg
 
 lt_kernel_fn lt_kernel_for(lt_op op)
 {

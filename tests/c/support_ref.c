@@ -289,6 +289,22 @@ static lt_dtype out_dtype(lt_op op, const lt_attrs *at, const ref_array *in,
 #define LT_FLOORDIV(a, b) floor((a) / (b))
 #define LT_CLAMP(a, lo, hi) (isnan(a) ? (a) : fmin(fmax(a, lo), hi))
 
+#define LT_ERFINV(a) ref_erfinv(a)
+
+/* erfinv by bisection of erf on [-6, 6] (erf is 1 in double past 5.93) */
+static double ref_erfinv(double y)
+{
+    if (isnan(y) || fabs(y) > 1) return NAN;
+    if (fabs(y) == 1) return copysign(INFINITY, y);
+    double lo = -6, hi = 6;
+    for (int i = 0; i < 200; i++) {
+        double mid = (lo + hi) / 2;
+        if (erf(mid) < y) lo = mid;
+        else hi = mid;
+    }
+    return (lo + hi) / 2;
+}
+
 static double ref_py_mod(double a, double b)
 {
     double m = fmod(a, b);
@@ -565,6 +581,19 @@ static int eval_norm(lt_op op, const lt_attrs *at, const ref_array *in,
                 }
                 for (int64_t k = 0; k < L; k++) out->v[AT(k)] = (double)ix[k];
                 free(ix);
+            } else if (op == LT_OP_cummax_indices) {
+                /* eager's cummax_cummin_helper: NaN or >= (<=) the best moves it */
+                int mn = at->n > 1 && at->i[1];
+                double best = L ? in[0].v[AT(0)] : 0;
+                int64_t bi = 0;
+                for (int64_t k = 0; k < L; k++) {
+                    double v = in[0].v[AT(k)];
+                    if (isnan(v) || (!isnan(best) && (mn ? v <= best : v >= best))) {
+                        best = v;
+                        bi = k;
+                    }
+                    out->v[AT(k)] = (double)bi;
+                }
             } else if (op == LT_OP_cumsum || op == LT_OP_cumprod) {
                 double acc = op == LT_OP_cumsum ? 0 : 1;
                 for (int64_t k = 0; k < L; k++) {
@@ -829,6 +858,16 @@ static int eval_index(lt_op op, const lt_attrs *at, const ref_array *in,
         if (ref_array_init(out, od, &os)) return -1;
         for (int64_t k = 0; k < n; k++)
             out->v[k] = ref_round(in[0].v[0] + (double)k * in[1].v[0], od);
+        return 0;
+    }
+    if (op == LT_OP_isin) {   /* a linear scan of the test elements; NaN never matches */
+        if (ref_array_init(out, LT_BOOL, &in[0].shape)) return -1;
+        int64_t m = ref_numel(&in[1].shape);
+        for (int64_t i = 0; i < ref_numel(&in[0].shape); i++) {
+            int hit = 0;
+            for (int64_t j = 0; j < m && !hit; j++) hit = in[0].v[i] == in[1].v[j];
+            out->v[i] = (double)(hit != (at->n > 0 && at->i[0] != 0));
+        }
         return 0;
     }
     if (op == LT_OP_embedding_backward) {

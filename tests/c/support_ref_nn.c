@@ -241,7 +241,7 @@ int ref_eval_pool(lt_op op, const lt_attrs *at, const ref_array *in,
                      ref_array *out)
 {
     const int64_t *a = at->i;
-    if (op == LT_OP_max_pool2d_backward_idx) {
+    if (op == LT_OP_max_pool2d_backward_idx || op == LT_OP_adaptive_max_pool2d_backward) {
         /* dx[plane, idx] += grad, x only for the shape */
         pool_geo g;
         if (pool_geometry(&in[1].shape, &g)) return -1;
@@ -266,6 +266,8 @@ int ref_eval_pool(lt_op op, const lt_attrs *at, const ref_array *in,
                  op == LT_OP_max_pool2d_backward;
     int is_adapt = op == LT_OP_adaptive_avg_pool2d ||
                    op == LT_OP_adaptive_avg_pool2d_backward;
+    int is_amax = op == LT_OP_adaptive_max_pool2d || op == LT_OP_adaptive_max_pool2d_indices;
+    is_adapt |= is_amax;
     int64_t ma[8];
     if (is_max) {
         for (int k = 0; k < 8; k++) ma[k] = a[k];
@@ -285,7 +287,8 @@ int ref_eval_pool(lt_op op, const lt_attrs *at, const ref_array *in,
         lt_shape gs = pool_shape(&g);
         if (ref_numel(&gs) != ref_numel(&in[0].shape)) return ref_fail("ref pool backward: grad shape");
     }
-    lt_dtype od = op == LT_OP_max_pool2d_indices ? LT_I64 : in[0].dtype;
+    lt_dtype od = op == LT_OP_max_pool2d_indices || op == LT_OP_adaptive_max_pool2d_indices
+                  ? LT_I64 : in[0].dtype;
     if (ref_array_init(out, od, &os)) return -1;
     int64_t HW = g.H * g.W, OHW = g.OH * g.OW;
     for (int64_t pl = 0; pl < g.NC; pl++) {
@@ -310,6 +313,18 @@ int ref_eval_pool(lt_op op, const lt_attrs *at, const ref_array *in,
                     w0 = ow * g.W / g.OW;
                     w1 = ((ow + 1) * g.W + g.OW - 1) / g.OW;
                     div = (double)((h1 - h0) * (w1 - w0));
+                    if (is_amax) {   /* eager: the last NaN, else the first maximum */
+                        int64_t best = h0 * g.W + w0;
+                        double bv = -INFINITY;
+                        for (int64_t h = h0; h < h1; h++)
+                            for (int64_t w = w0; w < w1; w++)
+                                if (xp[h * g.W + w] > bv || isnan(xp[h * g.W + w])) {
+                                    bv = xp[h * g.W + w];
+                                    best = h * g.W + w;
+                                }
+                        out->v[oi] = op == LT_OP_adaptive_max_pool2d ? bv : (double)best;
+                        continue;
+                    }
                 } else {
                     div = avg_window(&g, a, oh, ow, &h0, &h1, &w0, &w1);
                 }

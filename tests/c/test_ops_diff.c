@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "support_diff.h"
+#include "support_linalg.h"
 
 extern char **environ;
 
@@ -38,7 +39,7 @@ static int is_transc(lt_op op)
     switch (op) {
     case LT_OP_exp: case LT_OP_log: case LT_OP_log1p: case LT_OP_expm1:
     case LT_OP_log2: case LT_OP_sin: case LT_OP_cos: case LT_OP_tanh:
-    case LT_OP_sigmoid: case LT_OP_gelu: case LT_OP_silu: case LT_OP_erf:
+    case LT_OP_sigmoid: case LT_OP_gelu: case LT_OP_silu: case LT_OP_erf: case LT_OP_erfinv:
     case LT_OP_pow: case LT_OP_atan2: case LT_OP_sqrt: case LT_OP_rsqrt:
     case LT_OP_gelu_backward: case LT_OP_silu_backward:
     case LT_OP_sigmoid_backward: case LT_OP_tanh_backward:
@@ -53,7 +54,7 @@ static int ew_gen(lt_op op, int k)
     switch (op) {
     case LT_OP_sqrt: case LT_OP_rsqrt: case LT_OP_log: case LT_OP_log2:
         return G_POS;
-    case LT_OP_log1p: return G_UNIT;
+    case LT_OP_log1p: case LT_OP_erfinv: return G_UNIT;
     case LT_OP_reciprocal: return G_NZ;
     case LT_OP_isnan: return G_NAN;
     case LT_OP_logical_not: case LT_OP_eq: case LT_OP_ne: case LT_OP_le:
@@ -73,7 +74,7 @@ static int ew_gen(lt_op op, int k)
 static int ew_int_ok(lt_op op)
 {
     switch (op) {
-    case LT_OP_gelu: case LT_OP_silu: case LT_OP_erf: case LT_OP_isnan:
+    case LT_OP_gelu: case LT_OP_silu: case LT_OP_erf: case LT_OP_erfinv: case LT_OP_isnan:
     case LT_OP_sigmoid_backward: case LT_OP_tanh_backward: case LT_OP_gelu_backward:
     case LT_OP_silu_backward: case LT_OP_atan2: case LT_OP_lerp:
     case LT_OP_leaky_relu: case LT_OP_leaky_relu_backward:
@@ -383,7 +384,9 @@ static void cases_pool(lt_op op)
                 const int *p;
                 lt_attrs at;
                 int OH, OW;
-                if (op == LT_OP_adaptive_avg_pool2d || op == LT_OP_adaptive_avg_pool2d_backward) {
+                if (op == LT_OP_adaptive_avg_pool2d || op == LT_OP_adaptive_avg_pool2d_backward ||
+                    op == LT_OP_adaptive_max_pool2d || op == LT_OP_adaptive_max_pool2d_indices ||
+                    op == LT_OP_adaptive_max_pool2d_backward) {
                     at = A(2, adc[c][0], adc[c][1]);
                     OH = adc[c][0];
                     OW = adc[c][1];
@@ -414,7 +417,8 @@ static void cases_pool(lt_op op)
                 int bwd = op == LT_OP_max_pool2d_backward || op == LT_OP_avg_pool2d_backward ||
                           op == LT_OP_adaptive_avg_pool2d_backward;
                 int64_t hw = xs[s].dims[xs[s].ndim - 2] * xs[s].dims[xs[s].ndim - 1];
-                if (op == LT_OP_max_pool2d_backward_idx)   /* any indices in the plane */
+                if (op == LT_OP_max_pool2d_backward_idx ||   /* any indices in the plane */
+                    op == LT_OP_adaptive_max_pool2d_backward)
                     RUN(op, at, tol, T(gs, dts[d], G_NORM), T(xs[s], dts[d], G_NORM), TIDX(gs, hw));
                 else if (bwd)
                     RUN(op, at, tol, T(gs, dts[d], G_NORM), T(xs[s], dts[d], G_NORM));
@@ -503,6 +507,18 @@ static void cases_norm(lt_op op)
                 for (int dim = 0; dim < shapes[s].ndim; dim++)
                     for (int desc = 0; desc < 2; desc++)
                         RUN(op, A(2, dim, desc), tol,
+                            T(shapes[s], sdts[d], sdts[d] == LT_BOOL ? G_BOOL :
+                                                  sdts[d] == LT_F32 ? G_NAN : G_TIES));
+        RUN(op, A(2, 0, 0), tol, T(D0, LT_F32, G_NORM));
+        return;
+    }
+    if (op == LT_OP_cummax_indices) {   /* ties and NaN pick the latest index */
+        lt_dtype sdts[] = {LT_F32, LT_F64, LT_BF16, LT_I64, LT_I32, LT_BOOL};
+        for (int d = 0; d < 6; d++)
+            for (int s = 0; s < 3; s++)
+                for (int dim = 0; dim < shapes[s].ndim; dim++)
+                    for (int mn = 0; mn < 2; mn++)
+                        RUN(op, A(2, dim, mn), tol,
                             T(shapes[s], sdts[d], sdts[d] == LT_BOOL ? G_BOOL :
                                                   sdts[d] == LT_F32 ? G_NAN : G_TIES));
         RUN(op, A(2, 0, 0), tol, T(D0, LT_F32, G_NORM));
@@ -680,6 +696,15 @@ static void cases_index(lt_op op)
             RUN(op, A(2, 10, -1), tol, T(D(3, 4, 8), dt, G_NORM), TIDX(D(3, 4), 10));
             RUN(op, A(2, 10, 3), tol, T(D(3, 4, 8), dt, G_NORM), TIDX(D(3, 4), 10));
             RUN(op, A(2, 5, -1), tol, T(D(20, 3), dt, G_NORM), TIDX(D(20), 5));
+            break;
+        case LT_OP_isin:   /* G_TIES: few distinct values, so both answers occur */
+            for (int inv = 0; inv < 2; inv++) {
+                RUN(op, A(1, inv), tol, T(D(4, 5), dt, G_TIES), T(D(3), dt, G_TIES));
+                RUN(op, A(1, inv), tol, T(D(6), dt, G_TIES), T(D(2, 3, 2), dt, G_TIES));
+                RUN(op, A(1, inv), tol, T(D0, dt, G_TIES), T(D(4), dt, G_TIES));
+                RUN(op, A(1, inv), tol, T(D(5), dt, G_TIES), T(D(0), dt, G_TIES));
+            }
+            if (dt == LT_F32) RUN(op, A(1, 0), tol, T(D(9), dt, G_NAN), T(D(9), dt, G_NAN));
             break;
         case LT_OP_arange:
             if (dt_is_fl(dt)) {
@@ -928,13 +953,15 @@ static void cases_large(lt_op op)
         lt_attrs at = A(9, 3, 3, 2, 2, 1, 1, 1, 1, 0);
         lt_shape g = D(4, 16, 20, 20);
         if (op == LT_OP_avg_pool2d || op == LT_OP_avg_pool2d_backward) at = A(9, 3, 3, 2, 2, 1, 1, 0, 1, 0);
-        if (op == LT_OP_adaptive_avg_pool2d || op == LT_OP_adaptive_avg_pool2d_backward) {
+        if (op == LT_OP_adaptive_avg_pool2d || op == LT_OP_adaptive_avg_pool2d_backward ||
+            op == LT_OP_adaptive_max_pool2d || op == LT_OP_adaptive_max_pool2d_indices ||
+            op == LT_OP_adaptive_max_pool2d_backward) {
             at = A(2, 7, 9);
             g = D(4, 16, 7, 9);
         }
         int bwd = op == LT_OP_max_pool2d_backward || op == LT_OP_avg_pool2d_backward ||
                   op == LT_OP_adaptive_avg_pool2d_backward;
-        if (op == LT_OP_max_pool2d_backward_idx)
+        if (op == LT_OP_max_pool2d_backward_idx || op == LT_OP_adaptive_max_pool2d_backward)
             BIG(op, at, TOL, T(g, f, G_NORM), T(D(4, 16, 40, 40), f, G_NORM), TIDX(g, 1600));
         else if (bwd) BIG(op, at, TOL, T(g, f, G_NORM), T(D(4, 16, 40, 40), f, G_NORM));
         else BIG(op, at, TOL, T(D(4, 16, 40, 40), f, G_NORM));
@@ -953,7 +980,7 @@ static void cases_large(lt_op op)
             break;
         }
         for (int dim = 0; dim < 2; dim++) {
-            if (op == LT_OP_argsort)
+            if (op == LT_OP_argsort || op == LT_OP_cummax_indices)
                 BIG(op, A(2, dim, dim), TOL_TR, T(D(200, 300), f, G_NORM));
             else if (op == LT_OP_cumsum || op == LT_OP_cumprod)
                 BIG(op, A(1, dim), TOL_TR, T(D(200, 300), f, op == LT_OP_cumprod ? G_UNIT : G_NORM));
@@ -1001,6 +1028,8 @@ static void cases_large(lt_op op)
             BIG(op, A(2, 1, 2), TOL, T(D(200, 300), f, G_NORM), TIDX(D(200, 250), 300), T(D(200, 250), f, G_NORM));
         else if (op == LT_OP_embedding_backward)
             BIG(op, A(2, 500, 0), TOL, T(D(64, 30, 40), f, G_NORM), TIDX(D(64, 30), 500));
+        else if (op == LT_OP_isin)
+            BIG(op, A(1, 0), TOL, TIDX(D(300, 257), 5000), TIDX(D(2000), 5000));
         else BIG(op, A(2, LT_F32, 100000), TOL, Z(-3, LT_F64), Z(0.125, LT_F64));
         break;
     case LT_KIND_LOSS:
@@ -1070,6 +1099,103 @@ static void cases_bitcast(lt_op op)
     free(got);
 }
 
+/* inv / eigh / svd through the API over a batch [2, 3, m, n], from device
+ * data and from a transposed view (the kernel reads strided input): each
+ * matrix's packed result must satisfy the decomposition's identities
+ * (support_linalg.h; vectors are unique only up to sign). The routines
+ * themselves against references: test_linalg.c. */
+static void cases_linalg(lt_op op)
+{
+    int k = dt_op_kind[op];
+    static const int64_t sh[][2] = {{3, 3}, {5, 5}, {1, 1}, {4, 2}, {2, 4}, {0, 0}, {6, 3}};
+    lt_dtype dts[] = {LT_F32, LT_F64};
+    for (int d = 0; d < 2; d++)
+        for (size_t c = 0; c < sizeof sh / sizeof sh[0]; c++)
+            for (int mode = 0; mode < 2; mode++)
+                for (int flag = 0; flag < 2; flag++) {
+                    int64_t m = sh[c][0], n = sh[c][1];
+                    if (op != LT_OP_svd && m != n) continue;
+                    dt_fam[k].cases++;
+                    dt_op_cases[op]++;
+                    int64_t B = 6, mn = m * n;
+                    double *a = malloc(sizeof(double) * (size_t)(B * mn + 1));
+                    double *host = malloc(sizeof(double) * (size_t)(B * mn + 1));
+                    for (int64_t i = 0; i < B * mn; i++)
+                        a[i] = dt_store_round(dt_rng_range(-1, 1), dts[d]);
+                    for (int64_t b = 0; b < B; b++) {
+                        double *ab = a + b * mn;
+                        if (op == LT_OP_eigh)   /* symmetric (the kernel reads one triangle) */
+                            for (int64_t i = 0; i < m; i++)
+                                for (int64_t j = 0; j < i; j++) ab[j * n + i] = ab[i * n + j];
+                        if (op == LT_OP_inv)
+                            for (int64_t i = 0; i < n; i++) ab[i * n + i] += 3;
+                        /* mode 1: stored transposed, read through a permute */
+                        for (int64_t i = 0; i < m; i++)
+                            for (int64_t j = 0; j < n; j++)
+                                host[b * mn + (mode ? j * m + i : i * n + j)] = ab[i * n + j];
+                    }
+                    lt_shape xs = mode ? D(2, 3, n, m) : D(2, 3, m, n);
+                    lt_tensor *x = NULL, *v = NULL, *y = NULL;
+                    int bad = lt_tensor_from_host(0, host, LT_F64, &xs, &x) != LT_OK;
+                    lt_tensor *xd = NULL;
+                    if (!bad && dts[d] != LT_F64) {
+                        lt_attrs ca = A(1, dts[d]);
+                        bad |= lt_trace1(LT_OP_cast, x, &ca, &xd) != LT_OK;
+                    } else if (!bad) {
+                        xd = lt_tensor_retain(x);
+                    }
+                    if (!bad && mode) {
+                        lt_attrs pa = A(4, 0, 1, 3, 2);
+                        bad |= lt_trace1(LT_OP_permute, xd, &pa, &v) != LT_OK;
+                    } else if (!bad) {
+                        v = lt_tensor_retain(xd);
+                    }
+                    lt_attrs at = A(1, flag);
+                    if (!bad) bad |= lt_trace1(op, v, &at, &y) != LT_OK;
+                    double *got = NULL;
+                    if (!bad) bad |= dt_read_tensor(y, &got) != 0;
+                    char what[128];
+                    snprintf(what, sizeof what, "%s %s [2, 3, %lld, %lld] mode %d flag %d",
+                             dt_op_names[op], dt_dtn(dts[d]), (long long)m, (long long)n, mode, flag);
+                    if (bad) printf("FAIL %s: %s\n", what, lt_last_error());
+                    const lt_shape *ys = bad ? NULL : lt_tensor_shape(y);
+                    int64_t R = ys ? ys->dims[2] : 0, C = ys ? ys->dims[3] : 0;
+                    double tol = dts[d] == LT_F64 ? 1e-12 : dt_bf16_mode ? 2e-2 : 1e-6;
+                    for (int64_t b = 0; !bad && b < B; b++) {
+                        const double *ab = a + b * mn, *yb = got + b * R * C;
+                        if (op == LT_OP_inv) {
+                            double *xi = malloc(sizeof(double) * (size_t)(mn + 1));
+                            for (int64_t i = 0; i < n; i++)
+                                for (int64_t j = 0; j < n; j++) xi[i * n + j] = yb[i * C + j];
+                            bad |= la_check_inv(what, n, ab, xi, tol);
+                            if (n > 0 && yb[n] != 0) { printf("FAIL %s: info %g\n", what, yb[n]); bad = 1; }
+                            free(xi);
+                        } else if (op == LT_OP_eigh) {
+                            bad |= la_check_eigh(what, n, ab, yb, yb + n, NULL, tol);
+                        } else {
+                            int64_t kk = m < n ? m : n, uc = flag ? m : kk, vr = flag ? n : kk;
+                            double *u = malloc(sizeof(double) * (size_t)(m * uc + 1));
+                            double *vh = malloc(sizeof(double) * (size_t)(vr * n + 1));
+                            for (int64_t i = 0; i < m; i++)
+                                for (int64_t j = 0; j < uc; j++) u[i * uc + j] = yb[i * C + j];
+                            for (int64_t i = 0; i < vr; i++)
+                                for (int64_t j = 0; j < n; j++) vh[i * n + j] = yb[(m + 1 + i) * C + j];
+                            bad |= la_check_svd(what, m, n, ab, flag, yb + m * C, u, vh, tol);
+                            free(u);
+                            free(vh);
+                        }
+                    }
+                    if (bad) dt_fam[k].failed++;
+                    free(got);
+                    free(a);
+                    free(host);
+                    lt_tensor_release(x);
+                    lt_tensor_release(xd);
+                    lt_tensor_release(v);
+                    lt_tensor_release(y);
+                }
+}
+
 /* -------------------------------------------------------- the tests */
 
 static void cases_for(lt_op op)
@@ -1092,6 +1218,7 @@ static void cases_for(lt_op op)
     case LT_KIND_RANDOM: cases_random(op); break;
     case LT_KIND_COLLECTIVE: cases_collective(op); break;
     case LT_KIND_BITCAST: cases_bitcast(op); break;
+    case LT_KIND_LINALG: cases_linalg(op); break;
     }
     if (!dt_bf16_mode) cases_large(op);
 }

@@ -931,6 +931,86 @@ def _sort(draw):
                        "out of range"))
 
 
+@entry("order_stats", covers=["cummax_indices"])
+def _order_stats(draw):
+    x = draw(tensors(dtype=draw(st.sampled_from([torch.float32, torch.float64, torch.int64,
+                                                 torch.bfloat16]))))
+    nd = len(x.shape)
+    d = draw(st.integers(-max(nd, 1), max(nd, 1) - 1))
+    which = draw(st.sampled_from(["cummax", "cummin"]))
+    fn = getattr(torch, which)
+    return Case("order_stats", lambda t: fn(t, d), [x], desc="%s dim=%d" % (which, d),
+                names=(which, "Dimension out of range"))
+
+
+@entry("isin", covers=["isin"])
+def _isin(draw):
+    dt = draw(st.sampled_from([torch.int64, torch.int32, torch.float32, torch.float64]))
+    x = draw(tensors(dtype=dt, grad=False, lo=-4 if dt in INTS else None,
+                     hi=5 if dt in INTS else None))
+    tdt = dt if draw(st.booleans()) else draw(st.sampled_from([torch.int64, torch.float32]))
+    y = draw(tensors(shape=draw(shapes(max_dims=2, large=False)), dtype=tdt, grad=False,
+                     lo=-4 if tdt in INTS else None, hi=5 if tdt in INTS else None))
+    inv = draw(st.booleans())
+    uniq = draw(st.booleans())
+    which = draw(st.sampled_from(["tt", "tt", "ts", "st"]))
+    v = draw(st.sampled_from([0, 1, -2, 2.5, float("nan")]))
+    if which == "tt":
+        fn = lambda a, b: torch.isin(a, b, invert=inv)   # noqa: E731
+    elif which == "ts":
+        fn = lambda a, b: torch.isin(a, v, invert=inv)   # noqa: E731
+    else:
+        fn = lambda a, b: torch.isin(v, b, invert=inv)   # noqa: E731
+    # assume_unique changes nothing when the inputs are unique: eager's
+    # sorting path then answers the same (with duplicates it is unspecified)
+    del uniq
+    return Case("isin", fn, [x, y], grad=False, desc="%s invert=%s v=%s" % (which, inv, v),
+                names=("isin", "Unsupported input type"))
+
+
+@st.composite
+def _matrices(draw, square):
+    dt = draw(st.sampled_from([torch.float32, torch.float64]))
+    lead = draw(st.sampled_from([[], [], [2], [1, 3], [0]]))
+    m = draw(st.integers(0, 6))
+    n = m if square else draw(st.integers(0, 6))
+    return draw(tensors(shape=lead + [m, n], dtype=dt, special=False, view=False))
+
+
+@entry("linalg", covers=["inv", "eigh", "svd"], tol=64)
+def _linalg(draw):
+    which = draw(st.sampled_from(["inv", "eigvalsh", "eigh_recon", "svdvals", "svd_recon",
+                                  "svd_full_recon"]))
+    x = draw(_matrices(which not in ("svdvals", "svd_recon", "svd_full_recon")))
+    n = x.shape[-1]
+
+    def well(t):   # well conditioned: a diagonal shift (inv) / symmetric (eigh)
+        if which == "inv":
+            return t + 3 * (t.abs().amax() + 1) * torch.eye(n, dtype=t.dtype, device=t.device)
+        return t + t.mT
+    if which == "inv":
+        fn = lambda t: torch.linalg.inv(well(t))   # noqa: E731
+    elif which == "eigvalsh":
+        fn = lambda t: torch.linalg.eigvalsh(well(t))   # noqa: E731
+    elif which == "eigh_recon":
+        def fn(t):
+            w, v = torch.linalg.eigh(well(t))
+            return w, v @ torch.diag_embed(w) @ v.mT, v.mT @ v
+    elif which == "svdvals":
+        fn = torch.linalg.svdvals
+    else:
+        full = which == "svd_full_recon"
+
+        def fn(t):
+            u, s, vh = torch.linalg.svd(t, full_matrices=full)
+            k = s.shape[-1]
+            return s, (u[..., :k] * s.unsqueeze(-2)) @ vh[..., :k, :], u.mT @ u, vh @ vh.mT
+    # gradients where they are well defined (eigenvalues and singular values
+    # of random matrices are distinct); vectors are unique only up to sign
+    return Case("linalg", fn, [x], tol=64, grad=which in ("inv", "eigvalsh", "svdvals"),
+                desc=which, names=("linalg", "inv", "eigh", "svd", "square", "dimensions"))
+
+
 @entry("bitwise", covers=["bit_and", "bit_or", "bit_xor", "bit_not"])
 def _bitwise(draw):
     dt = draw(st.sampled_from([torch.int64, torch.int32, torch.bool]))

@@ -120,7 +120,8 @@ def _conv3d(draw):
 @entry("pool2d", covers=["max_pool2d", "max_pool2d_indices", "max_pool2d_backward",
                          "max_pool2d_backward_idx", "avg_pool2d",
                          "avg_pool2d_backward", "adaptive_avg_pool2d",
-                         "adaptive_avg_pool2d_backward"], tol=8)
+                         "adaptive_avg_pool2d_backward", "adaptive_max_pool2d",
+                         "adaptive_max_pool2d_indices", "adaptive_max_pool2d_backward"], tol=8)
 def _pool(draw):
     dt = draw(st.sampled_from([torch.float32, torch.float32, torch.bfloat16, torch.float64]))
     lead = draw(st.sampled_from([[1, 2], [2, 3], [3], [0, 2]]))
@@ -130,7 +131,7 @@ def _pool(draw):
     s = draw(st.sampled_from([None, 1, 2, 3]))
     p = draw(st.integers(0, 2))
     ceil = draw(st.booleans())
-    which = draw(st.sampled_from(["max", "max_idx", "avg", "adaptive"]))
+    which = draw(st.sampled_from(["max", "max_idx", "avg", "adaptive", "adaptive_max"]))
     if which == "max":
         d = draw(st.sampled_from([1, 1, 2]))
         fn = lambda t: F.max_pool2d(t, k, s, p, d, ceil)   # noqa: E731
@@ -143,10 +144,14 @@ def _pool(draw):
         div = draw(st.sampled_from([None, None, 3]))
         fn = lambda t: F.avg_pool2d(t, k, s, p, ceil, cip, div)   # noqa: E731
         desc = "avg k=%d s=%s p=%d ceil=%s cip=%s div=%s" % (k, s, p, ceil, cip, div)
-    else:
+    elif which == "adaptive":
         o = (draw(st.integers(1, 5)), draw(st.integers(1, 5)))
         fn = lambda t: F.adaptive_avg_pool2d(t, o)   # noqa: E731
         desc = "adaptive %s" % (o,)
+    else:
+        o = (draw(st.integers(1, 5)), draw(st.integers(1, 5)))
+        fn = lambda t: F.adaptive_max_pool2d(t, o, return_indices=True)   # noqa: E731
+        desc = "adaptive max %s" % (o,)
     return Case("pool2d", fn, [x], tol=8, desc=desc,
                 names=("pool", "max_pool2d", "avg_pool2d", "adaptive", "pad", "Output size",
                        "kernel", "Given input size", "should be"))
