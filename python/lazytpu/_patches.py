@@ -56,6 +56,23 @@ def _storage(self):
 torch.Tensor.data_ptr = _data_ptr
 torch.Tensor.storage = _storage
 
+# - the storage of a device tensor (tensor.untyped_storage()) is shared by the
+#   tensor, its views and detached copies, as on any device; its data_ptr() is
+#   that storage's identity (unique while it lives), a device address that is
+#   not host memory, like a CUDA storage's. Libraries tell tied or aliased
+#   weights apart by it (safetensors' storage_ptr, transformers'
+#   id_tensor_storage in save_pretrained). Other storages are untouched.
+_orig_storage_data_ptr = torch.UntypedStorage.data_ptr
+
+
+def _storage_data_ptr(self):
+    if self.device.type in _TYPES:
+        return self._cdata
+    return _orig_storage_data_ptr(self)
+
+
+torch.UntypedStorage.data_ptr = _storage_data_ptr
+
 # - torch.save / copy.deepcopy pick their device path (through .cpu() / clone)
 #   when torch._C._has_storage(t) is False for a lazytpu tensor. Device
 #   tensors are wrapped by functionalization, whose wrapper has an (empty)
