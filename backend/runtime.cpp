@@ -42,6 +42,10 @@
 
 namespace lazytpu {
 
+/* "lazytpu:N" ("xla:N" in compatibility mode) for messages; tensor_impl.cpp */
+std::string core_name(int core);
+
+
 /* --------------------------------------------------------- device identity */
 
 bool xla_compat() {
@@ -328,7 +332,7 @@ void set_current_core(int idx) {
   if (idx < 0) return;
   lt_init();
   TORCH_CHECK(idx < lt_num_cores(), "lazytpu: device index ", idx,
-              " out of range: there are ", lt_num_cores(), " cores (lazytpu:0..",
+              " out of range: there are ", lt_num_cores(), " cores (", core_name(0), "..",
               lt_num_cores() - 1, ")");
   tls_device = (c10::DeviceIndex)idx;
 }

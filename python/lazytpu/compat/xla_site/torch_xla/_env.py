@@ -19,6 +19,8 @@ def translate_env():
     XLA_METRICS_FILE -> the report is appended there at exit (torch_xla/_exit.py);
     XLA_IR_DEBUG -> user frames in graph dumps (always on in lazytpu);
     PJRT_DEVICE: TPU or CPU accepted (the device kind reported), else an error;
+    CPU_NUM_DEVICES (with PJRT_DEVICE=CPU) -> LAZYTPU_NUM_CORES (default 1, as
+    torch_xla's CPU client: spawn starts that many workers);
     XLA_FLAGS: ignored, with a one-line note."""
     e = os.environ
     for k in ("XLA_USE_BF16", "XLA_DOWNCAST_BF16"):
@@ -37,5 +39,10 @@ def translate_env():
     if pjrt not in ("TPU", "CPU"):
         raise RuntimeError("lazytpu: PJRT_DEVICE=%s is not available; lazytpu simulates "
                            "TPU cores (PJRT_DEVICE=TPU or CPU)" % e["PJRT_DEVICE"])
+    if pjrt == "CPU" and not e.get("LAZYTPU_SHM_NAME"):
+        n = e.get("CPU_NUM_DEVICES", "").strip() or "1"
+        if not n.isdigit() or int(n) < 1:
+            raise RuntimeError("lazytpu: CPU_NUM_DEVICES=%s: must be a positive number" % n)
+        e.setdefault("LAZYTPU_NUM_CORES", n)
     if e.get("XLA_FLAGS"):
         _note("XLA_FLAGS=%s is ignored (lazytpu is not XLA)" % e["XLA_FLAGS"])
