@@ -12,6 +12,11 @@
 #               framework on eager CPU)
 #   make fuzz-c libFuzzer (clang, ASan+UBSan) on the C API for FUZZ_SECONDS
 #               (default 600); new crashes land in $(FUZZ)/artifacts/
+#   make xla-suite  pytorch/xla's own tests (v2.9, the device-generic files) unchanged
+#               under python -m lazytpu, per-file pass/fail/error/skip and a total
+#               against the expected failures (scripts/xla_suite_expected.txt);
+#               fetches nothing: LAZYTPU_PYTORCH_XLA_TESTS=<xla checkout>/test
+#               (XLA_SUITE_ARGS="-k test_mp" to narrow it)
 #   make fuzz   the differential property tests (device vs eager) long:
 #               FUZZ_EXAMPLES (default 2000) examples per op-table entry,
 #               random seeds; counts in $(FUZZ)/prop-stats.json
@@ -25,7 +30,7 @@ FUZZ_SECONDS ?= 600
 FUZZ_CC ?= clang
 FUZZ_EXAMPLES ?= 2000
 
-.PHONY: all bootstrap build build-asan install test test-c test-asan run bench opinfo examples fuzz-c fuzz clean
+.PHONY: all bootstrap build build-asan install test test-c test-asan run bench opinfo examples fuzz-c fuzz xla-suite clean
 
 all: build
 
@@ -71,6 +76,10 @@ examples: build
 	$(PY) examples/keras_fashion_mnist.py --device cpu
 	$(PY) examples/keras_fashion_mnist.py --cores 1
 	$(PY) examples/keras_fashion_mnist.py --cores 8
+
+xla-suite: build
+	@test -n "$(LAZYTPU_PYTORCH_XLA_TESTS)" || { echo "xla-suite: set LAZYTPU_PYTORCH_XLA_TESTS to the test/ directory of a pytorch/xla v2.9 checkout (nothing is fetched)"; exit 2; }
+	LAZYTPU_BIN_DIR=$(CURDIR)/$(BUILD) $(PY) scripts/xla_suite.py $(XLA_SUITE_ARGS)
 
 opinfo: build
 	$(PY) tests/opinfo/sweep.py --jobs $(JOBS) --strict $(OPINFO_ARGS)

@@ -24,6 +24,7 @@
  */
 #include "lt_aten.h"
 #include "lt_guard.h"
+#include "lt_register.h"
 
 #include <ATen/FunctionalTensorWrapper.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -234,6 +235,10 @@ void register_composite_functionalized() {
     if (alias) continue;
     std::string full = name.name.substr(6);
     if (!name.overload_name.empty()) full += "." + name.overload_name;
+    /* xla tensors (compat mode) reach the same composite kernels on XLA */
+    if (xla_compat())
+      mirror_library("aten", c10::DispatchKey::XLA)
+          .impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&composite_kernel>());
     lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&composite_kernel>());
   }
 }

@@ -4,7 +4,8 @@
  *   all_gather(Tensor t, int dim) -> Tensor
  *   reduce_scatter(Tensor t, int reduce_type, int dim, float scale) -> Tensor
  *   broadcast(Tensor t, int root) -> Tensor
- * (collectives as IR ops of the step's graph; used by lazytpu.spawn), and
+ * (collectives as IR ops of the step's graph; used by lazytpu.spawn),
+ *   optimization_barrier(Tensor t) -> Tensor   (lazytpu.barrier: the opt_barrier IR op), and
  *   tensor_info(Tensor t) -> str   (lazytpu.debug.tensor_info)
  */
 #include "lt_aten.h"
@@ -37,6 +38,10 @@ at::Tensor lt_broadcast(const at::Tensor &t, int64_t root) {
   return wrap(collective(LT_OP_broadcast, t, {root}, 1.0));
 }
 
+at::Tensor lt_optimization_barrier(const at::Tensor &t) {
+  return wrap(trace(LT_OP_opt_barrier, {handle_of(t)}, nullptr));
+}
+
 std::string lt_tensor_info(const at::Tensor &t) {
   lt_tensor *h = handle_of(t);
   char buf[128];
@@ -56,6 +61,7 @@ TORCH_LIBRARY(lazytpu, m) {
   m.def("reduce_scatter(Tensor t, int reduce_type, int dim, float scale) -> Tensor");
   m.def("broadcast(Tensor t, int root) -> Tensor");
   m.def("tensor_info(Tensor t) -> str");
+  m.def("optimization_barrier(Tensor t) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(lazytpu, PrivateUse1, m) {
@@ -64,13 +70,15 @@ TORCH_LIBRARY_IMPL(lazytpu, PrivateUse1, m) {
   reg_own(m, "reduce_scatter", TORCH_FN(lt_reduce_scatter));
   reg_own(m, "broadcast", TORCH_FN(lt_broadcast));
   reg_own(m, "tensor_info", TORCH_FN(lt_tensor_info));
+  reg_own(m, "optimization_barrier", TORCH_FN(lt_optimization_barrier));
 }
 
 
 
 /* No autograd formulas: these run on gradients / plain values. */
 TORCH_LIBRARY_IMPL(lazytpu, AutogradPrivateUse1, m) {
-  for (const char *n : {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "tensor_info"})
+  for (const char *n : {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "tensor_info",
+                        "optimization_barrier"})
     reg_autograd_fallthrough(m, n);
 }
 }  // namespace lazytpu

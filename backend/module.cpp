@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "lazytpu.h"
 #include "lt_shim.h"
@@ -260,6 +261,24 @@ PyObject *py_metric_data(PyObject *, PyObject *args) {
   return Py_BuildValue("(Ld)", (long long)n, acc);
 }
 
+/* metric_samples(name) -> [(time_ns, value), ...] (oldest first) or None */
+PyObject *py_metric_samples(PyObject *, PyObject *args) {
+  const char *name;
+  if (!PyArg_ParseTuple(args, "s", &name)) return nullptr;
+  std::vector<double> v(1024);
+  std::vector<int64_t> ts(1024);
+  int n = lt_metric_samples(name, v.data(), ts.data(), (int)v.size());
+  if (n < 0) Py_RETURN_NONE;
+  PyObject *out = PyList_New(n);
+  if (!out) return nullptr;
+  for (int i = 0; i < n; i++) {
+    PyObject *t = Py_BuildValue("(Ld)", (long long)ts[i], v[i]);
+    if (!t) { Py_DECREF(out); return nullptr; }
+    PyList_SET_ITEM(out, i, t);
+  }
+  return out;
+}
+
 PyObject *py_metric_add(PyObject *, PyObject *args) {
   const char *name;
   int unit;
@@ -284,6 +303,16 @@ PyObject *py_metrics_note(PyObject *, PyObject *args) {
 
 PyObject *py_clear_all(PyObject *, PyObject *) {
   lt_metrics_clear_all();
+  Py_RETURN_NONE;
+}
+
+PyObject *py_clear_counters(PyObject *, PyObject *) {
+  lt_metrics_clear_counters();
+  Py_RETURN_NONE;
+}
+
+PyObject *py_clear_metrics(PyObject *, PyObject *) {
+  lt_metrics_clear_metrics();
   Py_RETURN_NONE;
 }
 
@@ -395,6 +424,10 @@ PyMethodDef methods[] = {
     {"metric_add", py_metric_add, METH_VARARGS, "metric_add(name, unit, value)."},
     {"metrics_note", py_metrics_note, METH_VARARGS, "Append an analysis line."},
     {"clear_all", py_clear_all, METH_NOARGS, "Reset all counters and metrics."},
+    {"clear_counters", py_clear_counters, METH_NOARGS, "Reset the counters only."},
+    {"clear_metrics", py_clear_metrics, METH_NOARGS, "Reset the metrics only."},
+    {"metric_samples", py_metric_samples, METH_VARARGS,
+     "[(time_ns, value)] kept samples of a metric, or None."},
     {"set_rng_state", py_set_rng_state, METH_VARARGS, "set_rng_state(seed, core=0)."},
     {"get_rng_state", py_get_rng_state, METH_VARARGS, "get_rng_state(core=0)."},
     {"get_rng_seed", py_get_rng_seed, METH_VARARGS, "get_rng_seed(core=0): the seed set last."},

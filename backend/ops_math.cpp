@@ -252,6 +252,9 @@ at::Tensor lt_clamp_min_t(const at::Tensor &self, const at::Tensor &v) { return 
 at::Tensor lt_clamp_max_t(const at::Tensor &self, const at::Tensor &v) { return lt_clamp_t(self, c10::nullopt, v); }
 
 at::Tensor lt_hardtanh(const at::Tensor &self, const c10::Scalar &lo, const c10::Scalar &hi) {
+  /* eager keeps an integer tensor's dtype: the bounds are truncated to it */
+  if (c10::isIntegralType(self.scalar_type(), /*includeBool=*/false))
+    return lt_clamp(self, c10::Scalar(lo.toLong()), c10::Scalar(hi.toLong()));
   return lt_clamp(self, lo, hi);
 }
 at::Tensor lt_hardtanh_backward(const at::Tensor &grad, const at::Tensor &self,

@@ -20,6 +20,10 @@
 
 namespace lazytpu {
 
+/* "lazytpu:N" ("xla:N" in compatibility mode) for messages; tensor_impl.cpp */
+std::string core_name(int core);
+
+
 void cpu_fallback_boxed(const c10::OperatorHandle &op, torch::jit::Stack *stack);
 
 /* ops_dynamic.cpp: masks and several index tensors (undefined: not taken) */
@@ -378,7 +382,7 @@ at::Tensor lt_cat(const at::ITensorListRef &tensors, int64_t dim) {
   for (auto &t : ts) {
     if (t.dim() == 1 && t.size(0) == 0 && nd != 1) continue;
     TORCH_CHECK(impl_of(t), "Expected all tensors to be on the same device, but found at "
-                "least two devices, lazytpu:", core, " and ", t.device().str(), "!");
+                "least two devices, ", core_name(core), " and ", t.device().str(), "!");
     parts.push_back(operand(t, core));
   }
   return cat_refs(parts, dim);

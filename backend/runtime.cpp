@@ -29,6 +29,10 @@
 
 namespace lazytpu {
 
+/* "lazytpu:N" ("xla:N" in compatibility mode) for messages; tensor_impl.cpp */
+std::string core_name(int core);
+
+
 /* --------------------------------------------------------- device identity */
 
 bool xla_compat() {

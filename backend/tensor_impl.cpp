@@ -310,6 +310,12 @@ at::Tensor wrap_functional(Ref r) {
 
 static std::string dev_str(const at::Tensor &t) { return t.device().str(); }
 
+/* core N as the user's torch.device names it ("lazytpu:N", or "xla:N" in
+ * compatibility mode), for error messages */
+std::string core_name(int core) {
+  return c10::Device(lt_device_type(), static_cast<c10::DeviceIndex>(core)).str();
+}
+
 int common_core(std::initializer_list<const at::Tensor *> ts) {
   int core = -1;
   const at::Tensor *first = nullptr;
@@ -338,7 +344,7 @@ int core_of_device(c10::optional<c10::Device> d) {
   lt_init();
   int idx = (d && d->has_index()) ? d->index() : current_core();
   TORCH_CHECK(idx >= 0 && idx < lt_num_cores(), "lazytpu: device index ", idx,
-              " out of range: there are ", lt_num_cores(), " cores (lazytpu:0..",
+              " out of range: there are ", lt_num_cores(), " cores (", core_name(0), "..",
               lt_num_cores() - 1, ")");
   return idx;
 }
@@ -348,7 +354,7 @@ Ref operand(const at::Tensor &t, int core) {
   if (impl) return Ref::borrow(impl->handle());
   TORCH_CHECK(t.defined() && t.dim() == 0 && t.device().is_cpu(),
               "Expected all tensors to be on the same device, but found at least "
-              "two devices, lazytpu:", core, " and ",
+              "two devices, ", core_name(core), " and ",
               t.defined() ? dev_str(t) : std::string("undefined"), "!");
   c10::Scalar v = t.item();
   if (t.unsafeGetTensorImpl()->is_wrapped_number()) return scalar(core, v);

@@ -517,8 +517,15 @@ char *lt_metric_names(void);
 /* Metric data: total samples, accumulator; returns 0 if the metric exists. */
 int lt_metric_data(const char *name, int64_t *total_samples,
                    double *accumulator);
+/* The newest min(kept, cap) samples of a metric, oldest first: values and
+ * their times (lt_now_ns clock) into the caller's arrays (either may be
+ * NULL). Returns the count, -1 if the metric is unknown. */
+int lt_metric_samples(const char *name, double *vals, int64_t *ts_ns, int cap);
 /* Resets every counter and metric to zero (names stay known). */
 void lt_metrics_clear_all(void);
+/* Resets only the counters / only the metrics (the analysis notes stay). */
+void lt_metrics_clear_counters(void);
+void lt_metrics_clear_metrics(void);
 
 /* -------------------------------------------------------------- diagnosis */
 

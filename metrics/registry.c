@@ -210,12 +210,34 @@ int lt_metric_data(const char *name, int64_t *total_samples,
 
 static void notes_clear(void);
 
-void lt_metrics_clear_all(void)
+int lt_metric_samples(const char *name, double *vals, int64_t *ts_ns, int cap)
+{
+    struct lt_metric *m = name ? metric_find(name, name_hash(name), NULL)
+                               : NULL;
+    if (!m) return -1;
+    pthread_mutex_lock(&m->mu);
+    int n = m->count < cap ? m->count : cap;
+    /* the newest n samples end just before head */
+    int start = m->head - n;
+    for (int i = 0; i < n; i++) {
+        int k = ((start + i) % LT_METRIC_RING + LT_METRIC_RING) % LT_METRIC_RING;
+        if (vals) vals[i] = m->vals[k];
+        if (ts_ns) ts_ns[i] = m->ts[k];
+    }
+    pthread_mutex_unlock(&m->mu);
+    return n;
+}
+
+void lt_metrics_clear_counters(void)
 {
     for (int i = 0; i < COUNTER_CAP; i++) {
         struct lt_counter *c = atomic_load(&counters[i]);
         if (c) atomic_store(&c->value, 0);
     }
+}
+
+void lt_metrics_clear_metrics(void)
+{
     for (int i = 0; i < METRIC_CAP; i++) {
         struct lt_metric *m = atomic_load(&metrics[i]);
         if (!m) continue;
@@ -226,6 +248,12 @@ void lt_metrics_clear_all(void)
         m->count = 0;
         pthread_mutex_unlock(&m->mu);
     }
+}
+
+void lt_metrics_clear_all(void)
+{
+    lt_metrics_clear_counters();
+    lt_metrics_clear_metrics();
     notes_clear();
 }
 

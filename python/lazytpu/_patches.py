@@ -129,7 +129,11 @@ def _dynamo_backend_name():
         return None
     fn = tx.output.compiler_fn
     for _ in range(8):
-        if getattr(fn, "_lazytpu_backend", False):
+        # a backend marked _lazytpu_backend runs on the device (lazytpu's;
+        # torch_xla's openxla in compatibility mode), also when torch.compile
+        # wrapped it (_TorchCompileWrapper.compiler_fn)
+        if getattr(fn, "_lazytpu_backend", False) or \
+                getattr(getattr(fn, "compiler_fn", None), "_lazytpu_backend", False):
             return "lazytpu"
         inner = getattr(fn, "_torchdynamo_orig_backend", None)
         if inner is None:

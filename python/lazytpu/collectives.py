@@ -17,8 +17,8 @@ from .world import _check, _clib, _quiesce, _world, world_size
 
 __all__ = ["REDUCE_SUM", "REDUCE_MUL", "REDUCE_MIN", "REDUCE_MAX", "REDUCE_AND",
            "REDUCE_OR", "all_reduce", "all_gather", "reduce_scatter", "all_to_all",
-           "broadcast", "collective_broadcast", "rendezvous", "mesh_reduce",
-           "broadcast_master_param", "reduce_gradients", "gradients"]
+           "broadcast", "collective_broadcast", "collective_permute", "rendezvous",
+           "mesh_reduce", "broadcast_master_param", "reduce_gradients", "gradients"]
 
 REDUCE_SUM = "sum"
 REDUCE_MUL = "mul"
@@ -139,9 +139,15 @@ def all_reduce(reduce_type, inputs, scale=1.0, groups=None, pin_layout=True):
     times ``scale``. A single tensor: returns the result. A list of tensors:
     reduces them (one collective for all of them when they live on the host
     path) and updates each in place; returns the list."""
-    if groups:
-        raise NotImplementedError("lazytpu.all_reduce: replica groups")
     code = _reduce_code(reduce_type)
+    if groups:
+        group = _my_group(groups, "all_reduce")
+        if isinstance(inputs, torch.Tensor):
+            return _group_reduce(inputs, code, scale, group)
+        with torch.no_grad():
+            for t in inputs:
+                t.copy_(_group_reduce(t, code, scale, group))
+        return inputs
     if isinstance(inputs, torch.Tensor):
         return _all_reduce_one(inputs, code, scale)
     inputs = list(inputs)
@@ -187,9 +193,16 @@ def _outer_block(shape, dim):
 
 
 def all_gather(value, dim=0, groups=None, output=None, pin_layout=True):
-    """Concatenation of every ordinal's ``value`` along ``dim``."""
+    """Concatenation of every ordinal's ``value`` along ``dim`` (of the
+    ordinals of this ordinal's group, with ``groups``)."""
     if groups:
-        raise NotImplementedError("lazytpu.all_gather: replica groups")
+        group = _my_group(groups, "all_gather", same_size=True)
+        res = _gather_group(value, dim % max(value.dim(), 1), group)
+        if output is not None:
+            with torch.no_grad():
+                output.copy_(res)
+            return output
+        return res
     dim = dim % max(value.dim(), 1)
     op = _device_op("all_gather")
     if op is not None and value.device.type != "cpu":
@@ -210,10 +223,25 @@ def all_gather(value, dim=0, groups=None, output=None, pin_layout=True):
 
 def reduce_scatter(reduce_type, input, scale, scatter_dim, shard_count,
                    groups=None, output=None, pin_layout=True):
-    """Reduces ``input`` over all ordinals and returns this ordinal's shard
-    along ``scatter_dim`` (``shard_count`` must equal the world size)."""
+    """Reduces ``input`` over all ordinals (over this ordinal's group, with
+    ``groups``) and returns this ordinal's shard along ``scatter_dim``
+    (``shard_count`` must equal the world or group size)."""
     if groups:
-        raise NotImplementedError("lazytpu.reduce_scatter: replica groups")
+        group = _my_group(groups, "reduce_scatter", same_size=True)
+        if shard_count != len(group):
+            raise ValueError("lazytpu.reduce_scatter: shard_count %d but groups of %d"
+                             % (shard_count, len(group)))
+        dim = scatter_dim % max(input.dim(), 1)
+        if input.shape[dim] % shard_count:
+            raise ValueError("lazytpu.reduce_scatter: size %d of dim %d is not divisible "
+                             "by shard_count %d" % (input.shape[dim], dim, shard_count))
+        red = _group_reduce(input, _reduce_code(reduce_type), scale, group)
+        res = red.chunk(shard_count, dim)[group.index(_ordinal())]
+        if output is not None:
+            with torch.no_grad():
+                output.copy_(res)
+            return output
+        return res
     n = world_size() if _world() is not None else 1
     if shard_count != n:
         raise ValueError("lazytpu.reduce_scatter: shard_count %d but world size %d"
@@ -267,9 +295,21 @@ def all_to_all(value, split_dimension, concat_dimension, split_count, groups=Non
     along ``split_dimension`` and sends chunk j to ordinal j; each ordinal
     returns the chunks it received, in ordinal order, concatenated along
     ``concat_dimension``. Built from all_gather, so on the device it is traced
-    into the step's graph."""
+    into the step's graph. With ``groups``: among this ordinal's group
+    (``split_count`` = the group size)."""
     if groups:
-        raise NotImplementedError("lazytpu.all_to_all: replica groups")
+        group = _my_group(groups, "all_to_all", same_size=True)
+        if split_count != len(group):
+            raise ValueError("lazytpu.all_to_all: split_count %d but groups of %d"
+                             % (split_count, len(group)))
+        sd = split_dimension % max(value.dim(), 1)
+        cd = concat_dimension % max(value.dim(), 1)
+        if value.shape[sd] % split_count:
+            raise ValueError("lazytpu.all_to_all: size %d of dim %d is not divisible "
+                             "by split_count %d" % (value.shape[sd], sd, split_count))
+        every = _every(value)
+        me = group.index(_ordinal())
+        return torch.cat([every[j].chunk(split_count, sd)[me] for j in group], dim=cd)
     n = world_size() if _world() is not None else 1
     if split_count != n:
         raise ValueError("lazytpu.all_to_all: split_count %d but world size %d"
@@ -287,9 +327,18 @@ def all_to_all(value, split_dimension, concat_dimension, split_count, groups=Non
 
 
 def collective_broadcast(tensors, root_ordinal=0, groups=None, pin_layout=True):
-    """Overwrites each tensor of ``tensors`` in place with ``root_ordinal``'s."""
+    """Overwrites each tensor of ``tensors`` in place with ``root_ordinal``'s
+    (with ``groups``: root_ordinal is an ordinal of this ordinal's group;
+    the other groups do the same with their own members)."""
     if groups:
-        raise NotImplementedError("lazytpu.collective_broadcast: replica groups")
+        group = _my_group(groups, "collective_broadcast")
+        if root_ordinal not in group:
+            raise ValueError("lazytpu.collective_broadcast: root_ordinal %d is not in "
+                             "this ordinal's group %s" % (root_ordinal, group))
+        with torch.no_grad():
+            for t in tensors:
+                t.copy_(_every(t)[root_ordinal])
+        return
     with torch.no_grad():
         for t in tensors:
             t.copy_(broadcast(t, root_ordinal))
@@ -303,17 +352,106 @@ def gradients(optimizer):
 
 def reduce_gradients(optimizer, groups=None, pin_layout=True):
     """Replaces every parameter's gradient with its mean over the world
-    (lazytpu.optimizer_step calls this before optimizer.step())."""
-    if groups:
-        raise NotImplementedError("lazytpu.reduce_gradients: replica groups")
+    (lazytpu.optimizer_step calls this before optimizer.step()); with
+    ``groups``, over this ordinal's group."""
     n = world_size()
     if n <= 1 or _world() is None:
         return
     grads = gradients(optimizer)
     if not grads:
         return
+    if groups:
+        all_reduce(REDUCE_SUM, grads, scale=1.0 / len(_my_group(groups, "reduce_gradients")),
+                   groups=groups)
+        return
     by_dtype = {}
     for g in grads:
         by_dtype.setdefault(g.dtype, []).append(g)
     for gs in by_dtype.values():
         all_reduce(REDUCE_SUM, gs, scale=1.0 / n)
+
+
+# ------------------------------------------------ replica groups, permute ----
+#
+# The world's collectives span every ordinal. Replica groups, permutations
+# and all_to_all over groups are composed from one world all_gather (an IR op
+# on device tensors, so they stay inside the step's graph): each ordinal
+# gathers every ordinal's value and keeps what its group or source sent.
+# Bandwidth is the world's, not the group's.
+
+def _ordinal():
+    from .world import get_ordinal
+    return get_ordinal() if world_size() > 1 and _world() is not None else 0
+
+
+def _world_n():
+    return world_size() if _world() is not None else 1
+
+
+def _my_group(groups, what, same_size=False):
+    """This ordinal's group of ``groups`` (a partition of the world's
+    ordinals); ValueError naming the groups otherwise."""
+    n = _world_n()
+    groups = [[int(o) for o in g] for g in groups]
+    seen = sorted(o for g in groups for o in g)
+    if seen != list(range(n)):
+        raise ValueError("lazytpu.%s: replica groups %s must hold every ordinal 0..%d "
+                         "exactly once" % (what, groups, n - 1))
+    if same_size and len({len(g) for g in groups}) != 1:
+        raise ValueError("lazytpu.%s: replica groups %s must have the same size"
+                         % (what, groups))
+    me = _ordinal()
+    return next(g for g in groups if me in g)
+
+
+def _every(value):
+    """[n, *value.shape]: every ordinal's value, in ordinal order."""
+    return all_gather(value.unsqueeze(0), dim=0)
+
+
+_COMBINE = {0: torch.add, 1: torch.mul, 2: torch.minimum, 3: torch.maximum,
+            4: torch.bitwise_and, 5: torch.bitwise_or}
+
+
+def _group_reduce(value, code, scale, group):
+    """The reduction of the group members' values (in group order), times
+    scale."""
+    if code not in _COMBINE:
+        raise ValueError("lazytpu.all_reduce: unknown reduce code %r" % code)
+    every = _every(value)
+    fn = _COMBINE[code]
+    acc = every[group[0]]
+    for o in group[1:]:
+        acc = fn(acc, every[o])
+    if scale != 1.0:
+        acc = acc * scale
+    return acc
+
+
+def _gather_group(value, dim, group):
+    every = _every(value)
+    return torch.cat([every[o] for o in group], dim=dim)
+
+
+def collective_permute(value, pairs):
+    """Each ordinal receives the value of the ordinal that ``pairs``
+    ([[source, target], ...]) names as its source, zeros when none does (as
+    XLA's CollectivePermute). Every ordinal must call it with the same
+    pairs."""
+    n = _world_n()
+    src = {}
+    for p in pairs:
+        s_, t_ = int(p[0]), int(p[1])
+        if not (0 <= s_ < n and 0 <= t_ < n):
+            raise ValueError("lazytpu.collective_permute: pair %s names an ordinal outside "
+                             "0..%d" % (list(p), n - 1))
+        if t_ in src:
+            raise ValueError("lazytpu.collective_permute: ordinal %d is the target of two "
+                             "pairs (%d and %d)" % (t_, src[t_], s_))
+        src[t_] = s_
+    if len(set(src.values())) != len(src):
+        raise ValueError("lazytpu.collective_permute: an ordinal is the source of two "
+                         "pairs in %s" % [list(p) for p in pairs])
+    every = _every(value)
+    s_ = src.get(_ordinal())
+    return every[s_] if s_ is not None else torch.zeros_like(value)

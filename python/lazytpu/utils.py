@@ -51,13 +51,16 @@ def print_training_update(device, step, loss, rate, global_rate, epoch=None,
 
 
 def print_test_update(device, accuracy, epoch=None, step=None):
-    """One test-result line: device/ordinal, step, epoch, accuracy, time."""
+    """One test-result line: device/ordinal, step, epoch, accuracy (left out
+    when None), time."""
     parts = ["Test", "Device=%s" % _device_spec(device)]
     if step is not None:
         parts.append("Step=%s" % step)
     if epoch is not None:
         parts.append("Epoch=%s" % epoch)
-    parts += ["Accuracy=%.2f" % accuracy, "Time=%s" % now()]
+    if accuracy is not None:
+        parts.append("Accuracy=%.2f" % accuracy)
+    parts.append("Time=%s" % now())
     print("| " + " ".join(parts), flush=True)
 
 

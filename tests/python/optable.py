@@ -899,6 +899,15 @@ def _collectives(draw):
                 names=(which,))
 
 
+@entry("opt_barrier", covers=["opt_barrier"])
+def _opt_barrier(draw):
+    x = draw(tensors(shapes()))
+
+    def fn(t):
+        return torch.ops.lazytpu.optimization_barrier(t) if t.device.type == "lazytpu" else t
+    return Case("opt_barrier", fn, [x], grad=False, desc="", names=("opt_barrier",))
+
+
 class _Device:
     """Placeholder argument: the device the case runs on."""
 

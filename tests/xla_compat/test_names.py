@@ -47,9 +47,9 @@ def test_devices_are_xla_devices():
 
 
 def test_world_outside_spawn():
-    assert xm.get_ordinal() == xr.global_ordinal() == 0
+    assert xr.global_ordinal() == 0
     assert xm.get_local_ordinal() == xr.local_ordinal() == 0
-    assert xm.xrt_world_size() == xr.world_size() == 1
+    assert xr.world_size() == 1
     assert xr.host_index() == xr.process_index() == 0 and xr.process_count() == 1
     assert xr.addressable_device_count() == 8 == xr.global_device_count()
     assert xm.is_master_ordinal() and xm.is_master_ordinal(local=False)
@@ -137,7 +137,8 @@ def test_single_process_collectives_are_identity():
     d = xm.xla_device()
     t = torch.arange(6.0, device=d).reshape(2, 3)
     assert torch.equal(xm.all_reduce(xm.REDUCE_SUM, t).cpu(), t.cpu())
-    assert torch.equal(xm.all_reduce(xm.REDUCE_MAX, t, scale=2.0).cpu(), t.cpu() * 2)
+    # one replica: a copy, the scale not applied (torch_xla 2.9)
+    assert torch.equal(xm.all_reduce(xm.REDUCE_MAX, t, scale=2.0).cpu(), t.cpu())
     assert torch.equal(xm.all_gather(t, dim=1).cpu(), t.cpu())
     assert torch.equal(xm.reduce_scatter(xm.REDUCE_SUM, t, 1.0, 0, 1).cpu(), t.cpu())
     assert torch.equal(xm.all_to_all(t, 1, 0, 1).cpu(), t.cpu())
@@ -294,8 +295,8 @@ def test_amp_autocast_gradscaler_syncfree():
 
 def test_env_var_names_and_runtime_cache(capsys):
     assert xenv.PJRT_DEVICE == "PJRT_DEVICE" and xenv.TPU_VISIBLE_CHIPS == "TPU_VISIBLE_CHIPS"
-    xr.initialize_cache("/tmp/lazytpu-xla-cache")
-    assert "compile cache in memory" in capsys.readouterr().err
+    with pytest.raises(AssertionError, match="already been initialized"):
+        xr.initialize_cache("/tmp/lazytpu-xla-cache")      # after computations (2.9)
     assert xr.get_num_cached_compilation_graph() >= 0
 
 

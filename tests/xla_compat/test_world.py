@@ -1,6 +1,13 @@
 """torch_xla's collectives, spawn and DDP over the 'xla' backend, on 4
-processes (xmp.spawn through lazytpu's launcher)."""
+processes (xmp.spawn through lazytpu's launcher).
+
+torch_xla 2.9 spawns one process per device (nprocs=None; 4 CPU devices with
+PJRT_DEVICE=CPU CPU_NUM_DEVICES=4) and refuses to spawn once this process
+used the device: every spawn here runs from a fresh interpreter
+(spawn_fresh)."""
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -16,13 +23,30 @@ import torch_xla.distributed.xla_multiprocessing as xmp
 import torch_xla.runtime as xr
 
 N = 4
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def spawn_fresh(fn_name, *args, devices=N):
+    """xmp.spawn(test_world.<fn_name>, args) from a fresh interpreter with
+    `devices` CPU devices; raises with the output on failure."""
+    code = ("import sys; sys.path.insert(0, %r); import test_world as t; "
+            "import torch_xla.distributed.xla_multiprocessing as xmp; "
+            "xmp.spawn(t.%s, args=%r)" % (HERE, fn_name, tuple(args)))
+    env = dict(os.environ, PJRT_DEVICE="CPU", CPU_NUM_DEVICES=str(devices))
+    env.pop("LAZYTPU_NUM_CORES", None)
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                       text=True, timeout=900)
+    assert p.returncode == 0, "exit %d\n%s\n%s" % (p.returncode, p.stdout[-4000:],
+                                                    p.stderr[-4000:])
+    return p
 
 
 def _collectives(index, out):
     d = xm.xla_device()
     n = xr.world_size()
     r = xr.global_ordinal()
-    assert (n, r, index, xm.get_ordinal(), xm.xrt_world_size()) == (N, index, index, index, N)
+    assert (n, r, index) == (N, index, index)
+    assert not hasattr(xm, "get_ordinal") and not hasattr(xm, "xrt_world_size")
     assert d == torch.device("xla:0") and xr.addressable_device_count() == 1
     assert xm.is_master_ordinal() == (r == 0)
     x = torch.tensor([float(r + 1), 2.0 * r], device=d)
@@ -58,7 +82,7 @@ def _collectives(index, out):
 
 
 def test_collectives_on_4_processes(tmp_path):
-    xmp.spawn(_collectives, args=(str(tmp_path),), nprocs=N)
+    spawn_fresh("_collectives", str(tmp_path))
     got = [torch.load(tmp_path / ("%d.pt" % r)) for r in range(N)]
     for r, g in enumerate(got):
         assert g["sum"] == [10.0, 12.0]
@@ -106,7 +130,7 @@ def _ddp(index, out, steps):
 
 def test_ddp_over_xla_backend_matches_one_core(tmp_path):
     steps = 3
-    xmp.spawn(_ddp, args=(str(tmp_path), steps), nprocs=N)
+    spawn_fresh("_ddp", str(tmp_path), steps)
     torch.manual_seed(0)
     ref = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
     opt = torch.optim.SGD(ref.parameters(), lr=0.1)
@@ -130,12 +154,20 @@ def _launch_fn(index, out):
         f.write("%d/%d" % (xr.global_ordinal(), xr.world_size()))
 
 
-def test_launch_and_spawn_join_false(tmp_path):
+def test_spawn_as_torch_xla_2_9(tmp_path):
+    """nprocs=None: one worker per device; join=False is ignored (2.9
+    always waits); nprocs other than 1 or None and a spawn after the device
+    was used are refused; debug_single_process runs here."""
     os.makedirs(tmp_path / "b")
-    ctx = xmp.spawn(_launch_fn, args=(str(tmp_path / "b"),), nprocs=2, join=False)
-    assert len(ctx.processes) == 1 and ctx.processes[0].pid > 0
-    assert ctx.join()
+    spawn_fresh("_launch_fn", str(tmp_path / "b"), devices=2)
     assert sorted(os.listdir(tmp_path / "b")) == ["0", "1"]
+    assert (tmp_path / "b" / "1").read_text() == "1/2"
+    with pytest.raises(ValueError, match="Unsupported nprocs"):
+        xmp.spawn(_launch_fn, args=(str(tmp_path),), nprocs=2)
+    torch.ones(1, device=torch_xla.device()).cpu()          # the device is in use
+    with pytest.raises(RuntimeError, match="Runtime is already initialized"):
+        xmp.spawn(_launch_fn, args=(str(tmp_path),))
     os.makedirs(tmp_path / "c")
     torch_xla.launch(_launch_fn, args=(str(tmp_path / "c"),), debug_single_process=True)
     assert (tmp_path / "c" / "0").read_text() == "0/1"
+    xmp.spawn(_launch_fn, args=(str(tmp_path / "c"),), nprocs=1)

@@ -1,10 +1,120 @@
-"""torch_xla._XLAC on lazytpu: the few binding functions that scripts and
-libraries call directly (sharding queries, lazytpu.spmd). lazytpu.spmd is
-imported on first use: it needs numpy, which `import torch_xla` must not."""
+"""torch_xla._XLAC on lazytpu: the few entry points of torch_xla's C
+extension that libraries and tests call directly, each on lazytpu's
+implementation. Everything else of _XLAC is XLA's own machinery (HLO text,
+PJRT handles, buffer donation, ...): asking for it raises AttributeError
+naming the missing name.
+"""
+import torch
+
+import lazytpu
+from lazytpu import _C
+from lazytpu import barrier as _barrier
+from lazytpu import core as _core
+from lazytpu import debug as _debug
+
+
+def _xla_runtime_is_initialized():
+    """True once a device tensor was created in this process."""
+    return bool(_C.used_cores())
+
+
+def _xla_get_devices():
+    """This process's devices as real devices ('TPU:0', ...)."""
+    return ["%s:%d" % (_core.device_kind(), i) for i in range(lazytpu.device_count())]
+
+
+_xla_real_devices = _xla_get_devices
+
+
+def _xla_get_all_devices():
+    """Every device of the job (all processes)."""
+    n = lazytpu.world_size()
+    n = n if n > 1 else lazytpu.device_count()
+    return ["%s:%d" % (_core.device_kind(), i) for i in range(n)]
+
+
+def _xla_num_devices():
+    return lazytpu.device_count()
+
+
+def _xla_get_default_device():
+    return str(lazytpu.device())
+
+
+def _xla_get_default_device_ordinal():
+    return lazytpu.get_ordinal()
+
+
+def _xla_get_replication_devices_count():
+    n = lazytpu.world_size()
+    return n if n > 1 else 0
+
+
+def _xla_sync_multi(tensors, devices=(), wait=True, sync_xla_data=True):
+    """Runs the pending graph (of every core) so that tensors hold values."""
+    lazytpu.mark_step(wait=wait)
+
+
+def _xla_wait_device_ops(devices=()):
+    lazytpu.wait_device_ops()
+
+
+def _xla_get_tensor_id(tensor):
+    """An id shared by every reference to the same device tensor (tied
+    weights have one id)."""
+    if not _core.is_lazytpu_tensor(tensor):
+        raise RuntimeError("_xla_get_tensor_id: not an xla tensor (%s)" % tensor.device)
+    return tensor._cdata
+
+
+def _get_xla_tensors_text(tensors):
+    """The pending graph of tensors in lazytpu's IR text (not XLA's)."""
+    return _debug.graph_text(*tensors)
+
+
+def _xla_counter_names():
+    return lazytpu.metrics.counter_names()
+
+
+def _xla_counter_value(name):
+    return lazytpu.metrics.counter_value(name)
+
+
+def _xla_metric_names():
+    return lazytpu.metrics.metric_names()
+
+
+def _xla_metrics_report():
+    return lazytpu.metrics.metrics_report()
+
+
+def _xla_increment_counter(name, value=1):
+    _C.counter_inc(name, int(value))
+
+
+def _set_use_eager_mode(enable):
+    from lazytpu.compat import eager
+    eager.set_enabled(enable)
+
+
+def _get_use_eager_mode():
+    from lazytpu.compat import eager
+    return eager.is_enabled()
+
+
+def _xla_optimization_barrier_(tensors):
+    _barrier.optimization_barrier_(tensors)
+
+
+def _xla_memory_info(device):
+    import torch_xla.core.xla_model as xm
+    return xm.get_memory_info(torch.device(device))
+
 
 
 def _get_xla_sharding_spec(t):
-    """XLA's text of t's sharding, "" when it has none."""
+    """XLA's text of t's sharding, "" when it has none (lazytpu.spmd, imported
+    on first use: it needs numpy, which `import torch_xla` must not)."""
     from lazytpu.spmd import sharding_spec_text
     return sharding_spec_text(t)
 
@@ -13,3 +123,9 @@ def _get_xla_sharding_type(t):
     """t's ShardingType as an int, None when it has no sharding."""
     from lazytpu.spmd import sharding_type_of
     return sharding_type_of(t)
+
+
+def __getattr__(name):
+    raise AttributeError(
+        "torch_xla._XLAC.%s: XLA's internal entry point is not part of lazytpu's "
+        "torch_xla layer (lazytpu has no XLA/HLO runtime)" % name)

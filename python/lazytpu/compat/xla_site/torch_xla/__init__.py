@@ -19,4 +19,10 @@ _lazytpu.set_matmul_precision(os.environ["LAZYTPU_MATMUL_PRECISION"])
 from .version import __version__  # noqa: E402,F401
 from .torch_xla import *  # noqa: E402,F401,F403
 from . import _exit  # noqa: E402,F401
-from . import _XLAC  # noqa: E402,F401
+# what `import torch_xla` makes reachable in torch_xla 2.9 (scripts use
+# torch_xla.runtime.*, torch_xla.experimental.eager_mode without importing them)
+from . import _XLAC, runtime, experimental  # noqa: E402,F401
+from .core import xla_model as _xla_model  # noqa: E402,F401
+from .utils import utils as _utils  # noqa: E402,F401
+from ._internal import tpu as _tpu  # noqa: E402,F401
+from ._dynamo import dynamo_bridge as _dynamo_bridge  # noqa: E402,F401  (openxla backend)

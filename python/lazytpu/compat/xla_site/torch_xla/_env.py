@@ -21,6 +21,8 @@ def translate_env():
     PJRT_DEVICE: TPU or CPU accepted (the device kind reported), else an error;
       it also picks the starting LAZYTPU_MATMUL_PRECISION when unset: default
       (a TPU's bf16 passes) for TPU, f32 for CPU;
+    CPU_NUM_DEVICES (with PJRT_DEVICE=CPU) -> LAZYTPU_NUM_CORES (default 1, as
+    torch_xla's CPU client: spawn starts that many workers);
     XLA_FLAGS: ignored, with a one-line note."""
     e = os.environ
     for k in ("XLA_USE_BF16", "XLA_DOWNCAST_BF16"):
@@ -42,5 +44,10 @@ def translate_env():
     # f32 products as the device computes them: a TPU's bf16 passes at XLA's
     # DEFAULT precision, full f32 on XLA:CPU (torch_xla.backends)
     e.setdefault("LAZYTPU_MATMUL_PRECISION", "default" if pjrt == "TPU" else "f32")
+    if pjrt == "CPU" and not e.get("LAZYTPU_SHM_NAME"):
+        n = e.get("CPU_NUM_DEVICES", "").strip() or "1"
+        if not n.isdigit() or int(n) < 1:
+            raise RuntimeError("lazytpu: CPU_NUM_DEVICES=%s: must be a positive number" % n)
+        e.setdefault("LAZYTPU_NUM_CORES", n)
     if e.get("XLA_FLAGS"):
         _note("XLA_FLAGS=%s is ignored (lazytpu is not XLA)" % e["XLA_FLAGS"])

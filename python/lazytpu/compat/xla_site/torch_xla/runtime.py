@@ -1,34 +1,94 @@
-"""torch_xla.runtime (``xr``) on lazytpu: the world and the runtime's device."""
-import lazytpu
-from lazytpu import core as _core
+"""torch_xla.runtime (``xr``) on lazytpu: the world and the runtime's device.
 
-world_size = lazytpu.world_size
+One process per device (spawn's workers): in a worker the world is the
+launcher's (world_size() processes, one addressable device each); outside
+spawn the world is this process alone (world_size() == 1) and its devices are
+the simulated cores (CPU_NUM_DEVICES of them with PJRT_DEVICE=CPU).
+"""
+import functools
+import os
+
+import lazytpu
+
 global_ordinal = lazytpu.get_ordinal
-local_ordinal = lazytpu.get_local_ordinal
 host_index = lazytpu.host_index
 process_index = lazytpu.host_index
 process_count = lazytpu.num_hosts
-local_process_count = lazytpu.local_world_size
-device_type = _core.device_kind
+
+
+def device_type():
+    """PJRT_DEVICE's device type ('TPU' when unset: lazytpu's default)."""
+    v = os.environ.get("PJRT_DEVICE", "").strip()
+    return v.split("_")[0].upper() if v else "TPU"
+
+
+def set_device_type(pjrt_device):
+    """Sets PJRT_DEVICE; RuntimeError once the device is in use with
+    another type (as torch_xla). lazytpu's devices behave as TPU devices
+    unless the type is CPU (then xla_device_hw says CPU)."""
+    if _runtime_initialized() and os.environ.get("PJRT_DEVICE") != pjrt_device:
+        raise RuntimeError("Can't change device type after XLA runtime is initialized")
+    os.environ["PJRT_DEVICE"] = pjrt_device
+
+
+def _runtime_initialized():
+    import torch_xla
+    return torch_xla._XLAC._xla_runtime_is_initialized()
+
+
+def world_size():
+    """Processes (= devices) in the job: the launcher's world, else 1."""
+    return lazytpu.world_size()
+
+
+def local_process_count():
+    return lazytpu.local_world_size()
+
+
+def local_ordinal():
+    """Ordinal of this process on its host."""
+    return lazytpu.get_local_ordinal()
 
 
 def addressable_device_count():
-    """Cores this process drives: its own one in a world of several
+    """Devices this process drives: its own one in a world of several
     processes, all of them otherwise."""
     return 1 if lazytpu.world_size() > 1 else lazytpu.device_count()
 
 
-local_device_count = addressable_device_count
 addressable_runtime_device_count = addressable_device_count
 
 
+def local_device_count():
+    """Devices on this host."""
+    return local_process_count() * addressable_device_count()
+
+
 def global_device_count():
-    """Cores over all processes and hosts."""
+    """Devices over all processes and hosts."""
     n = lazytpu.world_size()
     return n if n > 1 else lazytpu.device_count()
 
 
-global_runtime_device_count = global_device_count
+@functools.lru_cache()
+def global_runtime_device_count():
+    return global_device_count()
+
+
+def runtime_device_attributes(device):
+    """Attributes of a runtime device ('TPU:0', 'CPU:0')."""
+    kind, _, idx = str(device).partition(":")
+    if kind != device_type() or not idx.isdigit() or int(idx) >= global_device_count():
+        raise RuntimeError("runtime_device_attributes: no device %r (devices: %s)"
+                           % (device, ", ".join("%s:%d" % (device_type(), i)
+                                                for i in range(global_device_count()))))
+    return {"name": "%s:%s" % (kind, idx), "kind": kind, "core": int(idx),
+            "num_cores": 1}
+
+
+def global_runtime_device_attributes():
+    return [runtime_device_attributes("%s:%d" % (device_type(), i))
+            for i in range(global_device_count())]
 
 
 def using_pjrt():
@@ -40,7 +100,7 @@ def is_bf16_supported():
 
 
 def is_spmd():
-    return False
+    return os.environ.get("XLA_USE_SPMD", "").lower() in ("1", "true", "yes", "on", "y")
 
 
 def use_spmd(auto=False):
@@ -50,14 +110,29 @@ def use_spmd(auto=False):
                        "(one process per core) instead")
 
 
+def get_master_ip():
+    """'127.0.0.1': every simulated host of lazytpu runs on this machine
+    (torch_xla raises for a device without IP discovery; lazytpu's TPU
+    devices have one)."""
+    if device_type() != "TPU":
+        raise RuntimeError("IP discovery not supported for device: %s" % device_type())
+    return "127.0.0.1"
+
+
 def initialize_cache(path, readonly=False):
-    """Graphs are cached in memory per process (LAZYTPU_COMPILE_CACHE_SIZE);
-    a persistent cache directory is accepted and not used."""
+    """torch_xla's persistent compile cache: must come before the first
+    computation (AssertionError after, as in torch_xla). lazytpu keeps its
+    compiled programs in memory per process: nothing is written to `path`
+    (a note says so)."""
+    assert not _runtime_initialized(), "Computation cache has already been initialized"
+    os.environ["XLA_PERSISTENT_CACHE_PATH"] = path
+    os.environ["XLA_PERSISTENT_CACHE_READ_ONLY"] = "1" if readonly else "0"
     lazytpu.compat.note("torch_xla.runtime.initialize_cache(%r): lazytpu keeps its "
                         "compile cache in memory; nothing is written there" % path)
 
 
 def get_num_cached_compilation_graph():
+    """Graphs compiled by this process (the in-memory compile cache)."""
     return lazytpu.metrics.counter_value("UncachedCompile") or 0
 
 
