@@ -454,4 +454,13 @@ def collective_permute(value, pairs):
                          "pairs in %s" % [list(p) for p in pairs])
     every = _every(value)
     s_ = src.get(_ordinal())
-    return every[s_] if s_ is not None else torch.zeros_like(value)
+    if s_ is not None:
+        return every[s_]
+    zeros = torch.zeros_like(value)
+    if value.device.type == "cpu":
+        return zeros
+    # no source: zeros, but read through the gather, which every ordinal's
+    # graph must run (the others wait for this one's value); the condition
+    # is device data (False), so the compiler cannot drop the gather
+    never = torch.tensor(False).to(value.device)
+    return torch.where(never, every[_ordinal()], zeros)

@@ -26,12 +26,12 @@ N = 4
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def spawn_fresh(fn_name, *args, devices=N):
-    """xmp.spawn(test_world.<fn_name>, args) from a fresh interpreter with
+def spawn_fresh(fn_name, *args, devices=N, module="test_world"):
+    """xmp.spawn(<module>.<fn_name>, args) from a fresh interpreter with
     `devices` CPU devices; raises with the output on failure."""
-    code = ("import sys; sys.path.insert(0, %r); import test_world as t; "
+    code = ("import sys; sys.path.insert(0, %r); import %s as t; "
             "import torch_xla.distributed.xla_multiprocessing as xmp; "
-            "xmp.spawn(t.%s, args=%r)" % (HERE, fn_name, tuple(args)))
+            "xmp.spawn(t.%s, args=%r)" % (HERE, module, fn_name, tuple(args)))
     env = dict(os.environ, PJRT_DEVICE="CPU", CPU_NUM_DEVICES=str(devices))
     env.pop("LAZYTPU_NUM_CORES", None)
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,

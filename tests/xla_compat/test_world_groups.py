@@ -9,7 +9,12 @@ import torch.nn as nn
 import torch_xla
 import torch_xla.core.xla_model as xm
 import torch_xla.runtime as xr
-from test_world import N, spawn_fresh
+from test_world import N
+from test_world import spawn_fresh as _spawn_fresh
+
+
+def spawn_fresh(fn_name, *args):
+    return _spawn_fresh(fn_name, *args, module="test_world_groups")
 
 GROUPS = [[0, 2], [1, 3]]
 
