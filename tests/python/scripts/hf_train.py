@@ -105,7 +105,7 @@ if args.way == "trainer":
     targs = transformers.TrainingArguments(
         output_dir=out_dir, per_device_train_batch_size=BATCH, per_device_eval_batch_size=BATCH,
         max_steps=args.steps, logging_steps=1, report_to=[], save_strategy="no",
-        optim="adamw_torch", learning_rate=1e-3, lr_scheduler_type="linear",
+        learning_rate=1e-3, lr_scheduler_type="linear",
         warmup_steps=2, seed=0, dataloader_num_workers=0, disable_tqdm=True)
     trainer = transformers.Trainer(model=model, args=targs, train_dataset=train,
                                    eval_dataset=evald, callbacks=[Record()])
