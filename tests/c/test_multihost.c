@@ -399,7 +399,11 @@ static void test_sgd_2x4_equal_1x8(void **state)
                                "  PerHostAccumulator: "));
     assert_non_null(strstr(ph, "Metric: InterHostProxyTime\n  PerHostSamples: "));
     assert_non_null(strstr(m, "== host 1 proxy ==\n"));
-    assert_non_null(strstr(m, "== ordinal 7 (host 1) ==\nMetric: "));
+    /* each ordinal's own report: its header line (the matmul precision), then
+     * its metrics */
+    const char *o7 = strstr(m, "== ordinal 7 (host 1) ==\nlazytpu: f32 matrix products");
+    assert_non_null(o7);
+    assert_non_null(strstr(o7, "\nMetric: "));
     free(m);
     free(a.err);
     free(b.err);
