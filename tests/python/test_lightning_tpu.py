@@ -109,7 +109,11 @@ def assert_on_device_without_fallback(ranks, n):
     assert len(ranks) == n
     for r, rep in enumerate(ranks):
         assert rep["batch_device"] == "xla", "ordinal %d trained on %s" % (r, rep["batch_device"])
-        assert rep["fallback_ops"] == [], "ordinal %d ran CPU fallbacks: %s" % (r, rep["fallback_ops"])
+        # torch_xla 2.9 lists a value read (.item()) among the executed fallback
+        # ops as aten::_local_scalar_dense, and so does the compatibility layer:
+        # Lightning reads logged values on the host; any other op is a fallback
+        ops = [o for o in rep["fallback_ops"] if o != "aten::_local_scalar_dense"]
+        assert ops == [], "ordinal %d ran CPU fallbacks: %s" % (r, ops)
 
 
 def test_eight_cores_match_cpu_and_checkpoint_loads_on_cpu(tmp_path, cpu_sharded):

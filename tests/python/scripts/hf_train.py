@@ -112,6 +112,7 @@ if args.way == "trainer":
     t0 = time.perf_counter()
     trainer.train()
     result["train_seconds"] = time.perf_counter() - t0
+    result["trained"] = counters()
     result["losses"] = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     result["device"] = str(targs.device)
     result["eval_loss"] = trainer.evaluate()["eval_loss"]
@@ -135,6 +136,7 @@ else:
             result["half"] = counters()
     result["losses"] = [float(v) for v in result["losses"]]
     result["train_seconds"] = time.perf_counter() - t0
+    result["trained"] = counters()
     result["device"] = str(acc.device)
     model.eval()
     with torch.no_grad():
