@@ -144,7 +144,9 @@ def _caller(depth=2):
         inside = cache.get(code)
         if inside is None:
             fn = code.co_filename
-            inside = ("/lazytpu/" in fn or "/torch/" in fn or fn.startswith("<frozen"))
+            # typing_extensions: torch_xla's @deprecated wrappers (xm.mark_step)
+            inside = ("/lazytpu/" in fn or "/torch/" in fn or fn.startswith("<frozen")
+                      or fn.endswith("/typing_extensions.py"))
             if len(cache) < 8192:
                 cache[code] = inside
         if not inside:

@@ -18,6 +18,8 @@ def run_compat(src, timeout=900):
         if k.startswith(("XLA_", "PT_XLA", "PJRT_", "LAZYTPU_")) and k != "LAZYTPU_BIN_DIR":
             env.pop(k)
     env["PYTHONPATH"] = os.path.join(REPO, "python")
+    # compared with eager CPU in f32: a TPU-faithful default matmul level would differ
+    env["LAZYTPU_MATMUL_PRECISION"] = "f32"
     p = subprocess.run([sys.executable, "-m", "lazytpu", "-c", textwrap.dedent(src)],
                        env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
     assert p.returncode == 0, "exit %d\n--- stdout\n%s\n--- stderr\n%s" % (

@@ -24,6 +24,9 @@ def run(cmd, env_extra=None, timeout=900, cwd=None, pythonpath=None):
             env.pop(k)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
+    # the scripts compare with eager CPU in f32; compat mode's TPU-faithful default
+    # matmul level (one bf16 pass) would differ, so they ask for f32 (issue 26)
+    env["LAZYTPU_MATMUL_PRECISION"] = "f32"
     env.update(env_extra or {})
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
                           cwd=cwd or REPO)

@@ -251,6 +251,8 @@ def compat(tmp_path_factory):
            if not k.startswith(("XLA_", "PT_XLA", "PJRT_", "LAZYTPU_")) or k == "LAZYTPU_BIN_DIR"}
     env["PYTHONPATH"] = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                      "python")
+    # compared with eager CPU in f32: a TPU-faithful default matmul level would differ
+    env["LAZYTPU_MATMUL_PRECISION"] = "f32"
     p = subprocess.run([sys.executable, "-m", "lazytpu", str(path)], env=env,
                        capture_output=True, text=True, timeout=900)
     res = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]

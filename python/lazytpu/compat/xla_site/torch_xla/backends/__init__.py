@@ -6,7 +6,10 @@ With PJRT_DEVICE=TPU (or unset) the level is the TPU's: products run as its
 bf16 passes ('default' 1, 'high' 3, 'highest' 6) and the run starts at
 'default', as on a TPU. With PJRT_DEVICE=CPU the setting is kept and
 reported but products stay full f32, as XLA:CPU computes them.
-LAZYTPU_MATMUL_PRECISION sets the starting level in both modes. Unlike
+LAZYTPU_MATMUL_PRECISION sets the starting level in both modes;
+LAZYTPU_MATMUL_PRECISION=f32 pins full f32 for the whole run (the setting is
+then kept and reported only, as on XLA:CPU), so a script that saves and
+restores the level cannot drop a run compared with f32 eager into bf16. Unlike
 torch_xla (pytorch/xla#9129) a switched level takes effect in the next
 graph: the level is part of the compile-cache key.
 """
@@ -28,6 +31,12 @@ _env_level = os.environ.get("LAZYTPU_MATMUL_PRECISION", "")
 _setting = _env_level if _env_level in _NAMES else "default"
 
 
+def _levels_apply():
+    """True when the torch_xla setting drives the arithmetic: a TPU run whose
+    level LAZYTPU_MATMUL_PRECISION did not pin to f32."""
+    return _core.device_kind() == "TPU" and _env_level != "f32"
+
+
 def set_mat_mul_precision(precision):
     """'default', 'high' or 'highest' for the f32 matmuls and convolutions of
     the graphs synced from now on (on PJRT_DEVICE=CPU: recorded only, the
@@ -38,13 +47,13 @@ def set_mat_mul_precision(precision):
         raise ValueError("Invalid precision: %s. Must be one of %s." % (precision, ", ".join(_NAMES)))
     logger.warning(_WARNING_MESSAGE)
     _setting = precision
-    if _core.device_kind() == "TPU":
+    if _levels_apply():
         _precision.set_matmul_precision(precision)
 
 
 def get_mat_mul_precision():
     """The current setting: 'default', 'high' or 'highest'."""
     level = _precision.get_matmul_precision()
-    if _core.device_kind() == "TPU" and level in _NAMES:
+    if _levels_apply() and level in _NAMES:
         return level
     return _setting
