@@ -16,6 +16,40 @@
 
 #define JAN_MAX_GROUPS 256
 
+/* 1 unless process `pid` exists and is not one of our workers (its
+ * environment lacks LAZYTPU_SHM_NAME=<shm_name>). The workers were killed
+ * by their parent-death signal and reaped by someone else meanwhile, so
+ * their numbers may already belong to other processes; a number whose
+ * process is gone can only still be a group id if that group is ours. */
+static int may_be_ours(pid_t pid, const char *shm_name)
+{
+    char path[64], want[300];
+    snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT || errno == ESRCH;
+    size_t wl = (size_t)snprintf(want, sizeof want, "LAZYTPU_SHM_NAME=%s", shm_name);
+    size_t cap = (size_t)1 << 20, have = 0;
+    char *buf = malloc(cap + 1);
+    if (!buf) {
+        close(fd);
+        return 0;
+    }
+    for (;;) {
+        ssize_t r = read(fd, buf + have, cap - have);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        have += (size_t)r;
+        if (have == cap) break;
+    }
+    close(fd);
+    buf[have] = 0;
+    int found = 0;
+    for (size_t i = 0; i < have && !found; i += strlen(buf + i) + 1)
+        found = strlen(buf + i) == wl && memcmp(buf + i, want, wl) == 0;
+    free(buf);
+    return found;
+}
+
 static void janitor_main(int fd, const char *shm_name)
 {
     pid_t groups[JAN_MAX_GROUPS];
@@ -40,7 +74,8 @@ static void janitor_main(int fd, const char *shm_name)
     }
     if (!done)
         for (int i = 0; i < ngroups; i++)
-            if (groups[i] > 1) kill(-groups[i], SIGKILL);
+            if (groups[i] > 1 && may_be_ours(groups[i], shm_name))
+                kill(-groups[i], SIGKILL);
     shm_unlink(shm_name);
     _exit(0);
 }

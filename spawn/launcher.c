@@ -233,11 +233,21 @@ static void reap(launch *L)
     for (int k = 0; k < L->n; k++) {
         worker *wk = &L->w[k];
         if (wk->pid <= 0) continue;
-        int st;
-        pid_t p = waitpid(wk->pid, &st, WNOHANG);
-        if (p != wk->pid) continue;
-        /* kill whatever the worker left in its group, then forget it */
+        /* Exited? Asked without reaping: while the zombie exists its pid,
+         * and so its process group's id, cannot be reused, so the group
+         * kill below reaches only what the worker left in its group (after
+         * a reap a busy machine may already have given that number to
+         * another job's process group). */
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        if (waitid(P_PID, (id_t)wk->pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+            si.si_pid != wk->pid)
+            continue;
         kill(-wk->pid, SIGKILL);
+        int st;
+        pid_t p;
+        while ((p = waitpid(wk->pid, &st, 0)) < 0 && errno == EINTR) {}
+        if (p != wk->pid) continue;
         wk->status = st;
         wk->exited = 1;
         wk->pid = 0;
@@ -563,14 +573,13 @@ lt_status lt_launch(const lt_launch_opts *o, char *const argv[],
     L.w = calloc((size_t)L.n, sizeof *L.w);
     if (!L.w) return lt_set_error(LT_ERR_INTERNAL, "lazytpu-run: out of memory");
     for (int k = 0; k < L.n; k++) L.w[k].fd = -1;
-    lt_status st = lt_world_create_host(L.n, o->shm_bytes, L.host, hosts,
-                                        &L.world);
-    if (st != LT_OK) {
-        free(L.w);
-        return st;
-    }
-    /* before any other child or thread: see janitor.h */
-    lt_janitor_start(&L.jan, lt_world_name(L.world));
+    /* Signals that stop the job are blocked before the segment exists and
+     * read from a signalfd afterwards: a SIGINT/SIGTERM/SIGHUP arriving
+     * while the launcher starts (before the janitor exists) would otherwise
+     * kill it with the segment in /dev/shm. SIGPIPE is ignored: a closed
+     * reader of our stderr or a dead janitor must not kill the launcher
+     * before it has stopped the workers and unlinked the segment (workers
+     * get the default back). */
     sigset_t mask, oldmask;
     sigemptyset(&mask);
     sigaddset(&mask, SIGCHLD);
@@ -578,6 +587,20 @@ lt_status lt_launch(const lt_launch_opts *o, char *const argv[],
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGHUP);
     sigprocmask(SIG_BLOCK, &mask, &oldmask);
+    struct sigaction ign, oldpipe;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &ign, &oldpipe);
+    lt_status st = lt_world_create_host(L.n, o->shm_bytes, L.host, hosts,
+                                        &L.world);
+    if (st != LT_OK) {
+        sigaction(SIGPIPE, &oldpipe, NULL);
+        sigprocmask(SIG_SETMASK, &oldmask, NULL);
+        free(L.w);
+        return st;
+    }
+    /* before any other child or thread: see janitor.h */
+    lt_janitor_start(&L.jan, lt_world_name(L.world));
     int sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
     if (sfd < 0) {
         st = lt_set_error(LT_ERR_INTERNAL, "lazytpu-run: signalfd: %s",
@@ -633,6 +656,7 @@ out:
     }
     lt_world_unlink(L.world);
     lt_janitor_done(&L.jan);
+    sigaction(SIGPIPE, &oldpipe, NULL);
     sigprocmask(SIG_SETMASK, &oldmask, NULL);
     lt_world_close(L.world);
     free(L.w);
