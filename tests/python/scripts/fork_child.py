@@ -63,7 +63,11 @@ def check_inherited(held):
 
 
 def child_main(index, held, nested=False):
-    """Runs in a child; exits 0 when every result matched."""
+    """Runs in a child; exits 0 when every result matched. PyTorch's own
+    CPU ops need one thread in a forked child (their OpenMP threads stayed
+    in the parent; DataLoader workers do the same); lazytpu's cores make
+    their threads afresh."""
+    torch.set_num_threads(1)
     try:
         check(1.5 + index, "child %d" % index)
         if held is not None:
