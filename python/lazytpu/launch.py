@@ -89,15 +89,11 @@ def _main_path():
 
 
 def _main_module_name():
-    """For ``python -m pkg.mod``: the module name of __main__ (its file is
-    then loaded as that module, so its relative imports work), else None."""
+    """For ``python -m pkg.mod`` (or ``-m pkg``: pkg.__main__): the module
+    name of __main__, whose file workers then load as that module of its
+    package (relative imports work); None for a script."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    name = getattr(spec, "name", None)
-    if not name:
-        return None
-    if name.endswith(".__main__"):
-        name = name[:-len(".__main__")]
-    return name
+    return getattr(spec, "name", None) or None
 
 
 def _process_context():

@@ -323,6 +323,33 @@ def test_world_of_one_collectives_outside_spawn():
         lsp.all_reduce("avg", x)
 
 
+def test_limit_inflight_reports_the_error_of_the_step_it_waits_for(dev):
+    """The bound after a step (lazytpu.world.limit_inflight: loaders and the
+    framework integrations call it after each asynchronous step) waits for
+    the step before the newest and reports that step's unread execution
+    error, once, like a step boundary (the C call's report flag is no
+    longer left to chance)."""
+    try:
+        lazytpu.wait_device_ops()          # nothing unread from earlier tests
+    except (IndexError, RuntimeError):
+        pass
+    step = lazytpu._C.SYNC_LOADER_STEP
+    x = torch.arange(12.0).reshape(4, 3).to(dev)
+    bad = torch.index_select(x, 0, torch.tensor([1, 7]).to(dev))
+    lazytpu._C.sync(-1, step, 0)           # step 1: fails on the core
+    lazytpu.world.limit_inflight()         # nothing older than step 1 to wait for
+    good = x * 2
+    lazytpu._C.sync(-1, step, 0)           # step 2
+    with pytest.raises(IndexError) as e:
+        lazytpu.world.limit_inflight()     # waits for step 1
+    assert "index_select: index 7 is out of range for dimension 0 of size 4" in str(e.value)
+    lazytpu.world.limit_inflight()         # reported once
+    lazytpu.wait_device_ops()
+    assert torch.equal(good.cpu(), torch.arange(12.0).reshape(4, 3) * 2)
+    with pytest.raises(IndexError):        # the poisoned value itself still raises
+        bad.cpu()
+
+
 def test_workers_get_the_parents_script_and_manager_key():
     """A library fn whose arguments hold objects of the script's classes and a
     multiprocessing.Manager queue (what Lightning's XLA launcher passes to
