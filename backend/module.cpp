@@ -16,6 +16,7 @@
 
 #include "lazytpu.h"
 #include "lt_shim.h"
+#include "world_py.h"
 
 namespace {
 
@@ -446,6 +447,22 @@ PyMethodDef methods[] = {
     {"trace_flush", py_trace_flush, METH_NOARGS, "Write buffered trace events."},
     {"trace_event", py_trace_event, METH_VARARGS,
      "trace_event(name, cat, start_ns, dur_ns, tid)."},
+    /* the world and the pipeline bound (world_py.cpp) */
+    {"world_info", lazytpu_py_world_info, METH_NOARGS,
+     "None outside a launcher, else (ordinal, world size)."},
+    {"world_barrier", lazytpu_py_world_barrier, METH_NOARGS, "Barrier over all ordinals."},
+    {"world_all_reduce", lazytpu_py_world_all_reduce, METH_VARARGS,
+     "world_all_reduce(send_ptr, recv_ptr, n, dtype, reduce, scale)."},
+    {"world_all_gather", lazytpu_py_world_all_gather, METH_VARARGS,
+     "world_all_gather(send_ptr, recv_ptr, outer, block, dtype)."},
+    {"world_reduce_scatter", lazytpu_py_world_reduce_scatter, METH_VARARGS,
+     "world_reduce_scatter(send_ptr, recv_ptr, outer, block, dtype, reduce, scale)."},
+    {"world_broadcast", lazytpu_py_world_broadcast, METH_VARARGS,
+     "world_broadcast(send_ptr, recv_ptr, n, dtype, root)."},
+    {"world_exchange", lazytpu_py_world_exchange, METH_VARARGS,
+     "world_exchange(tag, payload) -> every ordinal's payload."},
+    {"limit_inflight", lazytpu_py_limit_inflight, METH_VARARGS,
+     "limit_inflight(depth=0): bound the programs queued per core (0: LAZYTPU_MAX_INFLIGHT)."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "lazytpu._C",

@@ -47,7 +47,8 @@
  *   4. An error that no read has returned ("unclaimed") is reported once, by
  *      the first of: lt_wait; lt_sync_core with wait=1; lt_sync_core with
  *      wait=0 and a step cause, when it waits for that program to bound the
- *      pipeline (LAZYTPU_MAX_INFLIGHT programs later on that core). Several
+ *      pipeline (LAZYTPU_MAX_INFLIGHT programs later on that core);
+ *      lt_limit_inflight when it waits for that program. Several
  *      errors in one report: the first, with "(+N more failed programs on
  *      core C)". Afterwards no wait reports it again (reads still do).
  *   5. A program that reads a poisoned tensor fails without running: "<op>:
@@ -385,6 +386,16 @@ lt_status lt_sync_core(int core, lt_sync_cause cause, int wait);
  * "(+N more failed programs on core C)" when there are several, and claims
  * them: each error is reported once (Conventions, rule 4). */
 lt_status lt_wait(int core);
+/* Back-pressure between step boundaries (lazytpu's loaders and framework
+ * integrations call it after each asynchronous step): records the last
+ * program queued on `core` as the end of a step and waits until at most
+ * `depth` - 1 earlier steps' programs are queued or running besides it (the
+ * core runs step N while the host traces step N+1 with depth 2). depth <= 0
+ * means LAZYTPU_MAX_INFLIGHT. Reports an unclaimed execution error of the
+ * programs it waited for (Conventions, rule 4) like a step boundary. Without
+ * it a host that traces faster than its core runs queues steps without
+ * limit, each holding its output buffers. LT_ERR_DEVICE for a bad core. */
+lt_status lt_limit_inflight(int core, int depth);
 
 /* Execution guard, for code that must trace as one graph (a step function
  * compiled with full_graph=True: torch_xla.compile, lazytpu.compile_step).

@@ -6,6 +6,17 @@
  * module owns). Cores survive lt_devices_shutdown as plain records so that
  * buffers released after shutdown can still be un-accounted; a later
  * lt_devices_init starts the workers again.
+ *
+ * fork(): a child has only the thread that forked, so the parent's workers
+ * and helper pools do not exist there. pthread_atfork handlers make the
+ * child a working runtime: before the fork every core is drained (its
+ * queued programs finish, so every buffer the parent holds is ready and no
+ * worker holds a lock or is inside a kernel) and its locks are held; in the
+ * child the locks and condition variables are made fresh, the parent's
+ * helper pools are forgotten (their threads are not there) and each core's
+ * worker is started again at its first job there. OpenMP teams and
+ * OpenBLAS's threads belong to the worker threads (created afresh) and to
+ * OpenBLAS's own fork handlers.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -16,6 +27,7 @@
 #include <unistd.h>
 #include "device.h"
 #include "kernels/par.h"
+#include "tensor.h"
 
 /* GCC defines __SANITIZE_ADDRESS__, clang has __has_feature */
 #if defined(__SANITIZE_ADDRESS__)
@@ -37,10 +49,14 @@
 /* Unclaimed faults kept per core for lt_core_wait(report=1); past this
  * bound the oldest are dropped (and counted in the next report). */
 #define LT_MAX_PENDING_FAULTS 256
+/* Step ends remembered per core by lt_limit_inflight (its largest depth). */
+#define LT_INFLIGHT_STEPS 64
 
 typedef struct lt_core {
     pthread_t thread;
     int running;                 /* worker thread started */
+    atomic_int respawn;          /* forked child: start the worker at the
+                                    next job (it ran in the parent) */
     pthread_mutex_t submit_mu;   /* recursive: lt_core_lock + submit */
     pthread_mutex_t mu;          /* queue, seqs, errors */
     pthread_cond_t cv_work, cv_done;
@@ -53,6 +69,9 @@ typedef struct lt_core {
                                     order (some may be claimed by reads) */
     int n_pend, cap_pend;
     int64_t n_dropped;           /* unclaimed faults dropped past the bound */
+    uint64_t step_seq[LT_INFLIGHT_STEPS];   /* lt_limit_inflight: last seq at
+                                    each recorded step end, oldest first */
+    int n_steps;
     atomic_size_t bytes_in_use;
     atomic_size_t peak_bytes;    /* most bytes_in_use ever (lt_memory_info_get) */
     atomic_llong n_buffers;      /* live buffers (lt_memory_info_get) */
@@ -74,6 +93,7 @@ static size_t g_cache_limit;     /* LAZYTPU_BUFFER_CACHE_BYTES per core */
 static int g_cache_auto;         /* limit not set: grows to 2x the core's peak use */
 static pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
 static int g_records_ready;      /* mutexes etc initialised once */
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
 
 /* Parses "123", "4K", "1.5G", "16GiB", "512MB" (powers of 1024). Returns 0
  * on a malformed string. */
@@ -209,6 +229,8 @@ static void *core_main(void *arg)
     return NULL;
 }
 
+static void atfork_register(void);
+
 lt_status lt_devices_init(void)
 {
     pthread_mutex_lock(&g_init_mu);
@@ -252,6 +274,7 @@ lt_status lt_devices_init(void)
     if (e && *e)
         g_cache_limit = strcmp(e, "0") == 0 ? 0 : parse_bytes(e);
 
+    pthread_once(&g_atfork_once, atfork_register);
     if (!g_records_ready) {
         for (int i = 0; i < LT_MAX_CORES; i++) {
             lt_core *c = &g_cores[i];
@@ -278,6 +301,7 @@ lt_status lt_devices_init(void)
         c->stop = 0;
         c->budget = budget;
         atomic_store(&c->used, 0);
+        atomic_store(&c->respawn, 0);
         if (pthread_create(&c->thread, NULL, core_main, c) != 0) {
             for (int j = 0; j < i; j++) {
                 pthread_mutex_lock(&g_cores[j].mu);
@@ -407,6 +431,7 @@ void lt_devices_shutdown(void)
         c->n_pend = c->cap_pend = 0;
         c->n_dropped = 0;
         c->done_seq = c->last_seq;
+        c->n_steps = 0;
         pthread_mutex_unlock(&c->mu);
         cache_flush(c);
         lt_par_pool_free(c->pool);   /* the worker is joined: no user */
@@ -592,13 +617,30 @@ uint64_t lt_core_last_seq(int core)
     return s;
 }
 
+/* In a fork child: starts the worker the core had in the parent. If the
+ * thread cannot be created the core stays stopped (jobs run inline). */
+static void core_respawn(lt_core *c)
+{
+    pthread_mutex_lock(&g_init_mu);
+    if (!c->running && atomic_load(&c->respawn)) {
+        c->stop = 0;
+        if (pthread_create(&c->thread, NULL, core_main, c) == 0)
+            c->running = 1;
+        atomic_store(&c->respawn, 0);
+    }
+    pthread_mutex_unlock(&g_init_mu);
+}
+
 /* Queues job (FIFO). If the core's worker is not running (after
- * lt_devices_shutdown) the job runs inline on the caller so nothing hangs. */
+ * lt_devices_shutdown) the job runs inline on the caller so nothing hangs;
+ * in a fork child the worker is started first (see the file comment). */
 uint64_t lt_core_submit(int core, lt_job *job)
 {
     lt_core *c = &g_cores[core];
     job->cause = NULL;
     job->same = NULL;
+    if (!c->running && atomic_load(&c->respawn))
+        core_respawn(c);
     if (!c->running) {
         pthread_mutex_lock(&c->mu);
         job->seq = ++c->last_seq;
@@ -695,6 +737,45 @@ int lt_core_has_unclaimed(int core, uint64_t seq)
     return any;
 }
 
+lt_status lt_limit_inflight(int core, int depth)
+{
+    if (!lt_core_valid(core))
+        return lt_set_error(LT_ERR_DEVICE, "limit_inflight: invalid core %d",
+                            core);
+    if (depth <= 0) {
+        lt_runtime *r = lt_rt_peek();
+        depth = r && r->max_inflight > 0 ? (int)(r->max_inflight < LT_INFLIGHT_STEPS
+                                                 ? r->max_inflight
+                                                 : LT_INFLIGHT_STEPS)
+                                         : 2;
+    }
+    if (depth > LT_INFLIGHT_STEPS)
+        depth = LT_INFLIGHT_STEPS;
+    lt_core *c = &g_cores[core];
+    uint64_t target = 0;
+    pthread_mutex_lock(&c->mu);
+    uint64_t last = c->last_seq;
+    if (last > 0 && (c->n_steps == 0 || c->step_seq[c->n_steps - 1] != last)) {
+        if (c->n_steps == LT_INFLIGHT_STEPS) {
+            memmove(&c->step_seq[0], &c->step_seq[1],
+                    (size_t)(c->n_steps - 1) * sizeof c->step_seq[0]);
+            c->n_steps--;
+        }
+        c->step_seq[c->n_steps++] = last;
+    }
+    if (c->n_steps >= depth) {
+        /* the newest step end that leaves depth - 1 younger ones: waiting
+         * for it covers every older one */
+        int k = c->n_steps - depth;
+        target = c->step_seq[k];
+        memmove(&c->step_seq[0], &c->step_seq[k + 1],
+                (size_t)(c->n_steps - k - 1) * sizeof c->step_seq[0]);
+        c->n_steps -= k + 1;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return target ? lt_core_wait(core, target, 1) : LT_OK;
+}
+
 lt_status lt_buffer_wait(lt_buffer *b)
 {
     if (!b)
@@ -719,4 +800,78 @@ lt_status lt_buffer_wait(lt_buffer *b)
         lt_fault_release(f);
     }
     return st;
+}
+
+/* ---------------------------------------------------------------- fork */
+
+/* Before fork(): drains every started core and holds its locks (and the
+ * init lock), so that no worker runs a job, no job is queued and no lock is
+ * held by a thread that the child will not have. A core whose programs are
+ * waiting for something slow (a collective waiting for its peers) delays
+ * the fork until they end. */
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&g_init_mu);
+    if (!g_records_ready)
+        return;
+    for (int i = 0; i < g_n_cores; i++) {
+        lt_core *c = &g_cores[i];
+        pthread_mutex_lock(&c->submit_mu);
+        pthread_mutex_lock(&c->mu);
+        if (c->running)
+            wait_done_locked(c, c->last_seq);
+        pthread_mutex_lock(&c->cache_mu);
+    }
+}
+
+static void fork_parent(void)
+{
+    if (g_records_ready)
+        for (int i = g_n_cores - 1; i >= 0; i--) {
+            lt_core *c = &g_cores[i];
+            pthread_mutex_unlock(&c->cache_mu);
+            pthread_mutex_unlock(&c->mu);
+            pthread_mutex_unlock(&c->submit_mu);
+        }
+    pthread_mutex_unlock(&g_init_mu);
+}
+
+/* In the child: the locks prepare took are made fresh rather than unlocked
+ * (a recursive mutex records its owner's thread id, which is the parent's:
+ * the child's thread could not unlock it), and so are the condition
+ * variables, which may still count the parent's waiting workers. The
+ * parent's workers and helper threads are not here: a core that had a
+ * worker gets a new one at its next job; its helper pool is dropped without
+ * freeing (freeing would join threads that do not exist; its memory is the
+ * parent's copy). Every queued job had finished (prepare), so nothing
+ * waits for a job that will never run. */
+static void fork_child(void)
+{
+    if (g_records_ready) {
+        pthread_mutexattr_t a;
+        pthread_mutexattr_init(&a);
+        pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+        for (int i = 0; i < g_n_cores; i++) {
+            lt_core *c = &g_cores[i];
+            pthread_mutex_init(&c->submit_mu, &a);
+            pthread_mutex_init(&c->mu, NULL);
+            pthread_mutex_init(&c->cache_mu, NULL);
+            pthread_cond_init(&c->cv_work, NULL);
+            pthread_cond_init(&c->cv_done, NULL);
+            c->head = c->tail = NULL;
+            c->done_seq = c->last_seq;
+            c->pool = NULL;
+            if (c->running) {
+                c->running = 0;
+                atomic_store(&c->respawn, 1);
+            }
+        }
+        pthread_mutexattr_destroy(&a);
+    }
+    pthread_mutex_init(&g_init_mu, NULL);
+}
+
+static void atfork_register(void)
+{
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
 }

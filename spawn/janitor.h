@@ -6,7 +6,9 @@
  * mpirun's daemon, does not reach it), with nothing open but the read end
  * of a pipe from the launcher. It learns the workers' process groups
  * through the pipe. When the pipe closes without "done" (the launcher
- * died, even by SIGKILL), it SIGKILLs those groups; in every case it then
+ * died, even by SIGKILL), it SIGKILLs those groups (a group whose number
+ * now belongs to a process that is not the worker, i.e. started at another
+ * time: a reused pid, is left alone); in every case it then
  * unlinks the shared-memory segment (a no-op if the launcher did) and
  * exits. Together with the workers' parent-death signal this guarantees
  * that no worker and no /dev/shm entry outlives the launcher.

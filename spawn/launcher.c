@@ -8,6 +8,15 @@
  * on several hosts, the inter-host link's event fd; every iteration reaps
  * exited workers with waitpid(pid, WNOHANG), so coalesced SIGCHLDs cannot
  * be missed.
+ *
+ * The mask blocks those signals in the launcher's thread only. Libraries
+ * the launcher loads may have threads of their own (OpenBLAS starts its
+ * helper threads when it is loaded, with every signal unblocked, and stops
+ * them at our first fork): a process-directed SIGTERM may be delivered to
+ * such a thread, where the default action would kill the launcher before
+ * it stopped the workers and unlinked the segment. So the stop signals
+ * also get a handler, which forwards them through a pipe that the loop
+ * reads like the signalfd.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -142,6 +151,56 @@ static int pump(int k, worker *wk)
     return 1;
 }
 
+/* ------------------------------------------------------- stop signals */
+
+/* Write end of the pipe the handler forwards signals through (-1: none). */
+static volatile sig_atomic_t g_sig_wfd = -1;
+
+static void forward_signal(int sig)
+{
+    int e = errno;
+    unsigned char b = (unsigned char)sig;
+    int fd = g_sig_wfd;
+    if (fd >= 0 && write(fd, &b, 1) != 1) { /* pipe full: one is pending */ }
+    errno = e;
+}
+
+static const int k_stop_signals[] = { SIGINT, SIGTERM, SIGHUP, SIGCHLD };
+#define N_STOP_SIGNALS ((int)(sizeof k_stop_signals / sizeof k_stop_signals[0]))
+
+/* Installs forward_signal for the stop signals (and SIGCHLD, to wake the
+ * loop) and ignores SIGPIPE; saves the old dispositions in old[0..N] (the
+ * last one SIGPIPE's). fds[0] is the read end (-1 if no pipe could be made:
+ * then the handlers do nothing and only the signalfd serves). */
+static void forward_signals_start(int fds[2], struct sigaction *old)
+{
+    fds[0] = fds[1] = -1;
+    if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) fds[0] = fds[1] = -1;
+    g_sig_wfd = fds[1];
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = forward_signal;
+    sa.sa_flags = SA_RESTART;
+    sigfillset(&sa.sa_mask);
+    for (int i = 0; i < N_STOP_SIGNALS; i++)
+        sigaction(k_stop_signals[i], &sa, &old[i]);
+    struct sigaction ign;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &ign, &old[N_STOP_SIGNALS]);
+}
+
+static void forward_signals_stop(int fds[2], const struct sigaction *old)
+{
+    for (int i = 0; i < N_STOP_SIGNALS; i++)
+        sigaction(k_stop_signals[i], &old[i], NULL);
+    sigaction(SIGPIPE, &old[N_STOP_SIGNALS], NULL);
+    g_sig_wfd = -1;
+    if (fds[0] >= 0) close(fds[0]);
+    if (fds[1] >= 0) close(fds[1]);
+    fds[0] = fds[1] = -1;
+}
+
 /* -------------------------------------------------------------- shutdown */
 
 /* Signals the process group of every worker still running. */
@@ -233,11 +292,21 @@ static void reap(launch *L)
     for (int k = 0; k < L->n; k++) {
         worker *wk = &L->w[k];
         if (wk->pid <= 0) continue;
-        int st;
-        pid_t p = waitpid(wk->pid, &st, WNOHANG);
-        if (p != wk->pid) continue;
-        /* kill whatever the worker left in its group, then forget it */
+        /* Exited? Asked without reaping: while the zombie exists its pid,
+         * and so its process group's id, cannot be reused, so the group
+         * kill below reaches only what the worker left in its group (after
+         * a reap a busy machine may already have given that number to
+         * another job's process group). */
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        if (waitid(P_PID, (id_t)wk->pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+            si.si_pid != wk->pid)
+            continue;
         kill(-wk->pid, SIGKILL);
+        int st;
+        pid_t p;
+        while ((p = waitpid(wk->pid, &st, 0)) < 0 && errno == EINTR) {}
+        if (p != wk->pid) continue;
         wk->status = st;
         wk->exited = 1;
         wk->pid = 0;
@@ -352,6 +421,7 @@ static lt_status start_worker(launch *L, int k, char *const argv[],
         signal(SIGTERM, SIG_DFL);
         signal(SIGHUP, SIG_DFL);
         signal(SIGPIPE, SIG_DFL);
+        signal(SIGCHLD, SIG_DFL);
         sigprocmask(SIG_SETMASK, oldmask, NULL);
         dup2(p[1], 2);
         execvpe(argv[0], argv, env);
@@ -433,14 +503,14 @@ static void on_signal(launch *L, int sig)
              lt_signal_name(sig));
 }
 
-static void supervise(launch *L, int sfd)
+static void supervise(launch *L, int sfd, int pfd)
 {
     int64_t deadline = L->o->timeout_s > 0
                            ? now_ns() + (int64_t)(L->o->timeout_s * 1e9)
                            : INT64_MAX;
     int64_t drain_until = 0;
-    struct pollfd pf[LT_WORLD_MAX_RANKS + 2];
-    int idx[LT_WORLD_MAX_RANKS + 2];
+    struct pollfd pf[LT_WORLD_MAX_RANKS + 3];
+    int idx[LT_WORLD_MAX_RANKS + 3];
     for (;;) {
         reap(L);
         int64_t t = now_ns();
@@ -468,6 +538,11 @@ static void supervise(launch *L, int sfd)
         pf[np].fd = sfd;
         pf[np].events = POLLIN;
         idx[np++] = -1;
+        if (pfd >= 0) {
+            pf[np].fd = pfd;
+            pf[np].events = POLLIN;
+            idx[np++] = -3;
+        }
         if (L->link_fd >= 0) {
             pf[np].fd = L->link_fd;
             pf[np].events = POLLIN;
@@ -489,6 +564,12 @@ static void supervise(launch *L, int sfd)
                     int sig = (int)si.ssi_signo;
                     if (sig != SIGCHLD) on_signal(L, sig);
                 }
+            } else if (idx[i] == -3) {
+                unsigned char b[64];
+                ssize_t k;
+                while ((k = read(pfd, b, sizeof b)) > 0)
+                    for (ssize_t j = 0; j < k; j++)
+                        if (b[j] != SIGCHLD) on_signal(L, b[j]);
             } else if (idx[i] == -2) {
                 on_link_event(L);
             } else {
@@ -563,14 +644,14 @@ lt_status lt_launch(const lt_launch_opts *o, char *const argv[],
     L.w = calloc((size_t)L.n, sizeof *L.w);
     if (!L.w) return lt_set_error(LT_ERR_INTERNAL, "lazytpu-run: out of memory");
     for (int k = 0; k < L.n; k++) L.w[k].fd = -1;
-    lt_status st = lt_world_create_host(L.n, o->shm_bytes, L.host, hosts,
-                                        &L.world);
-    if (st != LT_OK) {
-        free(L.w);
-        return st;
-    }
-    /* before any other child or thread: see janitor.h */
-    lt_janitor_start(&L.jan, lt_world_name(L.world));
+    /* Signals that stop the job are blocked (in this thread) and forwarded
+     * (from any other thread: see the file comment) before the segment
+     * exists, and read from a signalfd and the forwarding pipe afterwards:
+     * a SIGINT/SIGTERM/SIGHUP arriving while the launcher starts (before
+     * the janitor exists) would otherwise kill it with the segment in
+     * /dev/shm. SIGPIPE is ignored: a closed reader of our stderr or a dead
+     * janitor must not kill the launcher before it has stopped the workers
+     * and unlinked the segment (workers get the defaults back). */
     sigset_t mask, oldmask;
     sigemptyset(&mask);
     sigaddset(&mask, SIGCHLD);
@@ -578,6 +659,19 @@ lt_status lt_launch(const lt_launch_opts *o, char *const argv[],
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGHUP);
     sigprocmask(SIG_BLOCK, &mask, &oldmask);
+    int sig_pipe[2];
+    struct sigaction old_actions[N_STOP_SIGNALS + 1];
+    forward_signals_start(sig_pipe, old_actions);
+    lt_status st = lt_world_create_host(L.n, o->shm_bytes, L.host, hosts,
+                                        &L.world);
+    if (st != LT_OK) {
+        forward_signals_stop(sig_pipe, old_actions);
+        sigprocmask(SIG_SETMASK, &oldmask, NULL);
+        free(L.w);
+        return st;
+    }
+    /* before any other child or thread: see janitor.h */
+    lt_janitor_start(&L.jan, lt_world_name(L.world));
     int sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
     if (sfd < 0) {
         st = lt_set_error(LT_ERR_INTERNAL, "lazytpu-run: signalfd: %s",
@@ -607,7 +701,7 @@ lt_status lt_launch(const lt_launch_opts *o, char *const argv[],
     }
     char err[600];
     snprintf(err, sizeof err, "%s", st != LT_OK ? lt_last_error() : "");
-    supervise(&L, sfd);
+    supervise(&L, sfd, sig_pipe[0]);
     if (L.link) L.link->stop(L.link->ctx);
     if (st == LT_OK) write_metrics(&L);
     if (st != LT_OK) lt_set_error(st, "%s", err);
@@ -633,6 +727,7 @@ out:
     }
     lt_world_unlink(L.world);
     lt_janitor_done(&L.jan);
+    forward_signals_stop(sig_pipe, old_actions);
     sigprocmask(SIG_SETMASK, &oldmask, NULL);
     lt_world_close(L.world);
     free(L.w);

@@ -282,10 +282,12 @@ static pthread_once_t world_once = PTHREAD_ONCE_INIT;
 static lt_world *world_default;
 static lt_status world_default_st;
 static char world_default_err[256];
+static pid_t world_default_pid;     /* the process that attached */
 
 static void world_default_init(void)
 {
     world_default_st = lt_world_attach_from_env(&world_default);
+    world_default_pid = getpid();
     if (world_default_st != LT_OK)
         snprintf(world_default_err, sizeof world_default_err, "%s",
                  lt_last_error());
@@ -297,6 +299,16 @@ lt_status lt_world_default(lt_world **out)
     *out = world_default;
     if (world_default_st != LT_OK)
         return lt_set_error(world_default_st, "%s", world_default_err);
+    if (world_default && world_default_pid != getpid()) {
+        /* a fork child of a rank (a DataLoader worker...): the rank is its
+         * parent; two processes in one rank's place would corrupt every
+         * collective */
+        *out = NULL;
+        return lt_set_error(LT_ERR_COLLECTIVE, "world: process %d is a fork of "
+                            "rank %d (pid %d): only the launcher's workers take "
+                            "part in collectives", (int)getpid(),
+                            lt_world_rank(world_default), (int)world_default_pid);
+    }
     return LT_OK;
 }
 

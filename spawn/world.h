@@ -102,7 +102,9 @@ lt_status lt_world_attach_from_env(lt_world **out);
 
 /* The calling process's world, attached from the environment on first use
  * (thread-safe, once). *out = NULL with LT_OK when not running under the
- * launcher. The world lives until the process exits: do not close it. */
+ * launcher. The world lives until the process exits: do not close it.
+ * In a fork child of a process that had attached: LT_ERR_COLLECTIVE naming
+ * both pids (the parent is the rank). */
 lt_status lt_world_default(lt_world **out);
 /* Global world size from LAZYTPU_WORLD_SIZE without attaching (1 if
  * unset). For shape rules at trace time. */

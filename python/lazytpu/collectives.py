@@ -7,13 +7,12 @@ inside the compiled step. On CPU tensors they run at once through the world's
 shared memory (and MPI between hosts). Outside a launcher the world has one
 ordinal and every collective is the identity.
 """
-import ctypes
 import pickle
 
 import torch
 
 from . import _C
-from .world import _check, _clib, _quiesce, _world, world_size
+from .world import _quiesce, _world, world_size
 
 __all__ = ["REDUCE_SUM", "REDUCE_MUL", "REDUCE_MIN", "REDUCE_MAX", "REDUCE_AND",
            "REDUCE_OR", "all_reduce", "all_gather", "reduce_scatter", "all_to_all",
@@ -42,25 +41,10 @@ def rendezvous(tag, payload=b"", replicas=None):
     if isinstance(payload, str):
         payload = payload.encode()
     payload = bytes(payload)
-    w = _world()
-    if w is None:
+    if _world() is None:
         return [payload]
     _quiesce()
-    lib = _clib()
-    n = lib.lt_world_size(w)
-    lens = (ctypes.c_size_t * n)()
-    out = ctypes.c_void_p()
-    _check(lib.lt_world_exchange(w, tag.encode(), payload, len(payload),
-                                 ctypes.byref(out), lens), "rendezvous")
-    res, off = [], 0
-    try:
-        for k in range(n):
-            res.append(ctypes.string_at(out.value + off, lens[k]) if lens[k] else b"")
-            off += lens[k]
-    finally:
-        if out.value:
-            lib.free(out.value)
-    return res
+    return _C.world_exchange(tag, payload)
 
 
 def _to_cpu(data):
@@ -110,11 +94,8 @@ def _host_call(fn_name, t, out_shape, *args):
         src = src.cpu()
     src = src.contiguous()
     out = torch.empty(out_shape, dtype=src.dtype)
-    w = _world()
     _quiesce()
-    lib = _clib()
-    fn = getattr(lib, "lt_world_" + fn_name)
-    _check(fn(w, src.data_ptr(), out.data_ptr(), *args), fn_name)
+    getattr(_C, "world_" + fn_name)(src.data_ptr(), out.data_ptr(), *args)
     return out
 
 
@@ -130,7 +111,7 @@ def _all_reduce_one(t, code, scale):
     if op is not None and t.device.type != "cpu":
         return op(t, code, float(scale))
     out = _host_call("all_reduce", t, t.shape, t.numel(), _DTYPE[t.dtype], code,
-                     float(scale), None)
+                     float(scale))
     return _put(out, t)
 
 
@@ -175,7 +156,7 @@ def _all_reduce_group(ts, dev, code, scale):
                 _C.sync(-1, getattr(_C, "SYNC_OPTIMIZER_STEP", 1), 0)
             flat = torch.cat([t.detach().reshape(-1).cpu() for t in ts])
             red = _host_call("all_reduce", flat, flat.shape, flat.numel(),
-                             _DTYPE[flat.dtype], code, float(scale), None)
+                             _DTYPE[flat.dtype], code, float(scale))
         off = 0
         for t, n in zip(ts, sizes):
             t.copy_(red[off:off + n].view(t.shape))
@@ -213,7 +194,7 @@ def all_gather(value, dim=0, groups=None, output=None, pin_layout=True):
         outer, block = _outer_block(shape, dim)
         out_shape = shape[:dim] + [shape[dim] * n] + shape[dim + 1:]
         res = _put(_host_call("all_gather", value, out_shape, outer, block,
-                              _DTYPE[value.dtype], None), value)
+                              _DTYPE[value.dtype]), value)
     if output is not None:
         with torch.no_grad():
             output.copy_(res)
@@ -262,7 +243,7 @@ def reduce_scatter(reduce_type, input, scale, scatter_dim, shard_count,
         for d in out_shape[dim:]:
             block *= d
         res = _put(_host_call("reduce_scatter", input, out_shape, outer, block,
-                              _DTYPE[input.dtype], code, float(scale), None), input)
+                              _DTYPE[input.dtype], code, float(scale)), input)
     if output is not None:
         with torch.no_grad():
             output.copy_(res)
@@ -276,7 +257,7 @@ def broadcast(value, root=0):
     if op is not None and value.device.type != "cpu":
         return op(value, int(root))
     out = _host_call("broadcast", value, value.shape, value.numel(),
-                     _DTYPE[value.dtype], int(root), None)
+                     _DTYPE[value.dtype], int(root))
     return _put(out, value)
 
 

@@ -30,7 +30,7 @@ import tempfile
 import traceback
 
 from . import _C
-from .world import _lib_path, get_ordinal
+from .world import get_ordinal
 
 __all__ = ["spawn", "launch", "WorkerError", "at_worker_exit", "MpModelWrapper",
            "MpSerialExecutor"]
@@ -46,6 +46,19 @@ class WorkerError(RuntimeError):
         self.exit_code = exit_code
         self.cause = cause
 
+
+
+def _lib_path():
+    """Path of the liblazytpu.so this process loaded (through _C)."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                p = line.split()[-1]
+                if p.endswith("/liblazytpu.so"):
+                    return p
+    except OSError:
+        pass
+    return None
 
 
 def _find_launcher():
@@ -66,11 +79,38 @@ def _find_launcher():
 
 
 def _main_path():
+    """The parent's __main__ script (absolute path), or None (interactive,
+    ``-c``, or pytest's entry point)."""
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     if path and os.path.exists(path) and not path.endswith("pytest"):
         return os.path.abspath(path)
     return None
+
+
+def _main_module_name():
+    """For ``python -m pkg.mod`` (or ``-m pkg``: pkg.__main__): the module
+    name of __main__, whose file workers then load as that module of its
+    package (relative imports work); None for a script."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return getattr(spec, "name", None) or None
+
+
+def _process_context():
+    """What a worker needs of this process before it loads __main__ or
+    unpickles anything (what multiprocessing's spawn passes too): sys.argv
+    (a script that parses it at module level, e.g. argparse, runs again in
+    every worker), sys.path, the working directory, the name __main__ was
+    run as, and the authentication key, so that multiprocessing.Manager
+    proxies in the arguments (Lightning's return queue) connect back to
+    this process's manager."""
+    return {
+        "sys_argv": list(sys.argv),
+        "sys_path": list(sys.path),
+        "cwd": os.getcwd(),
+        "main_name": _main_module_name(),
+        "authkey": bytes(multiprocessing.current_process().authkey),
+    }
 
 
 class _SpawnContext:
@@ -139,17 +179,12 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False,
     except (pickle.PicklingError, AttributeError, TypeError) as e:
         raise ValueError("lazytpu.spawn: fn and args must be picklable (fn by "
                          "reference: a module-level function): %s" % e) from None
-    # the parent's process context, as multiprocessing's spawn passes it: the
-    # script's classes and functions (fn, or objects in args such as a
-    # Lightning trainer holding the script's module) and the authentication
-    # key, so that multiprocessing.Manager proxies in args (Lightning's
-    # return queue) connect back to the parent's manager
-    head = {
-        "sys_path": list(sys.path),
-        "main_path": _main_path() if (getattr(fn, "__module__", "") == "__main__"
-                                      or b"__main__" in payload) else None,
-        "authkey": bytes(multiprocessing.current_process().authkey),
-    }
+    # the parent's process context (_process_context), and the script when
+    # fn or objects in args (a Lightning trainer holding the script's
+    # module) come from it
+    head = _process_context()
+    head["main_path"] = _main_path() if (getattr(fn, "__module__", "") == "__main__"
+                                         or b"__main__" in payload) else None
     tmpdir = tempfile.mkdtemp(prefix="lazytpu-spawn-")
     job = os.path.join(tmpdir, "job.pkl")
     with open(job, "wb") as f:
@@ -234,18 +269,58 @@ def _run_exit_hooks():
             sys.stderr.write("lazytpu: exit hook %r failed: %s\n" % (fn, e))
 
 
+# The name the parent ran __main__ as (python -m NAME), from the job's head.
+_parent_main_name = None
+
+
 def _load_main(path):
     """Makes a script's functions importable as __main__ in the worker (the
     script runs as __mp_main__, so its `if __name__ == "__main__"` block
-    does not)."""
+    does not). A module the parent ran with ``python -m`` is loaded with
+    its package, so that its relative imports work. Run after
+    _restore_context: the script sees the parent's sys.argv and working
+    directory."""
+    import importlib.util
     import types
     mod = types.ModuleType("__mp_main__")
+    spec = None
+    if _parent_main_name:
+        try:
+            spec = importlib.util.find_spec(_parent_main_name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and (spec.origin is None
+                                 or os.path.abspath(spec.origin) != path):
+            spec = None
+    if spec is not None:
+        mod.__spec__ = spec
+        mod.__package__ = spec.parent
+        mod.__loader__ = spec.loader
     mod.__file__ = path
     sys.modules["__mp_main__"] = mod
     sys.modules["__main__"] = mod
     with open(path) as f:
         code = compile(f.read(), path, "exec")
     exec(code, mod.__dict__)
+
+
+def _restore_context(head):
+    """The parent's process context (_process_context) in this worker."""
+    global _parent_main_name
+    for p in reversed(head.get("sys_path", [])):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    if head.get("sys_argv") is not None:
+        sys.argv[:] = head["sys_argv"]
+    if head.get("cwd"):
+        try:
+            os.chdir(head["cwd"])
+        except OSError as e:
+            raise RuntimeError("lazytpu.spawn: the worker cannot enter the parent's "
+                               "working directory %s: %s" % (head["cwd"], e)) from None
+    _parent_main_name = head.get("main_name")
+    if head.get("authkey"):
+        multiprocessing.current_process().authkey = head["authkey"]
 
 
 def _write_metrics():
@@ -262,18 +337,15 @@ def _write_metrics():
 
 
 def _worker_main(job):
-    """Entry point of a worker process (run by lazytpu-run): restores
-    sys.path and the parent's __main__ script, then runs fn(ordinal, *args).
-    An exception prints its traceback (forwarded by the launcher with an
-    "[ordinal k]" prefix) and exits 1."""
+    """Entry point of a worker process (run by lazytpu-run): restores the
+    parent's sys.argv, sys.path, working directory and authentication key,
+    then its __main__ script (when fn or args need it), then runs
+    fn(ordinal, *args). An exception prints its traceback (forwarded by the
+    launcher with an "[ordinal k]" prefix) and exits 1."""
     try:
         with open(job, "rb") as f:
             head = pickle.load(f)
-            for p in reversed(head.get("sys_path", [])):
-                if p not in sys.path:
-                    sys.path.insert(0, p)
-            if head.get("authkey"):
-                multiprocessing.current_process().authkey = head["authkey"]
+            _restore_context(head)
             if head.get("main_path"):
                 _load_main(head["main_path"])
             fn, args = pickle.load(f)

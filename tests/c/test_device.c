@@ -1,12 +1,16 @@
 /* tests/c/test_device.c — simulated cores: budget errors, FIFO jobs and
- * sequence numbers, job error propagation, shutdown draining. */
+ * sequence numbers, job error propagation, shutdown draining, the
+ * pipeline bound (lt_limit_inflight), cores in a fork child. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
 #include <stdlib.h>
+#include <pthread.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include "device.h"
 
@@ -58,12 +62,14 @@ typedef struct rec_job {
     int fail;
     int *done_count;
     lt_buffer *out;           /* poisoned when the job fails (optional) */
+    pthread_t *ran_on;        /* the thread that ran it (optional) */
 } rec_job;
 
 static lt_status rec_run(lt_job *j, int core)
 {
     rec_job *r = (rec_job *)j;
     usleep(1000);
+    if (r->ran_on) *r->ran_on = pthread_self();
     r->log[(*r->n)++] = r->id;
     if (r->fail)
         return lt_set_error(LT_ERR_INTERNAL, "job %d failed on core %d", r->id, core);
@@ -283,6 +289,96 @@ static void test_buffer_cache_grows_to_peak(void **state)
     start("1G", "2");
 }
 
+/* lt_limit_inflight(core, depth) after each one-job step: once it returns,
+ * at most depth - 1 steps besides the newest are unfinished; a failed step
+ * is reported once, by the call that waits for it. */
+static void test_limit_inflight(void **state)
+{
+    start("1G", "2");
+    int log[64], n = 0, dc = 0;
+    for (int depth = 1; depth <= 3; depth++) {
+        lt_core_wait(1, 0, 0);
+        int before = n;
+        for (int i = 0; i < 10; i++) {
+            submit_writer(1, NULL, mk(log, &n, i, 0, &dc));
+            assert_int_equal(lt_limit_inflight(1, depth), LT_OK);
+            /* jobs of this depth's loop finished: at least i + 1 - (depth - 1) */
+            int done = n - before;
+            if (done < i + 1 - (depth - 1))
+                fail_msg("depth %d, step %d: only %d of %d jobs done", depth, i, done, i + 1);
+        }
+    }
+    /* the same step twice (no new job) does not count twice */
+    lt_core_wait(1, 0, 0);
+    assert_int_equal(lt_limit_inflight(1, 2), LT_OK);
+    assert_int_equal(lt_limit_inflight(1, 2), LT_OK);
+    /* an error of a waited-for step: reported once */
+    submit_writer(1, NULL, mk(log, &n, 40, 1, &dc));
+    assert_int_equal(lt_limit_inflight(1, 2), LT_OK);        /* not waited for yet */
+    submit_writer(1, NULL, mk(log, &n, 41, 0, &dc));
+    assert_int_equal(lt_limit_inflight(1, 2), LT_ERR_INTERNAL);
+    assert_string_equal(lt_last_error(), "job 40 failed on core 1");
+    submit_writer(1, NULL, mk(log, &n, 42, 0, &dc));
+    assert_int_equal(lt_limit_inflight(1, 2), LT_OK);
+    assert_int_equal(lt_core_wait(1, 0, 1), LT_OK);
+    assert_int_equal(lt_limit_inflight(7, 2), LT_ERR_DEVICE);
+    /* depth <= 0: LAZYTPU_MAX_INFLIGHT (2 without a runtime) */
+    assert_int_equal(lt_limit_inflight(1, 0), LT_OK);
+}
+
+/* In a fork child (runs with an alarm: a hang fails instead of blocking):
+ * the parent's queued jobs had all run, new jobs run on a new worker thread
+ * of the child, and a fork of the child works too. Returns 0 when so. */
+static int child_checks(int *log, int *n, int *dc, int expect, int depth)
+{
+    alarm(20);
+    if (*n != expect) return 10;           /* prepare drained the parent's queue */
+    pthread_t ran = pthread_self();
+    for (int i = 0; i < 5; i++) {
+        rec_job *r = mk(log, n, 100 + i, 0, dc);
+        r->ran_on = &ran;
+        submit_writer(1, NULL, r);
+    }
+    if (lt_core_wait(1, 0, 1) != LT_OK) return 11;
+    if (*n != expect + 5) return 12;
+    if (pthread_equal(ran, pthread_self())) return 13;   /* ran inline, no worker */
+    if (depth > 0) {
+        pid_t g = fork();
+        if (g == 0) _exit(child_checks(log, n, dc, expect + 5, depth - 1));
+        int st;
+        if (waitpid(g, &st, 0) != g || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            return 14;
+    }
+    return 0;
+}
+
+static void test_fork_child_gets_working_cores(void **state)
+{
+    start("1G", "2");
+    int *log = calloc(256, sizeof *log), n = 0, dc = 0;
+    for (int i = 0; i < 30; i++)                /* queued, not waited for */
+        submit_writer(1, NULL, mk(log, &n, i, 0, &dc));
+    pid_t kids[2];
+    for (int k = 0; k < 2; k++) {
+        kids[k] = fork();
+        assert_true(kids[k] >= 0);
+        if (kids[k] == 0) _exit(child_checks(log, &n, &dc, 30, 1));
+    }
+    for (int k = 0; k < 2; k++) {
+        int st;
+        assert_int_equal(waitpid(kids[k], &st, 0), kids[k]);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            fail_msg("child %d: %s %d", k, WIFSIGNALED(st) ? "killed by signal" : "exit code",
+                     WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    }
+    /* the parent's cores go on */
+    for (int i = 0; i < 5; i++)
+        submit_writer(1, NULL, mk(log, &n, 200 + i, 0, &dc));
+    assert_int_equal(lt_core_wait(1, 0, 1), LT_OK);
+    assert_int_equal(n, 35);
+    free(log);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -293,6 +389,8 @@ int main(void)
         cmocka_unit_test(test_job_errors),
         cmocka_unit_test(test_many_unread_errors),
         cmocka_unit_test(test_shutdown_drains),
+        cmocka_unit_test(test_limit_inflight),
+        cmocka_unit_test(test_fork_child_gets_working_cores),
     };
     int r = cmocka_run_group_tests(tests, NULL, NULL);
     lt_devices_shutdown();

@@ -1,8 +1,9 @@
 /*
  * tests/c/test_launcher.c — runs the built `lazytpu-run` (directory in env
  * LAZYTPU_BIN_DIR) on small shell commands: success, a worker exiting 3, a
- * worker killed by SIGKILL, a hang past --timeout, a worker ignoring
- * SIGTERM; checks exit codes, the message naming ordinal and cause, bounded
+ * worker killed by SIGKILL (also one of 8, many times), a hang past
+ * --timeout, a worker ignoring SIGTERM, signals while the launcher starts;
+ * checks exit codes, the message naming ordinal and cause, bounded
  * time, no /dev/shm/lazytpu-<launcher pid>-* left and no process left.
  */
 #define _GNU_SOURCE
@@ -317,6 +318,61 @@ static void test_launcher_signal_stops_all(void **state)
     expect_no_process_left();
 }
 
+/* One of 8 workers SIGKILLs itself at a varying moment while its peers
+ * run (each with a child in its group): after every run the segment is
+ * gone and no process is left. LAZYTPU_TEST_SIGKILL_RUNS runs (default
+ * 20). */
+static void test_sigkill_one_of_eight_leaves_nothing(void **state)
+{
+    const char *e = getenv("LAZYTPU_TEST_SIGKILL_RUNS");
+    int runs = e && atoi(e) > 0 ? atoi(e) : 20;
+    for (int r = 0; r < runs; r++) {
+        run_out o;
+        char script[400];
+        snprintf(script, sizeof script,
+                 "echo $$ >> $TMPD/pids; sleep 30 & echo $! >> $TMPD/pids; "
+                 "if [ $LAZYTPU_ORDINAL = 5 ]; then sleep 0.0%d; kill -9 $$; fi; wait",
+                 r % 10);
+        run(&o, "-n 8", script);
+        if (o.code != 137 || o.shm_left) {
+            fprintf(stderr, "run %d: ", r);
+            dump(&o);
+        }
+        assert_int_equal(o.code, 128 + 9);
+        assert_non_null(strstr(o.err, "lazytpu-run: worker 5 died: killed by signal 9 (SIGKILL)\n"));
+        assert_int_equal(o.shm_left, 0);
+        expect_no_process_left();
+    }
+}
+
+/* SIGTERM (or SIGINT) reaching the launcher at any moment of its start
+ * (before and after it has made the segment, forked the janitor and the
+ * workers): when the launcher has exited, no segment of it is left. The
+ * signals are blocked before the segment exists, so the launcher always
+ * stops the workers and unlinks it itself. */
+static void test_signal_during_start_leaves_no_segment(void **state)
+{
+    const char *bin = getenv("LAZYTPU_BIN_DIR");
+    char exe[512];
+    snprintf(exe, sizeof exe, "%s/lazytpu-run", bin ? bin : ".");
+    for (int r = 0; r < 60; r++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            int fd = open("/dev/null", O_WRONLY);
+            dup2(fd, 2);
+            execl(exe, exe, "-n", "4", "--", "sleep", "30", (char *)NULL);
+            _exit(99);
+        }
+        usleep((useconds_t)(r * 150));
+        kill(pid, r % 2 ? SIGTERM : SIGINT);
+        int st;
+        waitpid(pid, &st, 0);
+        if (count_shm(pid) != 0)
+            fail_msg("run %d (signal after %d us): segment of launcher %d left", r, r * 150,
+                     (int)pid);
+    }
+}
+
 static void test_usage_errors(void **state)
 {
     run_out o;
@@ -349,6 +405,8 @@ int main(void)
         cmocka_unit_test(test_sigterm_ignored_gets_sigkill),
         cmocka_unit_test(test_metrics_are_merged),
         cmocka_unit_test(test_launcher_signal_stops_all),
+        cmocka_unit_test(test_sigkill_one_of_eight_leaves_nothing),
+        cmocka_unit_test(test_signal_during_start_leaves_no_segment),
         cmocka_unit_test(test_usage_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,6 +1,6 @@
 /*
  * tests/c/test_world.c — the shared-memory world: create/attach, env
- * attach, barriers, and the failure model (a peer that dies or hangs, an
+ * attach, a fork of a rank refused, barriers, and the failure model (a peer that dies or hangs, an
  * abort by the creator) failing every rank quickly instead of hanging.
  */
 #include <stdarg.h>
@@ -88,6 +88,46 @@ static void test_attach_from_env(void **state)
     unsetenv("LAZYTPU_SHM_NAME");
     unsetenv("LAZYTPU_ORDINAL");
     unsetenv("LAZYTPU_WORLD_SIZE");
+    lt_world_unlink(c);
+    lt_world_close(c);
+}
+
+/* A fork child of a rank that attached is not that rank: its
+ * lt_world_default fails, naming both pids, while the rank's own still
+ * works. Run in a child process (lt_world_default attaches once). */
+static int fork_of_rank(const char *name)
+{
+    setenv("LAZYTPU_SHM_NAME", name, 1);
+    setenv("LAZYTPU_ORDINAL", "1", 1);
+    setenv("LAZYTPU_WORLD_SIZE", "2", 1);
+    lt_world *w = NULL;
+    if (lt_world_default(&w) != LT_OK || !w || lt_world_rank(w) != 1) return 10;
+    pid_t g = fork();
+    if (g == 0) {
+        lt_world *v = (lt_world *)1;
+        if (lt_world_default(&v) != LT_ERR_COLLECTIVE || v) _exit(20);
+        char want[128];
+        snprintf(want, sizeof want, "is a fork of rank 1 (pid %d): only the launcher's "
+                 "workers take part in collectives", (int)getppid());
+        _exit(strstr(lt_last_error(), want) ? 0 : 21);
+    }
+    int st;
+    if (waitpid(g, &st, 0) != g || !WIFEXITED(st)) return 11;
+    if (WEXITSTATUS(st)) return WEXITSTATUS(st);
+    if (lt_world_default(&w) != LT_OK || !w) return 12;
+    return 0;
+}
+
+static void test_fork_of_a_rank_is_refused(void **state)
+{
+    lt_world *c = NULL;
+    assert_int_equal(lt_world_create(2, 0, &c), LT_OK);
+    pid_t p = fork();
+    if (p == 0) _exit(fork_of_rank(lt_world_name(c)));
+    int st;
+    assert_int_equal(waitpid(p, &st, 0), p);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
     lt_world_unlink(c);
     lt_world_close(c);
 }
@@ -245,6 +285,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_attach_unlink),
         cmocka_unit_test(test_attach_from_env),
+        cmocka_unit_test(test_fork_of_a_rank_is_refused),
         cmocka_unit_test(test_many_barriers),
         cmocka_unit_test(test_back_to_back_collectives),
         cmocka_unit_test(test_dead_peer_fails_everyone_quickly),

@@ -134,11 +134,10 @@ def test_loader_bounds_queued_steps():
     """A host that traces faster than its core runs must not queue steps
     without limit (each queued program holds its outputs): with the loader
     ending the steps, device memory in use stays flat."""
-    import ctypes
-    lib = ctypes.CDLL(lsp.world._lib_path())
-    lib.lt_core_bytes_in_use.restype = ctypes.c_size_t
-    lib.lt_core_bytes_in_use.argtypes = [ctypes.c_int]
     dev = lazytpu.device()
+
+    def in_use():
+        return lazytpu._C.memory_info(dev.index or 0)[0]
     w = torch.randn(512, 512).to(dev)
     batches = [torch.randn(256, 512) for _ in range(4)] * 15
 
@@ -150,13 +149,13 @@ def test_loader_bounds_queued_steps():
         lazytpu.wait_device_ops()
 
     run(4)
-    base = lib.lt_core_bytes_in_use(0)
+    base = in_use()
     peak = [0]
     it = iter(ll.MpDeviceLoader(batches, dev))
     for x in it:
         for _ in range(8):
             x = torch.tanh(x @ w)
-        peak[0] = max(peak[0], lib.lt_core_bytes_in_use(0))
+        peak[0] = max(peak[0], in_use())
     lazytpu.wait_device_ops()
     step_bytes = 8 * 256 * 512 * 4
     # at most a few steps' outputs in flight (60 without back-pressure)

@@ -152,6 +152,18 @@ def _sigkill_on_2(index):
     time.sleep(60)
 
 
+def _sigkill_5_of_8(index, run):
+    if index == 5:
+        time.sleep(0.15 * (run % 4))
+        os.kill(os.getpid(), signal.SIGKILL)
+    lsp.rendezvous("ordinal 5 never comes")
+    time.sleep(60)
+
+
+def _record_done(index):
+    pass
+
+
 def _dies_before_rendezvous(index):
     if index == 1:
         os._exit(3)
@@ -178,70 +190,70 @@ def test_device_collectives_every_reduce_type_and_dtype():
     lsp.spawn(_device_reduce_all_types, args=(3,), nprocs=3)
 
 
-_TREE = (os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-         + "/").encode()
-
-
-def _cmdline(pid):
+def _job(fn, nprocs, **kw):
+    """Runs fn on nprocs workers; returns (the launcher's pid, the
+    WorkerError raised or None). The job's shared-memory segment is
+    /dev/shm/lazytpu-<launcher pid>-<hex>, and its workers are the processes
+    whose LAZYTPU_SHM_NAME names it."""
+    ctx = lsp.spawn(fn, nprocs=nprocs, join=False, **kw)
     try:
-        with open("/proc/%s/cmdline" % pid, "rb") as f:
-            return f.read()
-    except OSError:
-        return None
+        ctx.join()
+    except lsp.WorkerError as e:
+        return ctx.proc.pid, e
+    return ctx.proc.pid, None
 
 
-def _foreign(pid):
-    """True when `pid` is alive and runs from another checkout (another tree's
-    test run on the same machine): its segments and workers are not ours."""
-    cmd = _cmdline(pid)
-    return cmd is not None and _TREE not in cmd
+def _segments(launcher):
+    return sorted(f for f in os.listdir("/dev/shm")
+                  if f.startswith("lazytpu-%d-" % launcher))
 
 
-def _leftovers():
-    """lazytpu shared-memory segments ("lazytpu-<creator pid>-<random>") and
-    worker processes still around, other checkouts' live ones left out."""
-    shm = sorted(f for f in os.listdir("/dev/shm")
-                 if f.startswith("lazytpu-") and not _foreign(f.split("-")[1]))
-    procs = []
+def _workers(launcher):
+    """Processes still running with the job's segment in their environment
+    (its workers and anything they started)."""
+    mark = b"LAZYTPU_SHM_NAME=/lazytpu-%d-" % launcher
+    found = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
-        cmd = _cmdline(pid)
-        if cmd and b"_worker_main" in cmd and b"test_spawn" not in cmd and _TREE in cmd:
-            procs.append(int(pid))
-    return shm, procs
+        try:
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                env = f.read()
+            with open("/proc/%s/stat" % pid, "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if mark in env and state != b"Z":
+            found.append(int(pid))
+    return found
 
 
-def _no_leftovers_from(before):
-    shm, procs = _leftovers()
+def _assert_nothing_left(launcher):
+    """The launcher has exited: its segment must be gone already; its
+    workers (killed with their process groups) within a few seconds."""
+    assert not _segments(launcher), _segments(launcher)
     deadline = time.time() + 5
-    while (set(shm) - set(before[0]) or set(procs) - set(before[1])) and time.time() < deadline:
+    while _workers(launcher) and time.time() < deadline:
         time.sleep(0.1)
-        shm, procs = _leftovers()
-    assert not set(shm) - set(before[0]), shm
-    assert not set(procs) - set(before[1]), procs
+    assert not _workers(launcher), _workers(launcher)
 
 
 def test_dead_peer_inside_a_graph_collective_fails_fast():
-    before = _leftovers()
     t0 = time.time()
-    with pytest.raises(lsp.WorkerError) as e:
-        lsp.spawn(_dead_peer_in_graph, nprocs=2)
-    assert e.value.ordinal == 1
-    assert "killed by signal 9" in str(e.value)
+    launcher, e = _job(_dead_peer_in_graph, 2)
+    assert e is not None and e.ordinal == 1
+    assert "killed by signal 9" in str(e)
     assert time.time() - t0 < 40
-    _no_leftovers_from(before)
+    _assert_nothing_left(launcher)
 
 
 def test_hang_past_timeout_is_stopped():
-    before = _leftovers()
     t0 = time.time()
-    with pytest.raises(lsp.WorkerError) as e:
-        lsp.spawn(_hang, nprocs=2, timeout=3)
-    assert e.value.exit_code == 124
-    assert "timed out after 3 s" in str(e.value)
+    launcher, e = _job(_hang, 2, timeout=3)
+    assert e is not None and e.exit_code == 124
+    assert "timed out after 3 s" in str(e)
     assert time.time() - t0 < 40
-    _no_leftovers_from(before)
+    _assert_nothing_left(launcher)
 
 
 def test_exception_names_ordinal_and_cause():
@@ -262,12 +274,23 @@ def test_killed_worker_names_signal():
 
 
 def test_failures_leave_no_segment_or_process():
-    before = _leftovers()
-    with pytest.raises(lsp.WorkerError):
-        lsp.spawn(_raise_on_1, nprocs=3)
-    with pytest.raises(lsp.WorkerError):
-        lsp.spawn(_sigkill_on_2, nprocs=3)
-    _no_leftovers_from(before)
+    for fn in (_raise_on_1, _sigkill_on_2, _record_done):
+        launcher, e = _job(fn, 3)
+        assert (e is None) == (fn is _record_done), e
+        _assert_nothing_left(launcher)
+
+
+def test_sigkilled_worker_of_eight_leaves_nothing():
+    """One of 8 workers SIGKILLs itself at a varying moment (peers still
+    starting, or blocked in a rendezvous): after every run the job's
+    segment is gone and none of its processes is left. Runs
+    LAZYTPU_TEST_SIGKILL_RUNS times (default 2; 20 for the full check)."""
+    runs = int(os.environ.get("LAZYTPU_TEST_SIGKILL_RUNS", "2"))
+    for r in range(runs):
+        launcher, e = _job(_sigkill_5_of_8, 8, args=(r,))
+        assert e is not None and e.ordinal == 5, (r, e)
+        assert "worker 5 died: killed by signal 9 (SIGKILL)" in str(e), (r, e)
+        _assert_nothing_left(launcher)
 
 
 def test_dead_peer_does_not_hang_the_others():
@@ -298,6 +321,33 @@ def test_world_of_one_collectives_outside_spawn():
     assert lsp.mesh_reduce("solo", 5, sum) == 5
     with pytest.raises(ValueError):
         lsp.all_reduce("avg", x)
+
+
+def test_limit_inflight_reports_the_error_of_the_step_it_waits_for(dev):
+    """The bound after a step (lazytpu.world.limit_inflight: loaders and the
+    framework integrations call it after each asynchronous step) waits for
+    the step before the newest and reports that step's unread execution
+    error, once, like a step boundary (the C call's report flag is no
+    longer left to chance)."""
+    try:
+        lazytpu.wait_device_ops()          # nothing unread from earlier tests
+    except (IndexError, RuntimeError):
+        pass
+    step = lazytpu._C.SYNC_LOADER_STEP
+    x = torch.arange(12.0).reshape(4, 3).to(dev)
+    bad = torch.index_select(x, 0, torch.tensor([1, 7]).to(dev))
+    lazytpu._C.sync(-1, step, 0)           # step 1: fails on the core
+    lazytpu.world.limit_inflight()         # nothing older than step 1 to wait for
+    good = x * 2
+    lazytpu._C.sync(-1, step, 0)           # step 2
+    with pytest.raises(IndexError) as e:
+        lazytpu.world.limit_inflight()     # waits for step 1
+    assert "index_select: index 7 is out of range for dimension 0 of size 4" in str(e.value)
+    lazytpu.world.limit_inflight()         # reported once
+    lazytpu.wait_device_ops()
+    assert torch.equal(good.cpu(), torch.arange(12.0).reshape(4, 3) * 2)
+    with pytest.raises(IndexError):        # the poisoned value itself still raises
+        bad.cpu()
 
 
 def test_workers_get_the_parents_script_and_manager_key():
