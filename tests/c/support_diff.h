@@ -81,6 +81,9 @@ void dt_run2(lt_op op, lt_attrs at, const in_spec *sp, int n, tol_t tol);
 int dt_read_tensor(lt_tensor *t, double **out);
 /* Prints the per-family table; returns the number of failed cases. */
 int dt_print_summary(void);
+/* The cases of an LT_KIND_LINALG op (support_diff_linalg.c): identity checks
+ * of its packed results over batches and views, counted in its family. */
+void dt_cases_linalg(lt_op op);
 
 /* ---- case constructors ---- */
 static inline lt_shape S(int nd, ...)

@@ -3,7 +3,9 @@ as a lazytpu coverage tool.
 
 Every op with float32 samples on the CPU runs on the device with the same
 samples and is compared with eager PyTorch on the CPU:
-  - deterministic ops: values (and dtypes, shapes) within float32 tolerances;
+  - deterministic ops: values (and dtypes, shapes) within float32 tolerances,
+    through each sample's output_process_fn_grad as PyTorch's test_compare_cpu
+    (so eigenvectors and singular vectors compare up to sign);
   - random ops (eager gives different values under different seeds): shape,
     dtype and statistics (range, mean, spread) against several eager draws;
   - ops whose eager output is uninitialised memory (empty*): shape and dtype;
@@ -385,7 +387,11 @@ def run_op(op, dev, max_samples=MAX_SAMPLES):
                 "fallbacks": fallbacks}
         try:
             if kind == "values":
-                _compare(actual, expected)
+                # through the sample's output_process_fn_grad, as PyTorch's own
+                # device-vs-CPU test (test_compare_cpu) does: outputs unique only
+                # up to sign (eigenvectors, singular vectors) compare by |v|
+                proc = sample.output_process_fn_grad
+                _compare(proc(actual), proc(expected))
             elif kind == "uninitialised":
                 _structure(actual, expected)
             else:

@@ -948,8 +948,10 @@ def _order_stats(draw):
     d = draw(st.integers(-max(nd, 1), max(nd, 1) - 1))
     which = draw(st.sampled_from(["cummax", "cummin"]))
     fn = getattr(torch, which)
+    # bf16 gradients: eager's scatter_add of the gradient rounds to bf16 after every
+    # add (one index can collect hundreds), the device sums in f32: compare values only
     return Case("order_stats", lambda t: fn(t, d), [x], desc="%s dim=%d" % (which, d),
-                names=(which, "Dimension out of range"))
+                grad=x.dtype != torch.bfloat16, names=(which, "Dimension out of range"))
 
 
 @entry("isin", covers=["isin"])
@@ -958,8 +960,10 @@ def _isin(draw):
     x = draw(tensors(dtype=dt, grad=False, lo=-4 if dt in INTS else None,
                      hi=5 if dt in INTS else None))
     tdt = dt if draw(st.booleans()) else draw(st.sampled_from([torch.int64, torch.float32]))
+    # test_elements contiguous: eager's brute-force kernel view(-1)s them and raises for
+    # a non-contiguous tensor of the result dtype (an eager bug the device does not copy)
     y = draw(tensors(shape=draw(shapes(max_dims=2, large=False)), dtype=tdt, grad=False,
-                     lo=-4 if tdt in INTS else None, hi=5 if tdt in INTS else None))
+                     view=False, lo=-4 if tdt in INTS else None, hi=5 if tdt in INTS else None))
     inv = draw(st.booleans())
     uniq = draw(st.booleans())
     which = draw(st.sampled_from(["tt", "tt", "ts", "st"]))
