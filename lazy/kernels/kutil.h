@@ -18,7 +18,7 @@
 #include "vmath.h"   /* lt_vexpf & co: vectorisable f32 math */
 #include "f16.h"      /* base/: bf16 and f16 bit conversions */
 
-/* Names and sizes come from the one dtype table (lazy/dtype.c). */
+/* Names and sizes come from the one dtype table (base/dtype.c). */
 static inline const char *kt_dtname(lt_dtype dt) { return lt_dtype_name(dt); }
 static inline size_t kt_dtsize(lt_dtype dt) { return lt_dtype_size(dt); }
 
