@@ -3,8 +3,8 @@
  * (matmul, conv, pool, norm, scatter, cat, index, loss, random).
  *
  * Inline element access for every dtype (bf16 and f16 through base/f16.h),
- * and strided copy/pack helpers (kutil.c). Self-contained on
- * purpose: the kernels only depend on lazytpu.h types, lt_set_error and
+ * and strided copy/pack helpers (kutil.c). Self-contained on purpose: the
+ * kernels only depend on lazytpu.h types, base/ (lt_set_error, f16.h) and
  * kernel.h's lt_view.
  */
 #ifndef LT_KUTIL_H
