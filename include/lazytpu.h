@@ -62,6 +62,10 @@
  *   an out-pointer gives the caller one reference, released with *_release.
  * - The op set is the table lazy/ops.def: one line per op gives its enum
  *   (LT_OP_<name>), name, arity, kind, shape rule, dtype rule and kernel.
+ *   The table is internal; the build generates the enum's header from it.
+ * - Only the functions declared LT_API here and in lazytpu_spmd.h are
+ *   exported by liblazytpu.so; everything else is built hidden
+ *   (-fvisibility=hidden).
  */
 #ifndef LAZYTPU_H
 #define LAZYTPU_H
@@ -71,6 +75,16 @@
 
 #ifdef __cplusplus
 extern "C" {
+#endif
+
+/* The public API: exported from liblazytpu.so, which is built with
+ * -fvisibility=hidden (nothing else is exported). */
+#ifndef LT_API
+#if defined(__GNUC__) || defined(__clang__)
+#define LT_API __attribute__((visibility("default")))
+#else
+#define LT_API
+#endif
 #endif
 
 /* ------------------------------------------------------------------ errors */
@@ -94,11 +108,11 @@ typedef enum lt_status {
 
 /* Message of the last failing call on this thread ("" if none). The pointer
  * stays valid until the next failing call on the same thread. */
-const char *lt_last_error(void);
+LT_API const char *lt_last_error(void);
 
 /* Sets the thread's last error (printf-style) and returns `st`. Used by all
  * modules and by the shim to report errors in the same format. */
-lt_status lt_set_error(lt_status st, const char *fmt, ...)
+LT_API lt_status lt_set_error(lt_status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* ------------------------------------------------------------------ dtypes */
@@ -127,34 +141,34 @@ typedef enum lt_dtype {
 } lt_dtype;
 
 /* Bytes per element; 0 for an invalid dtype. */
-size_t lt_dtype_size(lt_dtype dt);
+LT_API size_t lt_dtype_size(lt_dtype dt);
 /* "f32", "bf16", "f64", "i64", "i32", "bool", "u8", "i8", "i16", "f16",
  * "c64", "c128", "c32", "u16", "u32", "u64"; "?" for an invalid dtype. */
-const char *lt_dtype_name(lt_dtype dt);
+LT_API const char *lt_dtype_name(lt_dtype dt);
 /* f32, bf16, f64, f16 (not complex: like torch's is_floating_point). */
-int lt_dtype_is_float(lt_dtype dt);
-int lt_dtype_is_complex(lt_dtype dt);
+LT_API int lt_dtype_is_float(lt_dtype dt);
+LT_API int lt_dtype_is_complex(lt_dtype dt);
 /* u8, i8, i16, i32, i64 (and the storage-only u16, u32, u64); not bool. */
-int lt_dtype_is_int(lt_dtype dt);
+LT_API int lt_dtype_is_int(lt_dtype dt);
 /* 1 for dtypes that are only stored (c128, c32, u16, u32, u64). */
-int lt_dtype_is_storage_only(lt_dtype dt);
+LT_API int lt_dtype_is_storage_only(lt_dtype dt);
 /* PyTorch's promote_types of two tensor dtypes (bool < ints < floats <
  * complex; u8 + i8 -> i16; bf16 + f16 -> f32; f64 + c64 -> c128);
  * LT_NUM_DTYPES when PyTorch has no promotion (u16/u32/u64 with others). */
-lt_dtype lt_dtype_promote(lt_dtype a, lt_dtype b);
+LT_API lt_dtype lt_dtype_promote(lt_dtype a, lt_dtype b);
 
 /* bf16 conversion, round to nearest even; NaN stays NaN. */
-uint16_t lt_f32_to_bf16(float f);
-float lt_bf16_to_f32(uint16_t h);
+LT_API uint16_t lt_f32_to_bf16(float f);
+LT_API float lt_bf16_to_f32(uint16_t h);
 /* IEEE half conversion, round to nearest even; NaN stays NaN. */
-uint16_t lt_f32_to_f16(float f);
-float lt_f16_to_f32(uint16_t h);
+LT_API uint16_t lt_f32_to_f16(float f);
+LT_API float lt_f16_to_f32(uint16_t h);
 /* Converts n elements between dtypes (any pair). Float->int truncates toward
  * zero (saturating to int64, then wrapping to narrower ints like a C cast of
  * the int64), anything->bool is (x != 0); complex->real keeps the real part,
  * real->complex has imaginary part 0. */
-void lt_convert(const void *src, lt_dtype src_dt, void *dst, lt_dtype dst_dt,
-                size_t n);
+LT_API void lt_convert(const void *src, lt_dtype src_dt, void *dst, lt_dtype dst_dt,
+                       size_t n);
 
 /* ------------------------------------------------------------------ shapes */
 
@@ -165,11 +179,11 @@ typedef struct lt_shape {
     int64_t dims[LT_MAX_DIMS];
 } lt_shape;
 
-lt_shape lt_shape_make(int ndim, const int64_t *dims);
-int64_t lt_shape_numel(const lt_shape *s);
-int lt_shape_equal(const lt_shape *a, const lt_shape *b);
+LT_API lt_shape lt_shape_make(int ndim, const int64_t *dims);
+LT_API int64_t lt_shape_numel(const lt_shape *s);
+LT_API int lt_shape_equal(const lt_shape *a, const lt_shape *b);
 /* Writes "[2, 3]" into buf (always NUL-terminated); returns buf. */
-char *lt_shape_str(const lt_shape *s, char *buf, size_t cap);
+LT_API char *lt_shape_str(const lt_shape *s, char *buf, size_t cap);
 
 /* -------------------------------------------------------------------- ops */
 
@@ -194,18 +208,16 @@ typedef enum lt_op_kind {
     LT_KIND_LINALG      /* matrix decompositions over the last two dims (f64 inside) */
 } lt_op_kind;
 
-typedef enum lt_op {
-#define LT_OP(name, arity, kind, shape, dtype, kernel, expr) LT_OP_##name,
-#include "../lazy/ops.def"
-#undef LT_OP
-    LT_NUM_OPS
-} lt_op;
+/* enum lt_op { LT_OP_<name>, ..., LT_NUM_OPS }: one value per line of the op
+ * table, in table order. lazytpu_ops.h is generated by the build (into
+ * <build>/include) from lazy/ops.def, which stays internal. */
+#include "lazytpu_ops.h"
 
-const char *lt_op_name(lt_op op);       /* "add"; "?" if invalid */
-int lt_op_arity(lt_op op);              /* -1 = variadic */
-lt_op_kind lt_op_kind_of(lt_op op);
+LT_API const char *lt_op_name(lt_op op);       /* "add"; "?" if invalid */
+LT_API int lt_op_arity(lt_op op);              /* -1 = variadic */
+LT_API lt_op_kind lt_op_kind_of(lt_op op);
 /* Op by name, or -1. */
-int lt_op_from_name(const char *name);
+LT_API int lt_op_from_name(const char *name);
 
 /* Attributes of a node. Meaning per op is documented in lazy/ops.def. */
 #define LT_MAX_ATTRS 24
@@ -227,17 +239,17 @@ typedef enum lt_reduce_type {
  * (LAZYTPU_HBM_BYTES, LAZYTPU_COMPILE_CACHE_SIZE, LAZYTPU_GRAPH_LIMIT,
  * LAZYTPU_NUM_CORES), creates the cores. LAZYTPU_USE_BF16 / XLA_USE_BF16 are
  * read later, when the first device value is made (see lt_bf16_mode). */
-lt_status lt_init(void);
+LT_API lt_status lt_init(void);
 /* Waits for all cores, stops their threads and frees everything; tensors still
  * alive afterwards must only be released. */
-void lt_shutdown(void);
+LT_API void lt_shutdown(void);
 
-int lt_num_cores(void);
+LT_API int lt_num_cores(void);
 /* 1 when float32 is stored on the device as bf16 (LAZYTPU_USE_BF16 /
  * XLA_USE_BF16). The mode is decided once, at the first device value or the
  * first call of this function, whichever comes first (torch_xla reads
  * XLA_USE_BF16 at its first device tensor too), and holds until lt_shutdown. */
-int lt_bf16_mode(void);
+LT_API int lt_bf16_mode(void);
 
 /* How f32 matrix products are multiplied: mm, bmm, addmm, the convolutions
  * and their gradients whose operands are not both bf16. A TPU's MXU
@@ -256,14 +268,14 @@ typedef enum lt_matmul_precision {
  * holding products takes the level in its key, so a switch compiles anew).
  * The initial level is LAZYTPU_MATMUL_PRECISION's (f32, default, high,
  * highest), read by lt_init; f32 when unset. LT_ERR_ARG for another value. */
-lt_status lt_set_matmul_precision(lt_matmul_precision p);
+LT_API lt_status lt_set_matmul_precision(lt_matmul_precision p);
 /* The current level (initialises the library if needed: LT_MATMUL_F32 when
  * that fails). */
-lt_matmul_precision lt_get_matmul_precision(void);
+LT_API lt_matmul_precision lt_get_matmul_precision(void);
 /* "f32", "default", "high", "highest"; NULL for another value. */
-const char *lt_matmul_precision_name(lt_matmul_precision p);
+LT_API const char *lt_matmul_precision_name(lt_matmul_precision p);
 /* The level named s (the names above); LT_ERR_ARG naming s otherwise. */
-lt_status lt_matmul_precision_parse(const char *s, lt_matmul_precision *out);
+LT_API lt_status lt_matmul_precision_parse(const char *s, lt_matmul_precision *out);
 
 /* Device memory of one core, in bytes: held by live device buffers now, the
  * most ever held at once, and the budget (LAZYTPU_HBM_BYTES); and the number
@@ -277,7 +289,7 @@ typedef struct lt_memory_info {
 } lt_memory_info;
 /* Fills *out for `core`; LT_ERR_DEVICE for a core index out of range,
  * LT_ERR_ARG for a null out. Initialises the library if needed. */
-lt_status lt_memory_info_get(int core, lt_memory_info *out);
+LT_API lt_status lt_memory_info_get(int core, lt_memory_info *out);
 
 /* ---------------------------------------------------------------- tensors */
 
@@ -289,8 +301,8 @@ typedef struct lt_tensor lt_tensor;
  * a negative size or a shape of more than 2^56 elements (counting the
  * non-zero dims only, so [0, 2^40, 2^40] is refused too), LT_ERR_DTYPE,
  * LT_ERR_DEVICE (core), LT_ERR_OOM (budget); creates nothing then. */
-lt_status lt_tensor_from_host(int core, const void *data, lt_dtype dtype,
-                              const lt_shape *shape, lt_tensor **out);
+LT_API lt_status lt_tensor_from_host(int core, const void *data, lt_dtype dtype,
+                                     const lt_shape *shape, lt_tensor **out);
 /* Copies the tensor's value into host memory as `dst_dtype` (contiguous).
  * Syncs the tensor first if its value is pending (cause LT_SYNC_VALUE_READ)
  * and waits until it is ready. Counted in TransferFromDeviceTime.
@@ -298,29 +310,29 @@ lt_status lt_tensor_from_host(int core, const void *data, lt_dtype dtype,
  * program failed (the tensor is poisoned), on every call, and that error
  * is then never reported by a wait (Conventions, rules 2 and 4); errors of
  * other programs are never returned here. */
-lt_status lt_tensor_to_host(lt_tensor *t, void *dst, lt_dtype dst_dtype);
+LT_API lt_status lt_tensor_to_host(lt_tensor *t, void *dst, lt_dtype dst_dtype);
 
-lt_tensor *lt_tensor_retain(lt_tensor *t);  /* returns t; NULL-safe */
-void lt_tensor_release(lt_tensor *t);       /* NULL-safe */
+LT_API lt_tensor *lt_tensor_retain(lt_tensor *t);  /* returns t; NULL-safe */
+LT_API void lt_tensor_release(lt_tensor *t);       /* NULL-safe */
 
-const lt_shape *lt_tensor_shape(const lt_tensor *t);
+LT_API const lt_shape *lt_tensor_shape(const lt_tensor *t);
 /* Logical dtype (what PyTorch sees). */
-lt_dtype lt_tensor_dtype(const lt_tensor *t);
+LT_API lt_dtype lt_tensor_dtype(const lt_tensor *t);
 /* Dtype as stored on the device (bf16 for f32 in bf16 mode). */
-lt_dtype lt_tensor_storage_dtype(const lt_tensor *t);
-int lt_tensor_core(const lt_tensor *t);
+LT_API lt_dtype lt_tensor_storage_dtype(const lt_tensor *t);
+LT_API int lt_tensor_core(const lt_tensor *t);
 /* 1 while the value is an unexecuted IR node. */
-int lt_tensor_is_pending(const lt_tensor *t);
+LT_API int lt_tensor_is_pending(const lt_tensor *t);
 /* Replaces dst's value by src's (same core; shapes may differ). This is how
  * in-place updates land: dst keeps its identity, the value is a new node. */
-lt_status lt_tensor_assign(lt_tensor *dst, lt_tensor *src);
+LT_API lt_status lt_tensor_assign(lt_tensor *dst, lt_tensor *src);
 /* Number of live tensors on a core (for leak checks and tests). */
-int64_t lt_live_tensors(int core);
+LT_API int64_t lt_live_tensors(int core);
 /* Ops traced on `core` since its last step boundary (a sync of the core's
  * live tensors resets it; a graph cut at LAZYTPU_GRAPH_LIMIT too): the size
  * of the graph the next boundary will capture, before dead code is dropped.
  * 0 for a core out of range. Thread-safe. */
-int64_t lt_pending_ops(int core);
+LT_API int64_t lt_pending_ops(int core);
 
 /* ---------------------------------------------------------------- tracing */
 
@@ -331,22 +343,22 @@ int64_t lt_pending_ops(int core);
  * value is accepted as input (no overflow); an output of more than 2^56
  * elements is LT_ERR_SHAPE. Integer arithmetic wraps (two's complement, as
  * in PyTorch); float -> integer conversions truncate, saturate, NaN -> 0. */
-lt_status lt_trace(lt_op op, lt_tensor *const *inputs, int n_inputs,
-                   const lt_attrs *attrs, lt_tensor **out);
-lt_status lt_trace1(lt_op op, lt_tensor *a, const lt_attrs *attrs,
-                    lt_tensor **out);
-lt_status lt_trace2(lt_op op, lt_tensor *a, lt_tensor *b,
-                    const lt_attrs *attrs, lt_tensor **out);
-lt_status lt_trace3(lt_op op, lt_tensor *a, lt_tensor *b, lt_tensor *c,
-                    const lt_attrs *attrs, lt_tensor **out);
+LT_API lt_status lt_trace(lt_op op, lt_tensor *const *inputs, int n_inputs,
+                          const lt_attrs *attrs, lt_tensor **out);
+LT_API lt_status lt_trace1(lt_op op, lt_tensor *a, const lt_attrs *attrs,
+                           lt_tensor **out);
+LT_API lt_status lt_trace2(lt_op op, lt_tensor *a, lt_tensor *b,
+                           const lt_attrs *attrs, lt_tensor **out);
+LT_API lt_status lt_trace3(lt_op op, lt_tensor *a, lt_tensor *b, lt_tensor *c,
+                           const lt_attrs *attrs, lt_tensor **out);
 
 /* A 0-dim scalar on `core`. A "wrapped number" (Python scalar) does not
  * promote tensor dtypes: f32 tensor + 2.5 stays f32. Values other than 0, 1
  * and -1 are graph parameters, so a changing learning rate never recompiles;
  * 0 and +-1 are baked in as constants. `dtype` must be LT_F64, LT_I64 or
  * LT_BOOL for wrapped numbers; with wrapped=0 it is an ordinary 0-dim tensor. */
-lt_status lt_scalar(int core, double value, lt_dtype dtype, int wrapped,
-                    lt_tensor **out);
+LT_API lt_status lt_scalar(int core, double value, lt_dtype dtype, int wrapped,
+                           lt_tensor **out);
 
 /* ------------------------------------------------------------------- sync */
 
@@ -362,7 +374,7 @@ typedef enum lt_sync_cause {
     LT_NUM_SYNC_CAUSES
 } lt_sync_cause;
 
-const char *lt_sync_cause_name(lt_sync_cause c); /* "mark_step", ... */
+LT_API const char *lt_sync_cause_name(lt_sync_cause c); /* "mark_step", ... */
 
 /* Executes the pending values of `tensors` (one graph per core involved).
  * Returns once the program is queued; with wait=1 also waits for it. After
@@ -370,8 +382,8 @@ const char *lt_sync_cause_name(lt_sync_cause c); /* "mark_step", ... */
  * yet: reading waits). Errors in making the program (OOM, ...) are reported
  * here, synchronously. With wait=1 a listed tensor's poison is returned
  * like a read's (claimed); errors of other programs never are. */
-lt_status lt_sync(lt_tensor *const *tensors, int n, lt_sync_cause cause,
-                  int wait);
+LT_API lt_status lt_sync(lt_tensor *const *tensors, int n, lt_sync_cause cause,
+                         int wait);
 /* Syncs every live pending tensor of `core` (mark_step); counts MarkStep when
  * cause is LT_SYNC_MARK_STEP. A step boundary reports unclaimed execution
  * errors of the core's programs once (Conventions, rule 4): with wait=1 all
@@ -379,13 +391,13 @@ lt_status lt_sync(lt_tensor *const *tensors, int n, lt_sync_cause cause,
  * programs older than its own (the ones it waits for), so step N's error
  * surfaces at the latest at step N + LAZYTPU_MAX_INFLIGHT. Causes
  * LT_SYNC_SIZE_LIMIT and LT_SYNC_VALUE_READ report nothing. */
-lt_status lt_sync_core(int core, lt_sync_cause cause, int wait);
+LT_API lt_status lt_sync_core(int core, lt_sync_cause cause, int wait);
 /* Waits until all programs queued on `core` (-1: all cores) have finished.
  * Returns the first unclaimed execution error of that core (-1: of the
  * first core that has one; the next call reports the next core's), with
  * "(+N more failed programs on core C)" when there are several, and claims
  * them: each error is reported once (Conventions, rule 4). */
-lt_status lt_wait(int core);
+LT_API lt_status lt_wait(int core);
 /* Back-pressure between step boundaries (lazytpu's loaders and framework
  * integrations call it after each asynchronous step): records the last
  * program queued on `core` as the end of a step and waits until at most
@@ -395,7 +407,7 @@ lt_status lt_wait(int core);
  * programs it waited for (Conventions, rule 4) like a step boundary. Without
  * it a host that traces faster than its core runs queues steps without
  * limit, each holding its output buffers. LT_ERR_DEVICE for a bad core. */
-lt_status lt_limit_inflight(int core, int depth);
+LT_API lt_status lt_limit_inflight(int core, int depth);
 
 /* Execution guard, for code that must trace as one graph (a step function
  * compiled with full_graph=True: torch_xla.compile, lazytpu.compile_step).
@@ -409,31 +421,31 @@ lt_status lt_limit_inflight(int core, int depth);
  * torch_xla's allow_execution. `owner` names the region in messages
  * ("torch_xla.compile(step_fn, full_graph=True)"); it is copied. NULL lifts
  * the guard. */
-void lt_set_no_execution(const char *owner);
+LT_API void lt_set_no_execution(const char *owner);
 /* A malloc'd copy of the owner while the guard is set (caller frees), NULL
  * when it is not. */
-char *lt_no_execution(void);
+LT_API char *lt_no_execution(void);
 /* LT_OK while execution is allowed. While the guard is set: sets the
  * thread's error to "<owner>: <what> (at <frame>); nothing may execute while
  * the function is traced ..." and returns LT_ERR_STATE. `what` says what
  * would have run ("aten::nonzero has no lazytpu kernel and would run on the
  * CPU"); the frame is lt_set_caller's, else the caller hook's (left out when
  * unknown). */
-lt_status lt_execution_check(const char *what);
+LT_API lt_status lt_execution_check(const char *what);
 /* The graphs synced so far, process-wide: every sync that has a graph to run
  * (any cause, any thread, any core) gets the next number (1, 2, ...) and its
  * graph key is kept (the last 256). Returns the number of the latest; writes
  * the keys of those numbered after `since`, oldest first, to keys[0..cap)
  * (the latest ones if there are more than cap, or than 256 are kept) and
  * their count to *n (n may be NULL). */
-uint64_t lt_synced_graphs(uint64_t since, uint64_t *keys, int cap, int *n);
+LT_API uint64_t lt_synced_graphs(uint64_t since, uint64_t *keys, int cap, int *n);
 
 /* Thread-local description of the user's code that caused what follows
  * ("train.py:42 in step"), recorded on rare events (compiles, value reads,
  * fallbacks, the sync that queues a program: named in its execution errors)
  * and by lt_trace for ops that check their input data. NULL clears. The
  * string is copied. */
-void lt_set_caller(const char *frame);
+LT_API void lt_set_caller(const char *frame);
 /* Registers fn, called on the tracing thread when the library needs the
  * user's frame and none is set (lt_set_caller): just before a sync that the
  * library starts by itself (a graph cut at LAZYTPU_GRAPH_LIMIT), and when
@@ -443,7 +455,7 @@ void lt_set_caller(const char *frame);
  * errors). fn describes the user's code with lt_set_caller; the library
  * clears the frame again afterwards. Never called for other ops. NULL
  * unregisters. */
-void lt_set_caller_hook(void (*fn)(void));
+LT_API void lt_set_caller_hook(void (*fn)(void));
 
 /* -------------------------------------------------------- recorded graphs */
 
@@ -456,7 +468,7 @@ typedef struct lt_replay lt_replay;
  * explicit, no wait; counted in CompiledGraphInputSync), so that a graph
  * traced on them next sees them as parameters. All on one core (else
  * LT_ERR_ARG). LT_OK when none is pending. */
-lt_status lt_replay_sync_inputs(lt_tensor *const *inputs, int n_in);
+LT_API lt_status lt_replay_sync_inputs(lt_tensor *const *inputs, int n_in);
 /* Records the computation that made outputs[0..n_out) from inputs[0..n_in):
  * the caller traced it once on the inputs while their values were data
  * (lt_replay_sync_inputs). Captures the graph reaching the outputs, compiles
@@ -468,8 +480,8 @@ lt_status lt_replay_sync_inputs(lt_tensor *const *inputs, int n_in);
  * starting "not replayable:" when the graph cannot be replayed (a random
  * op, whose per-call seed would be frozen; an input still pending; tensors
  * on several cores): the caller then keeps tracing lazily. */
-lt_status lt_replay_record(lt_tensor *const *inputs, int n_in,
-                           lt_tensor *const *outputs, int n_out, lt_replay **out);
+LT_API lt_status lt_replay_record(lt_tensor *const *inputs, int n_in,
+                                  lt_tensor *const *outputs, int n_out, lt_replay **out);
 /* Runs r on new inputs (same count, shapes, dtypes and core as recorded,
  * else LT_ERR_ARG / LT_ERR_SHAPE naming the input) and writes
  * lt_replay_n_outputs(r) new tensors (one reference each) into outputs.
@@ -484,13 +496,13 @@ lt_status lt_replay_record(lt_tensor *const *inputs, int n_in,
  * way no op goes through lt_trace (no lazytpu::<op> counts). Counted in
  * CompiledGraphRun and CompiledGraphHostTime. On failure no output is
  * created. */
-lt_status lt_replay_run(lt_replay *r, lt_tensor *const *inputs, int n_in,
-                        lt_tensor **outputs);
-int lt_replay_n_outputs(const lt_replay *r);   /* 0 for NULL */
-int lt_replay_n_nodes(const lt_replay *r);     /* nodes of the recorded graph */
-uint64_t lt_replay_key(const lt_replay *r);    /* graph key (compile cache) */
-lt_replay *lt_replay_retain(lt_replay *r);     /* NULL-safe, returns r */
-void lt_replay_release(lt_replay *r);          /* NULL-safe */
+LT_API lt_status lt_replay_run(lt_replay *r, lt_tensor *const *inputs, int n_in,
+                               lt_tensor **outputs);
+LT_API int lt_replay_n_outputs(const lt_replay *r);   /* 0 for NULL */
+LT_API int lt_replay_n_nodes(const lt_replay *r);     /* nodes of the recorded graph */
+LT_API uint64_t lt_replay_key(const lt_replay *r);    /* graph key (compile cache) */
+LT_API lt_replay *lt_replay_retain(lt_replay *r);     /* NULL-safe, returns r */
+LT_API void lt_replay_release(lt_replay *r);          /* NULL-safe */
 
 /* ---------------------------------------------------------------- metrics */
 
@@ -499,10 +511,10 @@ void lt_replay_release(lt_replay *r);          /* NULL-safe */
 typedef struct lt_counter lt_counter;
 typedef struct lt_metric lt_metric;
 
-lt_counter *lt_counter_get(const char *name);   /* creates if absent */
-void lt_counter_add(lt_counter *c, int64_t delta);
-void lt_counter_inc_name(const char *name, int64_t delta);
-int64_t lt_counter_value(const char *name);     /* 0 if absent */
+LT_API lt_counter *lt_counter_get(const char *name);   /* creates if absent */
+LT_API void lt_counter_add(lt_counter *c, int64_t delta);
+LT_API void lt_counter_inc_name(const char *name, int64_t delta);
+LT_API int64_t lt_counter_value(const char *name);     /* 0 if absent */
 
 typedef enum lt_metric_unit {
     LT_UNIT_NS = 0,    /* reported as 02m57s694ms418.595us */
@@ -510,33 +522,33 @@ typedef enum lt_metric_unit {
     LT_UNIT_COUNT      /* plain number */
 } lt_metric_unit;
 
-lt_metric *lt_metric_get(const char *name, lt_metric_unit unit);
-void lt_metric_add(lt_metric *m, double value);
+LT_API lt_metric *lt_metric_get(const char *name, lt_metric_unit unit);
+LT_API void lt_metric_add(lt_metric *m, double value);
 /* Monotonic clock in ns. */
-int64_t lt_now_ns(void);
+LT_API int64_t lt_now_ns(void);
 
 /* Free-form analysis lines appended after the metrics in the report (e.g.
  * recompilation causes); kept in a bounded ring. */
-void lt_metrics_note(const char *section, const char *line);
+LT_API void lt_metrics_note(const char *section, const char *line);
 
 /* The torch_xla-format text report / a JSON dump. malloc'd; caller frees. */
-char *lt_metrics_report(void);
-char *lt_metrics_json(void);
+LT_API char *lt_metrics_report(void);
+LT_API char *lt_metrics_json(void);
 /* Newline-separated names; malloc'd; caller frees. */
-char *lt_counter_names(void);
-char *lt_metric_names(void);
+LT_API char *lt_counter_names(void);
+LT_API char *lt_metric_names(void);
 /* Metric data: total samples, accumulator; returns 0 if the metric exists. */
-int lt_metric_data(const char *name, int64_t *total_samples,
-                   double *accumulator);
+LT_API int lt_metric_data(const char *name, int64_t *total_samples,
+                          double *accumulator);
 /* The newest min(kept, cap) samples of a metric, oldest first: values and
  * their times (lt_now_ns clock) into the caller's arrays (either may be
  * NULL). Returns the count, -1 if the metric is unknown. */
-int lt_metric_samples(const char *name, double *vals, int64_t *ts_ns, int cap);
+LT_API int lt_metric_samples(const char *name, double *vals, int64_t *ts_ns, int cap);
 /* Resets every counter and metric to zero (names stay known). */
-void lt_metrics_clear_all(void);
+LT_API void lt_metrics_clear_all(void);
 /* Resets only the counters / only the metrics (the analysis notes stay). */
-void lt_metrics_clear_counters(void);
-void lt_metrics_clear_metrics(void);
+LT_API void lt_metrics_clear_counters(void);
+LT_API void lt_metrics_clear_metrics(void);
 
 /* -------------------------------------------------------------- diagnosis */
 
@@ -545,32 +557,32 @@ void lt_metrics_clear_metrics(void);
  * step"; NULL/"" if unknown). Keeps per op: calls, total time, first 3
  * distinct frames. Strings are copied. Thread-safe; never fails. The shim
  * calls it once per fallback (it also counts aten::<op> itself). */
-void lt_fallback_record(const char *aten_op, int64_t ns, const char *frame);
+LT_API void lt_fallback_record(const char *aten_op, int64_t ns, const char *frame);
 /* The "fallback" analysis section: "== fallback ==" then, per op by call
  * count, "aten::nonzero: 12 calls, 003ms200.000us total, first at
  * train.py:57 in step" and a "  hint: ..." line when a native alternative
  * exists. "" when nothing fell back. malloc'd; caller frees. */
-char *lt_fallback_report(void);
+LT_API char *lt_fallback_report(void);
 /* The "== host reads ==" section of the report (malloc'd, "" when no device
  * value was read on the host): per user line, reads, reads per step, how
  * many had to run the graph and the time the host waited. */
-char *lt_host_read_report(void);
+LT_API char *lt_host_read_report(void);
 /* The report's first line: "lazytpu: f32 matrix products at matmul
  * precision 'default' (1 bf16 pass, as a TPU at XLA DEFAULT)" for the
  * current level (lt_matmul_precision). malloc'd; caller frees. */
-char *lt_matmul_precision_report(void);
+LT_API char *lt_matmul_precision_report(void);
 
 /* 1 when LAZYTPU_DEBUG=1 or PT_XLA_DEBUG=1 (read by lt_init) or
  * lt_debug_set(>0) is in effect: each step boundary then checks the last 4
  * steps (after a warm-up of 2) and prints one "lazytpu: warning: ..." line
  * per problem to stderr (recompiles, value reads, new CPU fallbacks, input
  * waits). */
-int lt_debug_enabled(void);
+LT_API int lt_debug_enabled(void);
 /* 0 = off, 1 = warnings to stderr, 2 = warnings collected only (quiet). */
-void lt_debug_set(int mode);
+LT_API void lt_debug_set(int mode);
 /* Warning lines emitted since the last call ("" if none), newline-
  * terminated. malloc'd; caller frees. */
-char *lt_diagnose_take_warnings(void);
+LT_API char *lt_diagnose_take_warnings(void);
 
 /* The graph that syncing `t[0..n)` would run, as text: a header line
  * "graph <key> struct <key>: N nodes, P params, O outputs" then one line
@@ -578,9 +590,9 @@ char *lt_diagnose_take_warnings(void);
  * "  # param j" / "  # output k" marks. Tensors whose value is already data
  * appear as params. Nothing is executed. malloc'd (caller frees); NULL on
  * error (lt_last_error). */
-char *lt_graph_text(lt_tensor *const *t, int n);
+LT_API char *lt_graph_text(lt_tensor *const *t, int n);
 /* Same graph in Graphviz DOT ("digraph G { ... }"). */
-char *lt_graph_dot(lt_tensor *const *t, int n);
+LT_API char *lt_graph_dot(lt_tensor *const *t, int n);
 
 /* Trace events (Chrome/Perfetto JSON) for LAZYTPU_TRACE=<file.json>.
  * Records one complete event "name" of category "cat" that started at
@@ -590,13 +602,13 @@ char *lt_graph_dot(lt_tensor *const *t, int n);
  * past an internal bound, counted in TraceEventsDropped). */
 #define LT_TRACE_TID_HOST (-1)
 #define LT_TRACE_TID_LOADER (-2)
-void lt_trace_event(const char *name, const char *cat, int64_t start_ns,
-                    int64_t dur_ns, int tid);
+LT_API void lt_trace_event(const char *name, const char *cat, int64_t start_ns,
+                           int64_t dur_ns, int tid);
 /* 1 when trace events are being recorded. */
-int lt_trace_enabled(void);
+LT_API int lt_trace_enabled(void);
 /* Writes the buffered events; the file is valid JSON after every flush.
  * Also run by lt_shutdown and at exit. */
-void lt_trace_flush(void);
+LT_API void lt_trace_flush(void);
 
 #ifdef __cplusplus
 }

@@ -27,32 +27,32 @@ typedef struct lt_sharding lt_sharding;
  * not split). A mesh axis may split at most one dim. `frame` (may be NULL)
  * is the user's line of the annotation, kept for the report. LT_ERR_ARG
  * naming the bad entry otherwise; *out gets one reference. */
-lt_status lt_sharding_new(int mesh_ndim, const int64_t *mesh_shape,
-                          const int64_t *device_ids, int ndim,
-                          const int64_t *dim_axes, const char *frame,
-                          lt_sharding **out);
-lt_sharding *lt_sharding_retain(lt_sharding *s);   /* NULL-safe, returns s */
-void lt_sharding_release(lt_sharding *s);          /* NULL-safe */
+LT_API lt_status lt_sharding_new(int mesh_ndim, const int64_t *mesh_shape,
+                                 const int64_t *device_ids, int ndim,
+                                 const int64_t *dim_axes, const char *frame,
+                                 lt_sharding **out);
+LT_API lt_sharding *lt_sharding_retain(lt_sharding *s);   /* NULL-safe, returns s */
+LT_API void lt_sharding_release(lt_sharding *s);          /* NULL-safe */
 /* Writes s as integers into buf (at most cap; returns the count needed):
  * mesh_ndim, mesh_shape[mesh_ndim], n_devices, device_ids[n], ndim,
  * dim_axes[ndim] — the arguments of lt_sharding_new. */
-int lt_sharding_encode(const lt_sharding *s, int64_t *buf, int cap);
+LT_API int lt_sharding_encode(const lt_sharding *s, int64_t *buf, int cap);
 
 /* XLA's text of a sharding ("{devices=[4,2]0,1,2,3,4,5,6,7}", with
  * " last_tile_dim_replicate" when some mesh axes split no dim;
  * "{replicated}" when no dim is split) into buf (always NUL-terminated,
  * "..." when cut); returns buf. */
-char *lt_sharding_str(const lt_sharding *s, char *buf, size_t cap);
+LT_API char *lt_sharding_str(const lt_sharding *s, char *buf, size_t cap);
 
 /* Annotates t with s (NULL: removes its sharding): t's value, pending or
  * data, is replaced by an equal value carrying s (nothing is computed or
  * copied; the value's graph is unchanged). The annotation is part of the
  * graph key, and propagates to the values computed from t. LT_ERR_SHAPE
  * when s's ndim is not t's rank, or a split dim of size 0. */
-lt_status lt_tensor_set_sharding(lt_tensor *t, lt_sharding *s);
+LT_API lt_status lt_tensor_set_sharding(lt_tensor *t, lt_sharding *s);
 /* t's sharding (annotated, or propagated from its inputs), or NULL; one
  * new reference. */
-lt_sharding *lt_tensor_sharding(lt_tensor *t);
+LT_API lt_sharding *lt_tensor_sharding(lt_tensor *t);
 
 #ifdef __cplusplus
 }

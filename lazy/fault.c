@@ -8,7 +8,6 @@
 #include "fault.h"
 #include "ir.h"
 #include "kernels/kernel.h"
-#include "../spawn/world.h"
 
 lt_fault *lt_fault_new(lt_status st, const char *msg, int core, uint64_t seq,
                        lt_fault *root)
@@ -121,9 +120,10 @@ void lt_fault_where(char *buf, size_t cap, const lt_node *node, int op,
     snprintf(tail, sizeof tail, "core %d", core);
     put(buf, cap, &len, "%s", sep);
     put(buf, cap, &len, "%s", tail);
-    int size = lt_world_default_size();
+    int rank;
+    int size = lt_collective_world(&rank);
     if (size > 1) {
-        snprintf(tail, sizeof tail, "; rank %d of %d", lt_world_default_rank(), size);
+        snprintf(tail, sizeof tail, "; rank %d of %d", rank, size);
         put(buf, cap, &len, "%s", tail);
     }
     put(buf, cap, &len, "%s", "]");

@@ -8,6 +8,7 @@
 #include "diagnose.h"
 #include "host_reads.h"
 #include "registry.h"
+#include "report.h"
 
 #define HR_MAX_LINES 128
 
@@ -74,6 +75,13 @@ static int hr_cmp(const void *a, const void *b)
     const hr_line *x = a, *y = b;
     if (x->reads != y->reads) return x->reads > y->reads ? -1 : 1;
     return strcmp(x->frame, y->frame);
+}
+
+/* "== host reads ==" in the report, after diagnose.c's fallback section
+ * (metrics/report.h). */
+__attribute__((constructor)) static void register_host_read_report(void)
+{
+    lt_report_section_add(LT_REPORT_ANALYSIS, 20, lt_host_read_report);
 }
 
 char *lt_host_read_report(void)

@@ -12,6 +12,7 @@
 #include <string.h>
 #include "tensor.h"
 #include "registry.h"
+#include "report.h"
 
 static const struct {
     lt_matmul_precision p;
@@ -88,4 +89,10 @@ char *lt_matmul_precision_report(void)
     lt_sb_printf(&sb, "lazytpu: f32 matrix products at matmul precision '%s' (%s)\n",
                  lt_matmul_precision_name(p) ? lt_matmul_precision_name(p) : "?", what);
     return lt_sb_take(&sb);
+}
+
+/* The report's first line, whether or not lt_init ran (metrics/report.h). */
+__attribute__((constructor)) static void register_report_header(void)
+{
+    lt_report_section_add(LT_REPORT_HEAD, 0, lt_matmul_precision_report);
 }

@@ -1,7 +1,9 @@
-/* metrics/report.c — the text report in torch_xla's format, after one
- * header line (lt_matmul_precision_report):
+/* metrics/report.c — the text report in torch_xla's format, between the
+ * sections other parts register (metrics/report.h); with lazy/'s, the
+ * report reads:
  *
  *   lazytpu: f32 matrix products at matmul precision 'f32' (full f32, as XLA:CPU)
+ *                             (HEAD, lazy/precision.c)
  *   Metric: CompileTime
  *     TotalSamples: 3
  *     Accumulator: 02s694ms418.595us
@@ -12,8 +14,10 @@
  *     Value: 12
  *   == recompilation ==
  *   <note lines>
- *   == fallback ==            (lazy/diagnose.c: op, calls, time, frames, hint)
- *   == host reads ==          (lazy/host_reads.c: line, reads per step, waits)
+ *   == fallback ==            (ANALYSIS, lazy/diagnose.c: op, calls, time,
+ *                              frames, hint)
+ *   == host reads ==          (ANALYSIS, lazy/host_reads.c: line, reads per
+ *                              step, waits)
  *   == kernel profile ==      (LAZYTPU_PROFILE=1, lazy/profile.c: the
  *                              KernelTime::<op> metrics as one table, largest
  *                              total first; "per run" divides by the
@@ -23,10 +27,66 @@
  * no sample and counters at 0 (e.g. after lt_metrics_clear_all) are left out.
  * ValueRate/Rate are over the kept sample window and printed only when it
  * spans time (as torch_xla does). */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "registry.h"
+#include "report.h"
+
+/* ---- registered sections ---- */
+
+typedef struct section {
+    lt_report_place place;
+    int order;
+    lt_report_section_fn fn;
+} section;
+
+static pthread_mutex_t sections_mu = PTHREAD_MUTEX_INITIALIZER;
+static section sections[LT_REPORT_MAX_SECTIONS];
+static int n_sections;
+
+int lt_report_section_add(lt_report_place place, int order, lt_report_section_fn fn)
+{
+    int rc = 0;
+    pthread_mutex_lock(&sections_mu);
+    int known = 0;
+    for (int i = 0; i < n_sections; i++)
+        if (sections[i].fn == fn) known = 1;
+    if (!known && n_sections == LT_REPORT_MAX_SECTIONS) {
+        rc = -1;
+    } else if (!known) {
+        /* insertion after every section of a lower or equal (place, order) */
+        int at = n_sections;
+        while (at > 0 && (sections[at - 1].place > place ||
+                          (sections[at - 1].place == place && sections[at - 1].order > order))) {
+            sections[at] = sections[at - 1];
+            at--;
+        }
+        sections[at] = (section){place, order, fn};
+        n_sections++;
+    }
+    pthread_mutex_unlock(&sections_mu);
+    return rc;
+}
+
+/* Appends the text of every section registered at `place`. */
+static void emit_sections(lt_sb *sb, lt_report_place place)
+{
+    section copy[LT_REPORT_MAX_SECTIONS];
+    pthread_mutex_lock(&sections_mu);
+    int n = n_sections;
+    memcpy(copy, sections, (size_t)n * sizeof *copy);
+    pthread_mutex_unlock(&sections_mu);
+    for (int i = 0; i < n; i++) {
+        if (copy[i].place != place) continue;
+        char *text = copy[i].fn();
+        if (text) {
+            lt_sb_puts(sb, text);
+            free(text);
+        }
+    }
+}
 
 static void emit_metric(lt_sb *sb, const lt_metric_snap *s)
 {
@@ -118,11 +178,7 @@ static void emit_profile(lt_sb *sb, const lt_metric_snap *ms, int nm)
 char *lt_metrics_report(void)
 {
     lt_sb sb = {0};
-    char *hd = lt_matmul_precision_report();   /* the header line */
-    if (hd) {
-        lt_sb_puts(&sb, hd);
-        free(hd);
-    }
+    emit_sections(&sb, LT_REPORT_HEAD);
     lt_metric_snap *ms;
     int nm = lt_metric_snaps(&ms);
     if (nm < 0) {
@@ -148,16 +204,7 @@ char *lt_metrics_report(void)
     free(cs);
 
     lt_notes_walk(note_section, note_line, &sb);
-    char *fb = lt_fallback_report();   /* "" when nothing fell back */
-    if (fb) {
-        lt_sb_puts(&sb, fb);
-        free(fb);
-    }
-    char *hr = lt_host_read_report();  /* "" when nothing was read */
-    if (hr) {
-        lt_sb_puts(&sb, hr);
-        free(hr);
-    }
+    emit_sections(&sb, LT_REPORT_ANALYSIS);
     char *pt = lt_sb_take(&prof);
     if (pt) {
         lt_sb_puts(&sb, pt);

@@ -5,26 +5,10 @@
  */
 #pragma GCC optimize("O3")
 #include <string.h>
+#include "f16.h"      /* base/ */
 #include "reduce.h"
 
 #define BLK 2048
-
-static inline float bf2f(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static inline uint16_t f2bf(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
 
 /* ---- floating point: acc op= src over m elements ---- */
 #define FLOAT_COMBINE(T, acc, src, m, reduce)                                 \
@@ -112,17 +96,17 @@ static void reduce_bf16(uint16_t *dst, const void *const *srcs, int nsrc,
     for (int64_t b0 = 0; b0 < n; b0 += BLK) {
         int64_t m = n - b0 < BLK ? n - b0 : BLK;
         const uint16_t *s0 = (const uint16_t *)srcs[0] + b0;
-        for (int64_t i = 0; i < m; i++) acc[i] = bf2f(s0[i]);
+        for (int64_t i = 0; i < m; i++) acc[i] = lt_bf16_to_f32_inline(s0[i]);
         FLOAT_NORMALISE(float, acc, m, reduce);
         for (int k = 1; k < nsrc; k++) {
             const uint16_t *sk = (const uint16_t *)srcs[k] + b0;
-            for (int64_t i = 0; i < m; i++) tmp[i] = bf2f(sk[i]);
+            for (int64_t i = 0; i < m; i++) tmp[i] = lt_bf16_to_f32_inline(sk[i]);
             const float *src = tmp;
             FLOAT_COMBINE(float, acc, src, m, reduce);
         }
         if (scale != 1.0)
             for (int64_t i = 0; i < m; i++) acc[i] *= sc;
-        for (int64_t i = 0; i < m; i++) dst[b0 + i] = f2bf(acc[i]);
+        for (int64_t i = 0; i < m; i++) dst[b0 + i] = lt_bf16_from_f32(acc[i]);
     }
 }
 
@@ -248,11 +232,11 @@ lt_status lt_reduce_partial(void *dst, const void *const *srcs, int nsrc,
         int64_t m = n - b0 < BLK ? n - b0 : BLK;
         float *acc = (float *)dst + b0;
         const uint16_t *s0 = (const uint16_t *)srcs[0] + b0;
-        for (int64_t i = 0; i < m; i++) acc[i] = bf2f(s0[i]);
+        for (int64_t i = 0; i < m; i++) acc[i] = lt_bf16_to_f32_inline(s0[i]);
         FLOAT_NORMALISE(float, acc, m, reduce);
         for (int k = 1; k < nsrc; k++) {
             const uint16_t *sk = (const uint16_t *)srcs[k] + b0;
-            for (int64_t i = 0; i < m; i++) tmp[i] = bf2f(sk[i]);
+            for (int64_t i = 0; i < m; i++) tmp[i] = lt_bf16_to_f32_inline(sk[i]);
             const float *src = tmp;
             FLOAT_COMBINE(float, acc, src, m, reduce);
         }
@@ -279,7 +263,7 @@ lt_status lt_reduce_finish(void *dst, const void *const *srcs, int nsrc,
         }
         if (scale != 1.0)
             for (int64_t i = 0; i < m; i++) acc[i] *= sc;
-        for (int64_t i = 0; i < m; i++) ((uint16_t *)dst)[b0 + i] = f2bf(acc[i]);
+        for (int64_t i = 0; i < m; i++) ((uint16_t *)dst)[b0 + i] = lt_bf16_from_f32(acc[i]);
     }
     return LT_OK;
 }

@@ -47,6 +47,10 @@
  *
  * Thread-safety: a world is used by one thread at a time per process (the
  * core's worker thread, or Python's main thread for rendezvous).
+ *
+ * Exported: the functions marked LT_API are the world API the Python
+ * binding (backend/world_py.cpp) calls; liblazytpu.so exports nothing else
+ * of this header.
  */
 #ifndef LT_WORLD_H
 #define LT_WORLD_H
@@ -105,7 +109,7 @@ lt_status lt_world_attach_from_env(lt_world **out);
  * launcher. The world lives until the process exits: do not close it.
  * In a fork child of a process that had attached: LT_ERR_COLLECTIVE naming
  * both pids (the parent is the rank). */
-lt_status lt_world_default(lt_world **out);
+LT_API lt_status lt_world_default(lt_world **out);
 /* Global world size from LAZYTPU_WORLD_SIZE without attaching (1 if
  * unset). For shape rules at trace time. */
 int lt_world_default_size(void);
@@ -122,8 +126,8 @@ const char *lt_world_name(const lt_world *w);
 
 /* Global rank 0..size-1 (-1 for the creator; 0 for NULL) and global size
  * (hosts x local size; 1 for NULL). */
-int lt_world_rank(const lt_world *w);
-int lt_world_size(const lt_world *w);
+LT_API int lt_world_rank(const lt_world *w);
+LT_API int lt_world_size(const lt_world *w);
 /* Rank on this host (slot index; -1 for the creator) and ranks per host. */
 int lt_world_local_rank(const lt_world *w);
 int lt_world_local_size(const lt_world *w);
@@ -156,7 +160,7 @@ lt_status lt_world_abstain(lt_world *w, const char *what, const char *reason);
 
 /* Waits until every rank called lt_world_barrier (a collective: checked
  * against the other ranks' descriptors like the others). */
-lt_status lt_world_barrier(lt_world *w);
+LT_API lt_status lt_world_barrier(lt_world *w);
 
 /* Element-wise reduction of n elements over all ranks; every rank gets
  * result * scale (scale ignored for bool; for integers the scaled value is
@@ -165,30 +169,30 @@ lt_status lt_world_barrier(lt_world *w);
  * are bitwise, for floats and bool they are logical (result 0/1).
  * shape may be NULL (reported as [n]); it is only used in messages and in
  * the agreement check. */
-lt_status lt_world_all_reduce(lt_world *w, const void *send, void *recv,
-                              int64_t n, lt_dtype dtype,
-                              lt_reduce_type reduce, double scale,
-                              const lt_shape *shape);
+LT_API lt_status lt_world_all_reduce(lt_world *w, const void *send, void *recv,
+                                     int64_t n, lt_dtype dtype,
+                                     lt_reduce_type reduce, double scale,
+                                     const lt_shape *shape);
 
 /* Gathers along a dim: the input is viewed as [outer][block] (row-major,
  * contiguous), the output as [outer][size][block], rank r's input landing
  * at [o][r]. Flat gather: outer = 1. recv must hold size*outer*block
  * elements and must not overlap send. */
-lt_status lt_world_all_gather(lt_world *w, const void *send, void *recv,
-                              int64_t outer, int64_t block, lt_dtype dtype,
-                              const lt_shape *shape);
+LT_API lt_status lt_world_all_gather(lt_world *w, const void *send, void *recv,
+                                     int64_t outer, int64_t block, lt_dtype dtype,
+                                     const lt_shape *shape);
 
 /* The input is viewed as [outer][size][block]; rank r receives
  * reduce over ranks of input[:, r, :] * scale, as [outer][block]. */
-lt_status lt_world_reduce_scatter(lt_world *w, const void *send, void *recv,
-                                  int64_t outer, int64_t block, lt_dtype dtype,
-                                  lt_reduce_type reduce, double scale,
-                                  const lt_shape *shape);
+LT_API lt_status lt_world_reduce_scatter(lt_world *w, const void *send, void *recv,
+                                         int64_t outer, int64_t block, lt_dtype dtype,
+                                         lt_reduce_type reduce, double scale,
+                                         const lt_shape *shape);
 
 /* Every rank's recv gets root's send (n elements). send == recv allowed. */
-lt_status lt_world_broadcast(lt_world *w, const void *send, void *recv,
-                             int64_t n, lt_dtype dtype, int root,
-                             const lt_shape *shape);
+LT_API lt_status lt_world_broadcast(lt_world *w, const void *send, void *recv,
+                                    int64_t n, lt_dtype dtype, int root,
+                                    const lt_shape *shape);
 
 /* Rendezvous with payloads: every rank passes `tag` (<= 47 chars, must be
  * equal on all ranks) and `len` bytes (may differ per rank, may be 0).
@@ -196,8 +200,8 @@ lt_status lt_world_broadcast(lt_world *w, const void *send, void *recv,
  * global rank order (caller frees; NULL when the total is 0) and in
  * lens[0..size) each payload's length (caller-provided array of
  * lt_world_size entries: the global size). */
-lt_status lt_world_exchange(lt_world *w, const char *tag, const void *payload,
-                            size_t len, void **all, size_t *lens);
+LT_API lt_status lt_world_exchange(lt_world *w, const char *tag, const void *payload,
+                                   size_t len, void **all, size_t *lens);
 
 /* Name of a reduce type: "sum", "mul", "min", "max", "and", "or". */
 const char *lt_reduce_type_name(int reduce);

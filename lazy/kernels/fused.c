@@ -14,7 +14,7 @@
 #include "ew_expr.h"
 #include "vmath.h"
 #include "par.h"
-#include "../f16.h"
+#include "f16.h"
 /* The expressions of ops.def name <tgmath.h> functions. For the f32
  * compute type, exp/log/log1p/tanh/erf resolve to vmath.h's vectorisable
  * versions (libm's are scalar calls without -ffast-math); other types keep
@@ -29,23 +29,6 @@
 #define log1p(x) _Generic((x), float: lt_vlog1pf, default: log1p)(x)
 #define tanh(x) _Generic((x), float: lt_vtanhf, default: tanh)(x)
 #define erf(x) _Generic((x), float: lt_verff, default: erf)(x)
-
-/* ---- bf16 helpers (bit-level, vectorisable) ---- */
-static inline float lt_fz_bf16(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static inline uint16_t lt_fz_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    uint32_t nan = (u >> 16) | 0x40u;
-    return (uint16_t)(((u & 0x7fffffffu) > 0x7f800000u) ? nan : r);
-}
 
 /* Float -> integer like lt_convert: truncation toward zero, NaN -> 0,
  * saturating (a plain C cast of NaN or of an out-of-range value is

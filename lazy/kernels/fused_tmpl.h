@@ -34,11 +34,11 @@ static void FN(load_run)(T *restrict dst, const char *src, lt_dtype dt,
 #define LT_ID(x) (x)
 #if T_IS_INT                 /* float storage -> integer compute: saturate */
 #define LT_FI(x) lt_fz_f2i(x)
-#define LT_BFI(x) lt_fz_f2i(lt_fz_bf16(x))
+#define LT_BFI(x) lt_fz_f2i(lt_bf16_to_f32_inline(x))
 #define LT_HFI(x) lt_fz_f2i(lt_f16_to_f32_inline(x))
 #else
 #define LT_FI(x) (x)
-#define LT_BFI(x) lt_fz_bf16(x)
+#define LT_BFI(x) lt_bf16_to_f32_inline(x)
 #define LT_HFI(x) lt_f16_to_f32_inline(x)
 #endif
         LT_LOAD_CASE(LT_F32, float, LT_FI)
@@ -233,7 +233,7 @@ static int FN(exec)(const lt_fused *f, const lt_fload *ld,
             break;
         case LT_BF16:       /* explicit cast: round to nearest even */
             for (int i = 0; i < n; i++)
-                d[i] = (T)lt_fz_bf16(lt_fz_to_bf16((float)d[i]));
+                d[i] = (T)lt_bf16_to_f32_inline(lt_bf16_from_f32((float)d[i]));
             break;
 #else
         case LT_I32:
@@ -276,7 +276,7 @@ static void FN(store)(const T *restrict src, void *dst, lt_dtype dt, int n)
     case LT_U8: { uint8_t *p = dst; for (int i = 0; i < n; i++) p[i] = (uint8_t)lt_fz_f2i(src[i]); break; }
 #endif
     case LT_BOOL: { uint8_t *p = dst; for (int i = 0; i < n; i++) p[i] = src[i] != 0; break; }
-    case LT_BF16: { uint16_t *p = dst; for (int i = 0; i < n; i++) p[i] = lt_fz_to_bf16((float)src[i]); break; }
+    case LT_BF16: { uint16_t *p = dst; for (int i = 0; i < n; i++) p[i] = lt_bf16_from_f32((float)src[i]); break; }
     case LT_F16: { uint16_t *p = dst; for (int i = 0; i < n; i++) p[i] = lt_f16_from_f32((float)src[i]); break; }
     default: break;
     }

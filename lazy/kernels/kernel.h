@@ -69,6 +69,11 @@ LT_DECLARE_KERNEL(linalg)      /* inv, eigh, svd (linalg.c) */
  * without a world. Returns the collective's error status (sets the
  * thread's error). */
 lt_status lt_collective_abstain(lt_op op, const char *reason);
+/* This process's place in its world, for messages: returns the world size
+ * (LAZYTPU_WORLD_SIZE; 1 when unset) and writes the rank (LAZYTPU_ORDINAL;
+ * 0 when unset) into *rank (may be NULL). Attaches nothing. The collective
+ * kernels are lazy/'s one way into spawn/ (scripts/check_layers.py). */
+int lt_collective_world(int *rank);
 /* A GEMM with a fused elementwise epilogue (matmul.c; contract there). */
 struct lt_fused;
 lt_status lt_kernel_matmul_epi(lt_op op, const lt_attrs *attrs, const lt_view *in, int n_in,

@@ -94,12 +94,12 @@ static void copy_run(const void *sb, lt_dtype sdt, int64_t so, int64_t sst,
     }
     if (sdt == LT_BF16 && ddt == LT_F32) {
         const uint16_t *s = (const uint16_t *)sb + so; float *d = (float *)db + dof;
-        for (int64_t i = 0; i < len; i++) d[i * dst] = kt_bf16_to_f32(s[i * sst]);
+        for (int64_t i = 0; i < len; i++) d[i * dst] = lt_bf16_to_f32_inline(s[i * sst]);
         return;
     }
     if (sdt == LT_F32 && ddt == LT_BF16) {
         const float *s = (const float *)sb + so; uint16_t *d = (uint16_t *)db + dof;
-        for (int64_t i = 0; i < len; i++) d[i * dst] = kt_f32_to_bf16(s[i * sst]);
+        for (int64_t i = 0; i < len; i++) d[i * dst] = lt_bf16_from_f32(s[i * sst]);
         return;
     }
     if (sdt == LT_F32 && ddt == LT_F64) {

@@ -2,9 +2,9 @@
  * lazy/kernels/kutil.h — small helpers shared by the library kernels
  * (matmul, conv, pool, norm, scatter, cat, index, loss, random).
  *
- * Inline element access for every dtype, bf16 bit conversions (round to
- * nearest even), and strided copy/pack helpers (kutil.c). Self-contained on
- * purpose: the kernels only depend on lazytpu.h types, lt_set_error and
+ * Inline element access for every dtype (bf16 and f16 through base/f16.h),
+ * and strided copy/pack helpers (kutil.c). Self-contained on purpose: the
+ * kernels only depend on lazytpu.h types, base/ (lt_set_error, f16.h) and
  * kernel.h's lt_view.
  */
 #ifndef LT_KUTIL_H
@@ -16,27 +16,9 @@
 #include <string.h>
 #include "kernel.h"
 #include "vmath.h"   /* lt_vexpf & co: vectorisable f32 math */
-#include "../f16.h"
+#include "f16.h"      /* base/: bf16 and f16 bit conversions */
 
-/* bf16 <-> f32, round to nearest even; NaN stays (quiet) NaN. */
-static inline uint16_t kt_f32_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static inline float kt_bf16_to_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* Names and sizes come from the one dtype table (lazy/dtype.c). */
+/* Names and sizes come from the one dtype table (base/dtype.c). */
 static inline const char *kt_dtname(lt_dtype dt) { return lt_dtype_name(dt); }
 static inline size_t kt_dtsize(lt_dtype dt) { return lt_dtype_size(dt); }
 
@@ -55,7 +37,7 @@ static inline double kt_load(const void *base, lt_dtype dt, int64_t i)
 {
     switch (dt) {
     case LT_F32: return ((const float *)base)[i];
-    case LT_BF16: return kt_bf16_to_f32(((const uint16_t *)base)[i]);
+    case LT_BF16: return lt_bf16_to_f32_inline(((const uint16_t *)base)[i]);
     case LT_F64: return ((const double *)base)[i];
     case LT_I64: return (double)((const int64_t *)base)[i];
     case LT_I32: return ((const int32_t *)base)[i];
@@ -85,7 +67,7 @@ static inline void kt_store(void *base, lt_dtype dt, int64_t i, double v)
 {
     switch (dt) {
     case LT_F32: ((float *)base)[i] = (float)v; break;
-    case LT_BF16: ((uint16_t *)base)[i] = kt_f32_to_bf16((float)v); break;
+    case LT_BF16: ((uint16_t *)base)[i] = lt_bf16_from_f32((float)v); break;
     case LT_F64: ((double *)base)[i] = v; break;
     case LT_I64: ((int64_t *)base)[i] = (int64_t)v; break;
     case LT_I32: ((int32_t *)base)[i] = (int32_t)v; break;

@@ -46,7 +46,7 @@ static inline float trunc_bf16(float x)
     return x;
 }
 
-static inline float round_bf16(float x) { return kt_bf16_to_f32(kt_f32_to_bf16(x)); }
+static inline float round_bf16(float x) { return lt_bf16_to_f32_inline(lt_bf16_from_f32(x)); }
 
 /* elements [lo, hi) of lt_mxu_split */
 static void split_range(int p, const float *x, int64_t n, float *parts, int64_t lo, int64_t hi)

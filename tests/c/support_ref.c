@@ -71,7 +71,7 @@ float ref_bf16_round(float f)
 }
 
 /* IEEE half rounding through frexp/ldexp (independent of the bit tricks in
- * lazy/f16.h): 11 significant bits, subnormals below 2^-14, inf past 65504. */
+ * base/f16.h): 11 significant bits, subnormals below 2^-14, inf past 65504. */
 float ref_f16_round(float f)
 {
     if (isnan(f) || isinf(f) || f == 0) return f;

@@ -33,12 +33,12 @@ static void __attribute__((unused)) near(const float *got, const float *want, in
 }
 
 
-static float bf(float x) { return kt_bf16_to_f32(kt_f32_to_bf16(x)); }
+static float bf(float x) { return lt_bf16_to_f32_inline(lt_bf16_from_f32(x)); }
 
 static void out_f32(const lt_buffer *b, lt_dtype dt, float *dst, int n)
 {
     for (int i = 0; i < n; i++)
-        dst[i] = dt == LT_BF16 ? kt_bf16_to_f32(((const uint16_t *)b->data)[i])
+        dst[i] = dt == LT_BF16 ? lt_bf16_to_f32_inline(((const uint16_t *)b->data)[i])
                                : ((const float *)b->data)[i];
 }
 
@@ -57,7 +57,7 @@ static void *as_dt(const float *x, int n, lt_dtype dt, void *buf)
     if (dt == LT_F32)
         return memcpy(buf, x, (size_t)n * 4);
     for (int i = 0; i < n; i++)
-        ((uint16_t *)buf)[i] = kt_f32_to_bf16(x[i]);
+        ((uint16_t *)buf)[i] = lt_bf16_from_f32(x[i]);
     return buf;
 }
 

@@ -12,6 +12,7 @@
 
 #include "lazytpu.h"
 #include "registry.h"
+#include "report.h"
 
 /* ------------------------------------------------------------ formatting */
 
@@ -311,6 +312,47 @@ static void test_now(void **st)
     lt_metric_add(NULL, 1);
 }
 
+/* ---------------------------------------------------- registered sections */
+
+static char *section_head(void) { return strdup("TEST-HEAD-SECTION\n"); }
+static char *section_analysis(void) { return strdup("== test analysis ==\nline\n"); }
+static char *section_empty(void) { return NULL; }
+
+/* Parts register report sections (metrics/report.h); lazy/'s register
+ * themselves before main, without lt_init (this test never calls it). */
+static void test_report_sections(void **st)
+{
+    assert_int_equal(lt_report_section_add(LT_REPORT_ANALYSIS, 15, section_analysis), 0);
+    assert_int_equal(lt_report_section_add(LT_REPORT_ANALYSIS, 15, section_analysis), 0);
+    assert_int_equal(lt_report_section_add(LT_REPORT_HEAD, 5, section_head), 0);
+    assert_int_equal(lt_report_section_add(LT_REPORT_HEAD, 1, section_empty), 0);
+    lt_fallback_record("aten::test_sections", 1000, "t.py:1 in f");
+    lt_counter_inc_name("test::sections", 1);
+    lt_metrics_note("sections", "a note");
+
+    char *rep = lt_metrics_report();
+    assert_non_null(rep);
+    /* lazy's header (order 0) first, then this HEAD section, then metrics */
+    const char *hd = "lazytpu: f32 matrix products at matmul precision ";
+    assert_true(strncmp(rep, hd, strlen(hd)) == 0);
+    const char *head = strstr(rep, "TEST-HEAD-SECTION\n");
+    const char *counter = strstr(rep, "Counter: test::sections\n");
+    const char *note = strstr(rep, "== sections ==\na note\n");
+    const char *fallback = strstr(rep, "== fallback ==\n");
+    const char *mine = strstr(rep, "== test analysis ==\nline\n");
+    assert_non_null(head);
+    assert_non_null(counter);
+    assert_non_null(note);
+    assert_non_null(fallback);
+    assert_non_null(mine);
+    assert_true(head < counter && counter < note);
+    /* ANALYSIS by order: fallback (10) before this one (15) */
+    assert_true(note < fallback && fallback < mine);
+    /* registered twice, emitted once */
+    assert_null(strstr(mine + 1, "== test analysis =="));
+    free(rep);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -324,6 +366,7 @@ int main(void)
         cmocka_unit_test(test_json),
         cmocka_unit_test(test_clear_all),
         cmocka_unit_test(test_now),
+        cmocka_unit_test(test_report_sections),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

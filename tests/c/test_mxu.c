@@ -39,7 +39,7 @@ static float from_bits(uint32_t u)
     return x;
 }
 
-static float rne(float x) { return kt_bf16_to_f32(kt_f32_to_bf16(x)); }
+static float rne(float x) { return lt_bf16_to_f32_inline(lt_bf16_from_f32(x)); }
 
 static void test_names_and_api(void **st)
 {
@@ -249,12 +249,12 @@ static void check_kernel(lt_op op, const mat *m, int p, int nt, lt_dtype in_dt)
     uint16_t *a16 = malloc(na * 2), *b16 = malloc(nb * 2);
     float *av = malloc(na * 4), *bv = malloc(nb * 4);
     for (int64_t i = 0; i < na; i++) {
-        a16[i] = kt_f32_to_bf16(m->a[i]);
-        av[i] = in_dt == LT_BF16 ? kt_bf16_to_f32(a16[i]) : m->a[i];
+        a16[i] = lt_bf16_from_f32(m->a[i]);
+        av[i] = in_dt == LT_BF16 ? lt_bf16_to_f32_inline(a16[i]) : m->a[i];
     }
     for (int64_t i = 0; i < nb; i++) {
-        b16[i] = kt_f32_to_bf16(m->b[i]);
-        bv[i] = in_dt == LT_BF16 ? kt_bf16_to_f32(b16[i]) : m->b[i];
+        b16[i] = lt_bf16_from_f32(m->b[i]);
+        bv[i] = in_dt == LT_BF16 ? lt_bf16_to_f32_inline(b16[i]) : m->b[i];
     }
     lt_view in[3];
     int n_in = 0;

@@ -1,8 +1,10 @@
 /*
- * lazy/f16.h — IEEE half <-> float conversions (bit level, round to nearest
- * even, NaN stays a quiet NaN), shared by lazy/dtype.c and the kernels.
- * Written without _Float16 so every compiler of the project (gcc, clang 14
- * for fuzzing) builds the same code.
+ * base/f16.h — the one bit-level implementation of bf16 <-> float and IEEE
+ * half <-> float (round to nearest even, NaN stays a quiet NaN), inline so
+ * the kernels' loops vectorise them. Used by base/dtype.c (the public
+ * lt_f32_to_bf16 & co), the kernels (lazy/kernels) and the collectives'
+ * reductions (spawn/reduce.c). Written without _Float16 so every compiler of
+ * the project (gcc, clang 14 for fuzzing) builds the same code.
  */
 #ifndef LT_F16_H
 #define LT_F16_H
@@ -10,6 +12,35 @@
 #include <stdint.h>
 #include <string.h>
 
+/* bf16 of the float whose bits are u: round to nearest even; a NaN keeps its
+ * sign and top payload bits and is made quiet. Branch-free (a select), so
+ * loops over it vectorise. */
+static inline uint16_t lt_bf16_from_f32_bits(uint32_t u)
+{
+    uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
+    uint32_t rne = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t qnan = (u >> 16) | 0x40u;
+    return (uint16_t)(nan ? qnan : rne);
+}
+
+/* bf16 of f, round to nearest even (lt_bf16_from_f32_bits). */
+static inline uint16_t lt_bf16_from_f32(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return lt_bf16_from_f32_bits(u);
+}
+
+/* The float of a bf16 (exact). */
+static inline float lt_bf16_to_f32_inline(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* IEEE half of the float whose bits are u, round to nearest even. */
 static inline uint16_t lt_f16_from_f32_bits(uint32_t u)
 {
     uint32_t sign = (u >> 16) & 0x8000u;
@@ -31,6 +62,7 @@ static inline uint16_t lt_f16_from_f32_bits(uint32_t u)
     return (uint16_t)(sign | (a >> 13));
 }
 
+/* IEEE half of f, round to nearest even. */
 static inline uint16_t lt_f16_from_f32(float f)
 {
     uint32_t u;
@@ -38,6 +70,7 @@ static inline uint16_t lt_f16_from_f32(float f)
     return lt_f16_from_f32_bits(u);
 }
 
+/* The float of an IEEE half (exact). */
 static inline float lt_f16_to_f32_inline(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;

@@ -1,4 +1,4 @@
-/* lazy/error.c — thread-local last error (see lt_last_error in lazytpu.h). */
+/* base/error.c — thread-local last error (see lt_last_error in lazytpu.h). */
 #include <stdarg.h>
 #include <stdio.h>
 #include "lazytpu.h"
