@@ -61,7 +61,8 @@
  * - Handles are reference counted. Every function returning a handle through
  *   an out-pointer gives the caller one reference, released with *_release.
  * - The op set is the table lazy/ops.def: one line per op gives its enum
- *   (LT_OP_<name>), name, arity, kind, shape rule, dtype rule and kernel.
+ *   (LT_OP_<name>), name, arity, kind, shape and dtype rules, kernel, SPMD
+ *   rule class and the properties the compiler reads (lazy/ops.h).
  */
 #ifndef LAZYTPU_H
 #define LAZYTPU_H
@@ -195,7 +196,7 @@ typedef enum lt_op_kind {
 } lt_op_kind;
 
 typedef enum lt_op {
-#define LT_OP(name, arity, kind, shape, dtype, kernel, expr) LT_OP_##name,
+#define LT_OP(name, ...) LT_OP_##name,
 #include "../lazy/ops.def"
 #undef LT_OP
     LT_NUM_OPS

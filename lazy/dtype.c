@@ -1,7 +1,6 @@
 /*
  * lazy/dtype.c — dtypes (sizes, names, PyTorch promotion), bf16 rounding,
- * element conversion, lt_shape helpers and the op-table lookups generated from
- * lazy/ops.def.
+ * element conversion and lt_shape helpers.
  */
 #include <math.h>
 #include <stdio.h>
@@ -352,45 +351,3 @@ char *lt_shape_str(const lt_shape *s, char *buf, size_t cap)
     return buf;
 }
 
-/* --------------------------------------------------------------- op table */
-
-static const char *const op_names[LT_NUM_OPS] = {
-#define LT_OP(name, arity, kind, shape, dtype, kernel, expr) #name,
-#include "ops.def"
-#undef LT_OP
-};
-
-static const signed char op_arity[LT_NUM_OPS] = {
-#define LT_OP(name, arity, kind, shape, dtype, kernel, expr) arity,
-#include "ops.def"
-#undef LT_OP
-};
-
-static const unsigned char op_kind[LT_NUM_OPS] = {
-#define LT_OP(name, arity, kind, shape, dtype, kernel, expr) kind,
-#include "ops.def"
-#undef LT_OP
-};
-
-const char *lt_op_name(lt_op op)
-{
-    return (unsigned)op < LT_NUM_OPS ? op_names[op] : "?";
-}
-
-int lt_op_arity(lt_op op)
-{
-    return (unsigned)op < LT_NUM_OPS ? op_arity[op] : 0;
-}
-
-lt_op_kind lt_op_kind_of(lt_op op)
-{
-    return (unsigned)op < LT_NUM_OPS ? (lt_op_kind)op_kind[op] : LT_KIND_LEAF;
-}
-
-int lt_op_from_name(const char *name)
-{
-    if (!name) return -1;
-    for (int i = 0; i < LT_NUM_OPS; i++)
-        if (strcmp(op_names[i], name) == 0) return i;
-    return -1;
-}
