@@ -677,8 +677,7 @@ at::Tensor lt_cumprod(const at::Tensor &self, int64_t dim, std::optional<at::Sca
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-#define LT_OP(name, arity, kind, shape, dtype, kernel, expr) \
-  register_generated<LT_OP_##name>(m);
+#define LT_OP(name, ...) register_generated<LT_OP_##name>(m);
 #include "../lazy/ops.def"
 #undef LT_OP
 

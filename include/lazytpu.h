@@ -61,7 +61,8 @@
  * - Handles are reference counted. Every function returning a handle through
  *   an out-pointer gives the caller one reference, released with *_release.
  * - The op set is the table lazy/ops.def: one line per op gives its enum
- *   (LT_OP_<name>), name, arity, kind, shape rule, dtype rule and kernel.
+ *   (LT_OP_<name>), name, arity, kind, shape and dtype rules, kernel, SPMD
+ *   rule class and the properties the compiler reads (lazy/ops.h).
  *   The table is internal; the build generates the enum's header from it.
  * - Only the functions declared LT_API here and in lazytpu_spmd.h are
  *   exported by liblazytpu.so; everything else is built hidden

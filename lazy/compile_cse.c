@@ -9,15 +9,18 @@
  * the outputs reach. One forward and one backward pass, no recursion.
  *
  * Algebraic identities are folded in the same forward pass by making the
- * node's representative its operand: x + 0, 0 + x, x - 0, x * 1, 1 * x and
- * x / 1, where the 0 / 1 is a constant scalar (LT_NODE_CONST) seen through
+ * node's representative its operand: x op u for a binary op whose identity
+ * u is given by ops.def's ident column (x + 0, 0 + x, x - 0, x * 1, 1 * x,
+ * x / 1), where u is a constant scalar (LT_NODE_CONST) seen through
  * any movement ops (e.g. zero_grad's expand(0) + grad), and only when the
  * result has x's shape and dtype (else a broadcast or cast is still
  * needed). x + 0 turns -0 into +0 in IEEE arithmetic; that sign is dropped.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "compile_int.h"
+#include "ops.h"
 
 static int mergeable(const lt_node *n)
 {
@@ -49,12 +52,16 @@ static int identity_operand(const lt_cctx *c, int i)
 {
     const lt_node *nd = lt_cc_node(c, i);
     double unit;
-    int commutes;
-    switch (nd->op) {
-    case LT_OP_add: unit = 0; commutes = 1; break;
-    case LT_OP_sub: unit = 0; commutes = 0; break;
-    case LT_OP_mul: unit = 1; commutes = 1; break;
-    case LT_OP_div: unit = 1; commutes = 0; break;
+    int commutes = 1;
+    if (lt_op_kind_of(nd->op) != LT_KIND_BINARY)
+        return -1;
+    switch (lt_op_ident_of(nd->op)) {   /* ops.def's ident column */
+    case LT_IDENT_zero_r: commutes = 0; /* fall through */
+    case LT_IDENT_zero: unit = 0; break;
+    case LT_IDENT_one_r: commutes = 0; /* fall through */
+    case LT_IDENT_one: unit = 1; break;
+    case LT_IDENT_lowest: unit = -INFINITY; break;
+    case LT_IDENT_highest: unit = INFINITY; break;
     default: return -1;
     }
     if (lt_cc_nin(c, i) != 2)

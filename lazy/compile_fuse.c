@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "compile_int.h"
+#include "ops.h"
 
 #define LT_FUSE_MAX_GROUP 192   /* members per group (bounds cycle checks) */
 #define LT_FUSE_MAX_VISIT 4096  /* nodes visited per dependency search */
@@ -139,23 +140,6 @@ static int merge(lt_cctx *c, fuse_state *fs, int a, int b)
     return a;
 }
 
-/* Cheap to recompute: no transcendental or division-like op. */
-static int cheap_op(lt_op op)
-{
-    switch (op) {
-    case LT_OP_neg: case LT_OP_abs: case LT_OP_relu: case LT_OP_sign:
-    case LT_OP_copy: case LT_OP_cast: case LT_OP_logical_not:
-    case LT_OP_isnan: case LT_OP_add: case LT_OP_sub: case LT_OP_mul:
-    case LT_OP_maximum: case LT_OP_minimum: case LT_OP_eq: case LT_OP_ne:
-    case LT_OP_lt: case LT_OP_le: case LT_OP_gt: case LT_OP_ge:
-    case LT_OP_logical_and: case LT_OP_logical_or: case LT_OP_logical_xor:
-    case LT_OP_where: case LT_OP_clamp: case LT_OP_lerp:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
 /* 1 if group g (a pure group of a smaller shape than consumer i) may be
  * recomputed inside i's group `me` (which i is a member of): small and
  * cheap, of i's compute type, and every use of its members is inside g or
@@ -172,7 +156,7 @@ static int can_inline_bcast(lt_cctx *c, fuse_state *fs, int g, int i, int me)
         c->gsize[g] + c->gsize[me] > LT_FUSE_MAX_GROUP)
         return 0;
     for (int m = fs->head[g]; m >= 0; m = fs->nxt[m]) {
-        if (!cheap_op(lt_cc_node(c, m)->op) || c->cn[m].output >= 0 ||
+        if (!lt_op_cheap((lt_op)lt_cc_node(c, m)->op) || c->cn[m].output >= 0 ||
             c->cn[m].has_pv)
             return 0;
         int uses = 0;

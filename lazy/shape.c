@@ -107,28 +107,6 @@ lt_dtype lt_result_type(const lt_operand *in, int n)
     return r < 0 ? LT_F32 : (lt_dtype)r;
 }
 
-static const unsigned char op_dtype_rule[LT_NUM_OPS] = {
-#define LT_OP(name, arity, kind, shape, dtype, kernel, expr) LT_DT_##dtype,
-#include "ops.def"
-#undef LT_OP
-};
-
-static const lt_shape_rule_fn op_shape_rule[LT_NUM_OPS] = {
-#define LT_OP(name, arity, kind, shape, dtype, kernel, expr) lt_shape_rule_##shape,
-#include "ops.def"
-#undef LT_OP
-};
-
-lt_dtype_rule lt_op_dtype_rule(lt_op op)
-{
-    return (unsigned)op < LT_NUM_OPS ? (lt_dtype_rule)op_dtype_rule[op] : LT_DT_LEAF;
-}
-
-lt_shape_rule_fn lt_op_shape_rule(lt_op op)
-{
-    return (unsigned)op < LT_NUM_OPS ? op_shape_rule[op] : NULL;
-}
-
 static int valid_dtype(int64_t d) { return d >= 0 && d < LT_NUM_DTYPES; }
 
 lt_status lt_infer_dtype(lt_op op, const lt_operand *in, int n,

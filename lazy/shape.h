@@ -78,6 +78,8 @@ typedef enum lt_dtype_rule {
     LT_DT_FIRST, LT_DT_WHERE, LT_DT_ATTR, LT_DT_RAND, LT_DT_REAL, LT_DT_COMPLEX
 } lt_dtype_rule;
 
+/* The op's dtype and shape rules (the rows of lazy/ops.c); LT_DT_LEAF / NULL
+ * for an invalid op. */
 lt_dtype_rule lt_op_dtype_rule(lt_op op);
 lt_shape_rule_fn lt_op_shape_rule(lt_op op);
 

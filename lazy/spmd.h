@@ -12,7 +12,7 @@
  * (lt_tensor_set_sharding: a copy of the value node with the sharding and
  * LT_NODE_SHARD_ANNOT) or propagated forward when the node is made
  * (lt_spmd_forward, from its inputs' shardings and the op's rule class,
- * lazy/spmd_rules.def). The sharding is part of the node hash, so of the
+ * the spmd column of lazy/ops.def). The sharding is part of the node hash, so of the
  * graph key. After a sync each output's data node keeps the root's sharding,
  * so a parameter updated every step stays sharded.
  *
@@ -59,7 +59,7 @@ typedef enum lt_spmd_rule {
     LT_SPMD_NUM_RULES
 } lt_spmd_rule;
 
-/* The rule class of op (spmd_rules.def, else its kind's default). */
+/* The rule class of op: ops.def's spmd column (lazy/ops.c). */
 lt_spmd_rule lt_spmd_rule_of(lt_op op);
 /* "ew", "contract", "reduce", "norm", "view", "gather", "conv",
  * "collective", "opaque". */

@@ -1,6 +1,6 @@
 /*
  * lazy/spmd_propagate.c — forward sharding propagation, one rule per rule
- * class (spmd.h, spmd_rules.def), run when a node is made from sharded
+ * class (spmd.h, ops.def's spmd column), run when a node is made from sharded
  * inputs (lt_node_new). The output's sharding is the layout GSPMD would
  * pick for the op without being told:
  *   ew          per output dim, the axes of the first input whose aligned

@@ -10,30 +10,7 @@
 #include "tensor.h"
 #include "device.h"
 
-/* ------------------------------------------------------------- rule table */
-
-static const signed char g_rule_override[LT_NUM_OPS] = {
-#define LT_SPMD_RULE(name, rule) [LT_OP_##name] = 1 + LT_SPMD_##rule,
-#include "spmd_rules.def"
-#undef LT_SPMD_RULE
-};
-
-lt_spmd_rule lt_spmd_rule_of(lt_op op)
-{
-    if ((unsigned)op >= LT_NUM_OPS) return LT_SPMD_OPAQUE;
-    if (g_rule_override[op]) return (lt_spmd_rule)(g_rule_override[op] - 1);
-    switch (lt_op_kind_of(op)) {
-    case LT_KIND_UNARY: case LT_KIND_BINARY: case LT_KIND_TERNARY: return LT_SPMD_EW;
-    case LT_KIND_REDUCE: return LT_SPMD_REDUCE;
-    case LT_KIND_MATMUL: return LT_SPMD_CONTRACT;
-    case LT_KIND_CONV: case LT_KIND_POOL: return LT_SPMD_CONV;
-    case LT_KIND_NORM: return LT_SPMD_NORM;
-    case LT_KIND_MOVEMENT: return LT_SPMD_VIEW;
-    case LT_KIND_INDEX: return LT_SPMD_GATHER;
-    case LT_KIND_COLLECTIVE: return LT_SPMD_COLLECTIVE;
-    default: return LT_SPMD_OPAQUE;
-    }
-}
+/* ------------------------------------------------------------- rule names */
 
 const char *lt_spmd_rule_name(lt_spmd_rule r)
 {

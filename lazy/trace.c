@@ -4,9 +4,10 @@
  * Hot path (about 1 us): validate, run the shape/dtype rules, allocate node +
  * tensor, bump the op's pre-resolved counter. No string formatting and no
  * other allocation unless an error is reported, except for the few ops whose
- * kernels check their input data at run time (indexing, losses: see
- * checks_data): their node records the user's frame (lt_caller_capture), so
- * that an execution error can name the line that traced the op. Everything that touches
+ * kernels check their input data at run time (indexing, losses: checks
+ * `index` in lazy/ops.def): their node records the user's frame
+ * (lt_caller_capture), so that an execution error can name the line that
+ * traced the op. Everything that touches
  * tensor values runs under the core's live lock.
  */
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include "tensor.h"
 #include "shape.h"
+#include "ops.h"
 #include "device.h"
 
 #define LT_TRACE_INLINE_INPUTS 8
@@ -32,38 +34,6 @@ static lt_counter *op_counter(lt_op op)
     return c;
 }
 
-static lt_status arity_check(lt_op op, int n)
-{
-    int ar = lt_op_arity(op);
-    if (ar >= 0) {
-        if (n != ar)
-            return lt_set_error(LT_ERR_ARG, "%s: takes %d inputs, got %d",
-                                lt_op_name(op), ar, n);
-        return LT_OK;
-    }
-    if (op == LT_OP_cat && n < 1)
-        return lt_set_error(LT_ERR_ARG, "cat: needs at least one input");
-    if (op == LT_OP_nll_loss && n != 2 && n != 3)
-        return lt_set_error(LT_ERR_ARG, "nll_loss: takes 2 or 3 inputs, got %d", n);
-    if (op == LT_OP_nll_loss_backward && n != 3 && n != 4)
-        return lt_set_error(LT_ERR_ARG, "nll_loss_backward: takes 3 or 4 inputs, got %d", n);
-    return LT_OK;
-}
-
-/* Ops whose kernel can fail on valid shapes because of the input values
- * (an index out of range, a class id past the classes). */
-static int checks_data(lt_op op)
-{
-    switch (op) {
-    case LT_OP_index_select: case LT_OP_gather: case LT_OP_scatter_add: case LT_OP_scatter:
-    case LT_OP_scatter_reduce:
-    case LT_OP_embedding_backward: case LT_OP_nll_loss:
-    case LT_OP_nll_loss_backward:
-        return 1;
-    default:
-        return 0;
-    }
-}
 
 lt_status lt_trace(lt_op op, lt_tensor *const *inputs, int n_inputs,
                    const lt_attrs *attrs, lt_tensor **out)
@@ -77,7 +47,7 @@ lt_status lt_trace(lt_op op, lt_tensor *const *inputs, int n_inputs,
                             lt_op_name(op));
     if (n_inputs < 0 || (n_inputs > 0 && !inputs))
         return lt_set_error(LT_ERR_ARG, "%s: bad input list", lt_op_name(op));
-    lt_status st = arity_check(op, n_inputs);
+    lt_status st = lt_op_check_inputs(op, n_inputs);
     if (st != LT_OK) return st;
     for (int i = 0; i < n_inputs; i++)
         if (!inputs[i])
@@ -117,7 +87,8 @@ lt_status lt_trace(lt_op op, lt_tensor *const *inputs, int n_inputs,
         }
     }
 
-    char *frame = checks_data(op) || r->check_finite ? lt_caller_capture() : NULL;
+    char *frame = lt_op_checks_of(op) == LT_CHECKS_index || r->check_finite
+                  ? lt_caller_capture() : NULL;
     lt_core_live *L = lt_live(core);
     lt_tensor *t = NULL;
     int over = 0;

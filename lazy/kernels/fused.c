@@ -15,6 +15,7 @@
 #include "vmath.h"
 #include "par.h"
 #include "f16.h"
+#include "../ops.h"
 /* The expressions of ops.def name <tgmath.h> functions. For the f32
  * compute type, exp/log/log1p/tanh/erf resolve to vmath.h's vectorisable
  * versions (libm's are scalar calls without -ffast-math); other types keep

@@ -150,8 +150,7 @@ static int FN(exec)(const lt_fused *f, const lt_fload *ld,
         /* an integer node (any node of an i64 group, a narrowed one else):
          * its divisors, read before d (which may be b's register) is written */
         if (!fault && (T_IS_INT || in->narrow == LT_I64 || in->narrow == LT_I32) &&
-            (in->op == LT_OP_floor_divide || in->op == LT_OP_remainder ||
-             in->op == LT_OP_fmod))
+            lt_op_checks_of((lt_op)in->op) == LT_CHECKS_divisor)
             for (int i = 0; i < n; i++)
                 if (pb[i] == 0) {
                     fault = in->op;
@@ -185,7 +184,7 @@ static int FN(exec)(const lt_fused *f, const lt_fload *ld,
 #else
 #define LT_TO_T(x) ((T)(x))
 #endif
-#define LT_OP(name, arity, kind, shape, dtype, kernel, expr)               \
+#define LT_OP(name, in_min, in_max, kind, shape, dtype, kernel, spmd, cost, checks, ident, expr) \
         case LT_OP_##name:                                                 \
             _Pragma("GCC ivdep")                                           \
             for (int i = 0; i < n; i++) {                                  \

@@ -36,8 +36,9 @@ typedef lt_status (*lt_kernel_fn)(lt_op op, const lt_attrs *attrs,
                                   const lt_view *out,
                                   const lt_kernel_ctx *ctx);
 
-/* The kernel of a non-fused op, from the op table's kernel column; NULL for
- * fused (elementwise), reduce and leaf ops, which the compiler handles. */
+/* The kernel of a non-fused op, from the op table's kernel column (the map
+ * is lazy/ops.c); NULL for fused (elementwise), reduce and leaf ops, which
+ * the compiler handles. */
 lt_kernel_fn lt_kernel_for(lt_op op);
 
 /* Kernel families (lazy/kernels/<family>.c). */

@@ -5,18 +5,6 @@
 #include "kutil.h"
 #include "par.h"
 
-static const char *const kt_op_names[] = {
-#define LT_OP(name, arity, kind, shape, dtype, kernel, expr) #name,
-#include "../ops.def"
-#undef LT_OP
-};
-
-static const char *kt_opname(lt_op op)
-{
-    if ((int)op < 0 || (int)op >= (int)(sizeof kt_op_names / sizeof *kt_op_names)) return "?";
-    return kt_op_names[op];
-}
-
 const char *lt_kutil_shape_str(const lt_shape *s, char *buf, size_t cap)
 {
     size_t k = 0;
@@ -34,7 +22,7 @@ lt_status lt_kutil_dtype_error(lt_op op, const lt_view *in, int n_in, const lt_v
     b[0] = 0;
     for (int i = 0; i < n_in && k < sizeof b; i++)
         k += snprintf(b + k, sizeof b - k, "%s%s", i ? ", " : "", kt_dtname(in[i].dtype));
-    return lt_set_error(LT_ERR_DTYPE, "%s: unsupported dtypes (%s) -> %s", kt_opname(op), b,
+    return lt_set_error(LT_ERR_DTYPE, "%s: unsupported dtypes (%s) -> %s", lt_op_name(op), b,
                         out ? kt_dtname(out->dtype) : "?");
 }
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "reduce.h"
+#include "../ops.h"
 #include "par.h"
 
 #pragma GCC diagnostic ignored "-Wtautological-compare"
@@ -159,17 +160,17 @@ typedef union acc_u { double d; int64_t i; } acc_u;
 static acc_u acc_init(lt_op op, int is_int)
 {
     acc_u a;
-    switch (op) {
-    case LT_OP_prod: case LT_OP_all:
+    switch (lt_op_ident_of(op)) {   /* ops.def's ident column */
+    case LT_IDENT_one:
         if (is_int) a.i = 1; else a.d = 1;
         break;
-    case LT_OP_amax:
+    case LT_IDENT_lowest:
         if (is_int) a.i = INT64_MIN; else a.d = -INFINITY;
         break;
-    case LT_OP_amin:
+    case LT_IDENT_highest:
         if (is_int) a.i = INT64_MAX; else a.d = INFINITY;
         break;
-    default:
+    default:   /* zero (sum, mean, any); arg-reductions start elsewhere */
         if (is_int) a.i = 0; else a.d = 0;
     }
     return a;

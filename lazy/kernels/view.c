@@ -1,7 +1,7 @@
 /*
  * lazy/kernels/view.c — strided views: materialising copy (lt_kernel_view),
- * slow element access, contiguity helpers, and the op -> library kernel
- * table generated from ops.def's kernel column.
+ * slow element access and contiguity helpers. (The op -> kernel map is
+ * lazy/ops.c, from ops.def's kernel column.)
  */
 #include <string.h>
 #include "kernel.h"
@@ -108,62 +108,4 @@ lt_status lt_kernel_view(lt_op op, const lt_attrs *attrs, const lt_view *in,
         st = lt_fused_run(f, in, out, ctx);
     lt_fused_free(f);
     return st;
-}
-
-/* ---- the op -> kernel table ----
- * Library kernels of other modules are weak references: a kernel family not
- * linked in yet yields NULL (the compiler reports "no kernel"), never a link
- * error. */
-#pragma weak lt_kernel_matmul
-#pragma weak lt_kernel_conv
-#pragma weak lt_kernel_pool
-#pragma weak lt_kernel_norm
-#pragma weak lt_kernel_scan
-#pragma weak lt_kernel_sort
-#pragma weak lt_kernel_scatter
-#pragma weak lt_kernel_cat
-#pragma weak lt_kernel_index
-#pragma weak lt_kernel_loss
-#pragma weak lt_kernel_random
-#pragma weak lt_kernel_collective
-#pragma weak lt_kernel_search
-#pragma weak lt_kernel_linalg
-
-#define LT_KFN_none NULL
-#define LT_KFN_fused NULL
-#define LT_KFN_reduce NULL
-#define LT_KFN_argreduce NULL
-#define LT_KFN_view lt_kernel_view
-#define LT_KFN_matmul lt_kernel_matmul
-#define LT_KFN_conv lt_kernel_conv
-#define LT_KFN_pool lt_kernel_pool
-#define LT_KFN_norm lt_kernel_norm
-#define LT_KFN_lnorm lt_kernel_lnorm
-#define LT_KFN_scan lt_kernel_scan
-#define LT_KFN_sort lt_kernel_sort
-#define LT_KFN_scatter lt_kernel_scatter
-#define LT_KFN_cat lt_kernel_cat
-#define LT_KFN_index lt_kernel_index
-#define LT_KFN_conv3d lt_kernel_conv3d
-#define LT_KFN_loss lt_kernel_loss
-#define LT_KFN_random lt_kernel_random
-#define LT_KFN_collective lt_kernel_collective
-#define LT_KFN_search lt_kernel_search
-#define LT_KFN_linalg lt_kernel_linalg
-
-lt_kernel_fn lt_kernel_for(lt_op op)
-{
-    static lt_kernel_fn table[LT_NUM_OPS + 1];
-    static int ready;   /* benign race: every thread writes the same values */
-    if (!ready) {
-        int i = 0;
-#define LT_OP(name, arity, kind, shape, dtype, kernel, expr) \
-        table[i++] = LT_KFN_##kernel;
-#include "../ops.def"
-#undef LT_OP
-        ready = 1;
-    }
-    if ((int)op < 0 || op >= LT_NUM_OPS)
-        return NULL;
-    return table[op];
 }

@@ -35,12 +35,12 @@ static int dt_n_fail_printed;
 int dt_bf16_mode;
 
 const char *const dt_op_names[] = {
-#define LT_OP(name, arity, kind, shape, dtype, kernel, expr) #name,
+#define LT_OP(name, ...) #name,
 #include "ops.def"
 #undef LT_OP
 };
 const lt_op_kind dt_op_kind[] = {
-#define LT_OP(name, arity, kind, shape, dtype, kernel, expr) kind,
+#define LT_OP(name, in_min, in_max, kind, shape, dtype, kernel, spmd, cost, checks, ident, expr) kind,
 #include "ops.def"
 #undef LT_OP
 };

@@ -222,25 +222,26 @@ enum { RDT_LEAF, RDT_PROMOTE, RDT_FLOAT, RDT_BOOL, RDT_I64, RDT_SUM,
        RDT_FIRST, RDT_WHERE, RDT_ATTR, RDT_RAND, RDT_REAL, RDT_COMPLEX };
 
 static const int dt_rule[] = {
-#define LT_OP(name, arity, kind, shape, dtype, kernel, expr) RDT_##dtype,
+#define LT_OP(name, in_min, in_max, kind, shape, dtype, kernel, spmd, cost, checks, ident, expr) RDT_##dtype,
 #include "ops.def"
 #undef LT_OP
 };
 
 static const int op_arity[] = {
-#define LT_OP(name, arity, kind, shape, dtype, kernel, expr) arity,
+#define LT_OP(name, in_min, in_max, kind, shape, dtype, kernel, spmd, cost, checks, ident, expr) \
+    (in_min == in_max ? in_min : -1),
 #include "ops.def"
 #undef LT_OP
 };
 
 static const lt_op_kind op_kind[] = {
-#define LT_OP(name, arity, kind, shape, dtype, kernel, expr) kind,
+#define LT_OP(name, in_min, in_max, kind, shape, dtype, kernel, spmd, cost, checks, ident, expr) kind,
 #include "ops.def"
 #undef LT_OP
 };
 
 static const char *const op_names[] = {
-#define LT_OP(name, arity, kind, shape, dtype, kernel, expr) #name,
+#define LT_OP(name, ...) #name,
 #include "ops.def"
 #undef LT_OP
 };
@@ -317,7 +318,7 @@ static double ew_eval(lt_op op, double a, double b, double c)
     (void)b;
     (void)c;
     switch (op) {
-#define LT_OP(name, arity, kind, shape, dtype, kernel, expr) \
+#define LT_OP(name, in_min, in_max, kind, shape, dtype, kernel, spmd, cost, checks, ident, expr) \
     case LT_OP_##name: return (double)(expr);
 #include "ops.def"
 #undef LT_OP

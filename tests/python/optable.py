@@ -34,13 +34,16 @@ DTYPES = FLOATS + INTS + (torch.bool,)
 
 
 def ops_def():
-    """[(name, arity, kind)] of lazy/ops.def, in table order."""
+    """[(name, arity, kind)] of lazy/ops.def, in table order (arity -1: a
+    variable number of inputs)."""
     out = []
     with open(os.path.join(ROOT, "lazy", "ops.def")) as f:
         for line in f:
-            m = re.match(r"\s*LT_OP\(\s*(\w+)\s*,\s*(-?\d+)\s*,\s*LT_KIND_(\w+)", line)
+            m = re.match(r"\s*LT_OP\(\s*(\w+)\s*,\s*(-?\d+)\s*,\s*(-?\d+)\s*,\s*LT_KIND_(\w+)",
+                         line)
             if m:
-                out.append((m.group(1), int(m.group(2)), m.group(3)))
+                lo, hi = int(m.group(2)), int(m.group(3))
+                out.append((m.group(1), lo if lo == hi else -1, m.group(4)))
     return out
 
 
