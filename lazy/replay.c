@@ -7,7 +7,7 @@
  * The graph reaching the outputs is captured, compiled through the same
  * path as lazy syncs (lazy/submit.c: compile cache, CachedCompile /
  * UncachedCompile, the compile trace event, the recompilation diagnosis
- * with cause "explicit"), and reduced to a recipe: per program parameter,
+ * of a structure recorded before, cause "explicit"), and reduced to a recipe: per program parameter,
  * which input feeds it (or a constant the graph made itself: a scalar value
  * or a device buffer kept alive by the recipe); per output tensor, which
  * program output it is. No IR node is kept.
@@ -376,7 +376,7 @@ lt_status lt_replay_record(lt_tensor *const *inputs, int n_in,
 
     /* program: the same path as lazy syncs */
     lt_program *p = NULL;
-    st = lt_submit_program(&g, LT_SYNC_EXPLICIT, NULL, &p, NULL);
+    st = lt_submit_program(&g, LT_SUBMIT_RECORD, LT_SYNC_EXPLICIT, NULL, &p, NULL);
     if (st != LT_OK) return record_fail(r, &g, roots, n_out, st);
     r->prog = p;
     lt_counter_add(rm()->record, 1);

@@ -15,8 +15,8 @@
 
 /* ------------------------------------------------------------ program */
 
-lt_status lt_submit_program(const lt_graph *g, lt_sync_cause cause, const char *frame,
-                            lt_program **out, int *compiled)
+lt_status lt_submit_program(const lt_graph *g, lt_submit_origin origin, lt_sync_cause cause,
+                            const char *frame, lt_program **out, int *compiled)
 {
     const lt_fe_metrics *m = lt_fe_metrics_get();
     lt_runtime *r = lt_rt();
@@ -41,8 +41,8 @@ lt_status lt_submit_program(const lt_graph *g, lt_sync_cause cause, const char *
         }
         lt_counter_add(m->uncached, 1);
         lt_cache_put(r->cache, g->key, p);
-        char *own = frame ? NULL : lt_caller_capture();
-        lt_diagnose_compile(g, cause, frame ? frame : own);
+        char *own = origin == LT_SUBMIT_RECORD ? lt_caller_capture() : NULL;
+        lt_diagnose_compile_at(g, cause, own ? own : frame, origin == LT_SUBMIT_SYNC);
         free(own);
         if (compiled) *compiled = 1;
     }

@@ -25,16 +25,26 @@
 #include "compile.h"
 #include "device.h"
 
+/* Who asks for a program: what the recompilation diagnosis knows of it. */
+typedef enum lt_submit_origin {
+    LT_SUBMIT_SYNC,       /* a sync: frame = the sync's caller frame; a new
+                             structure at the same site (core, cause,
+                             frame) is explained against the site's last */
+    LT_SUBMIT_RECORD      /* a compiled replay's recording: frame NULL, taken
+                             on a compile only (the thread's frame, else the
+                             embedder's caller hook: lt_caller_capture); only
+                             a structure compiled before is explained */
+} lt_submit_origin;
+
 /* The program for captured graph g: a compile cache hit, else compiled and
- * stored. `cause` and `frame` feed the recompilation diagnosis
- * (lt_diagnose_compile); frame NULL: taken on a compile only, from the
- * thread's caller frame or the embedder's caller hook (lt_caller_capture).
- * On LT_OK *out holds a new reference whose parameter and output counts
- * match g, and *compiled (may be NULL) is 1 when this call compiled it.
- * Fails with lt_compile's status, or LT_ERR_INTERNAL when the cached
- * program does not fit g; *out is then NULL. */
-lt_status lt_submit_program(const lt_graph *g, lt_sync_cause cause, const char *frame,
-                            lt_program **out, int *compiled);
+ * stored; a compile is diagnosed (lt_diagnose_compile_at) with `cause` and
+ * the frame as `origin` says. On LT_OK *out holds a new reference whose
+ * parameter and output counts match g, and *compiled (may be NULL) is 1
+ * when this call compiled it. Fails with lt_compile's status, or
+ * LT_ERR_INTERNAL when the cached program does not fit g; *out is then
+ * NULL. */
+lt_status lt_submit_program(const lt_graph *g, lt_submit_origin origin, lt_sync_cause cause,
+                            const char *frame, lt_program **out, int *compiled);
 
 /* Fills every output buffer of a (a->n_outputs entries, out_bufs allocated;
  * entries already set, e.g. donated, are kept) for program p on core: an

@@ -145,7 +145,7 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
     /* 3 program */
     int compiled = 0;
     lt_program *p = NULL;
-    st = lt_submit_program(&g, cause, lt_caller_frame(), &p, &compiled);
+    st = lt_submit_program(&g, LT_SUBMIT_SYNC, cause, lt_caller_frame(), &p, &compiled);
     if (st != LT_OK) {
         free(rts);
         return fail_cleanup(st, &g, NULL, &args, roots, nr);

@@ -205,6 +205,35 @@ static void test_replay_recompile_diagnosed(void **st)
     lt_replay_release(r8);
 }
 
+/* A recording of a new structure is a new graph, not a recompilation, even
+ * from the same frame (FX graphs recorded on the autograd thread all share
+ * the unknown frame); a sync from one site is still compared with the
+ * site's last graph. */
+static void test_new_recorded_structure_is_no_recompile(void **st)
+{
+    (void)st;
+    lt_set_caller("model.py:7 in forward");
+    lt_replay *r1 = record(4);
+    lt_tensor *a = host(4, 1.0f), *b = host(4, 2.0f), *o, *in[2] = {a, b};
+    assert_int_equal(lt_trace2(LT_OP_sub, a, b, NULL, &o), LT_OK);
+    lt_replay *r2 = NULL;
+    assert_int_equal(lt_replay_record(in, 2, &o, 1, &r2), LT_OK);
+    assert_int_equal(lt_counter_value("UncachedCompile"), 2);
+    assert_int_equal(lt_counter_value("Recompilation::explicit"), 0);
+    /* syncs from one site: the second structure is explained */
+    lt_tensor *s1, *s2;
+    assert_int_equal(lt_trace2(LT_OP_add, a, b, NULL, &s1), LT_OK);
+    assert_int_equal(lt_sync(&s1, 1, LT_SYNC_EXPLICIT, 1), LT_OK);
+    assert_int_equal(lt_trace2(LT_OP_div, a, b, NULL, &s2), LT_OK);
+    assert_int_equal(lt_sync(&s2, 1, LT_SYNC_EXPLICIT, 1), LT_OK);
+    assert_int_equal(lt_counter_value("Recompilation::explicit"), 1);
+    lt_set_caller(NULL);
+    lt_tensor *all[] = {a, b, o, s1, s2};
+    for (int i = 0; i < 5; i++) lt_tensor_release(all[i]);
+    lt_replay_release(r1);
+    lt_replay_release(r2);
+}
+
 static int hook_calls;
 static void hook(void)
 {
@@ -241,6 +270,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_replay_recompile_diagnosed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replay_recompile_frame_from_hook, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_new_recorded_structure_is_no_recompile, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
