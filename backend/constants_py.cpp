@@ -68,6 +68,7 @@ int lazytpu_py_add_constants(PyObject *m) {
       {"REDUCE_AND", LT_REDUCE_AND}, {"REDUCE_OR", LT_REDUCE_OR},
       {"UNIT_NS", LT_UNIT_NS},       {"UNIT_BYTES", LT_UNIT_BYTES},
       {"UNIT_COUNT", LT_UNIT_COUNT},
+      {"TRACE_TID_HOST", LT_TRACE_TID_HOST}, {"TRACE_TID_LOADER", LT_TRACE_TID_LOADER},
   };
   for (const auto &c : plain)
     if (PyModule_AddIntConstant(m, c.name, c.value) < 0) return -1;

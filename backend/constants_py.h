@@ -8,6 +8,7 @@
  *   DTYPE_NAMES         tuple, index = dtype: lt_dtype_name ("f32", ...)
  *   REDUCE_<OP>         lt_reduce_type (REDUCE_SUM, _MUL, _MIN, _MAX, _AND, _OR)
  *   UNIT_<UNIT>         lt_metric_unit (UNIT_NS, UNIT_BYTES, UNIT_COUNT)
+ *   TRACE_TID_HOST, TRACE_TID_LOADER   the trace rows of lt_trace_event
  *   MATMUL_<LEVEL>      lt_matmul_precision (MATMUL_F32, _DEFAULT, _HIGH, _HIGHEST)
  *   MATMUL_PRECISIONS   tuple of the level names, in enum order
  *                       (lt_matmul_precision_name: "f32", "default", ...)

@@ -149,7 +149,7 @@ def trace_span(name, cat="user"):
     try:
         yield
     finally:
-        _C.trace_event(str(name), str(cat), t0, _C.now_ns() - t0, -1)
+        _C.trace_event(str(name), str(cat), t0, _C.now_ns() - t0, _C.TRACE_TID_HOST)
 
 
 class Trace:
@@ -169,7 +169,7 @@ class Trace:
 
     def __exit__(self, *exc):
         if self._t0 is not None:
-            _C.trace_event(self.name, "user", self._t0, _C.now_ns() - self._t0, -1)
+            _C.trace_event(self.name, "user", self._t0, _C.now_ns() - self._t0, _C.TRACE_TID_HOST)
         return False
 
     def __call__(self, fn):

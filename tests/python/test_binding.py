@@ -97,7 +97,7 @@ def test_dtypes_match_header():
     assert {t: _C.DTYPE_NAMES[c] for t, c in collectives._DTYPE.items()} == short
 
 
-def test_reduce_units_precisions_match_header():
+def test_reduce_units_trace_rows_precisions_match_header():
     red = _header_enum("lt_reduce_type")
     assert {k[3:]: v for k, v in red.items()} == {
         k: getattr(_C, k) for k in ("REDUCE_SUM", "REDUCE_MUL", "REDUCE_MIN",
@@ -107,6 +107,11 @@ def test_reduce_units_precisions_match_header():
     units = _header_enum("lt_metric_unit")
     assert {k[3:]: v for k, v in units.items()} == {
         k: getattr(_C, k) for k in ("UNIT_NS", "UNIT_BYTES", "UNIT_COUNT")}
+    with open(HEADER) as f:
+        text = f.read()
+    for row in ("HOST", "LOADER"):
+        m = re.search(r"#define LT_TRACE_TID_%s \((-?\d+)\)" % row, text)
+        assert m and getattr(_C, "TRACE_TID_" + row) == int(m.group(1)), row
     levels = _header_enum("lt_matmul_precision")
     assert {k[3:]: v for k, v in levels.items()} == {
         "MATMUL_" + n.upper(): getattr(_C, "MATMUL_" + n.upper()) for n in precision.LEVELS}
