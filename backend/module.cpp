@@ -17,6 +17,7 @@
 #include "lazytpu.h"
 #include "lt_shim.h"
 #include "world_py.h"
+#include "constants_py.h"
 
 namespace {
 
@@ -493,13 +494,9 @@ extern "C" PyMODINIT_FUNC PyInit__C(void) {
   lazytpu_register_late();
   PyObject *m = PyModule_Create(&moddef);
   if (!m) return nullptr;
-  PyModule_AddIntConstant(m, "SYNC_MARK_STEP", LT_SYNC_MARK_STEP);
-  PyModule_AddIntConstant(m, "SYNC_OPTIMIZER_STEP", LT_SYNC_OPTIMIZER_STEP);
-  PyModule_AddIntConstant(m, "SYNC_LOADER_STEP", LT_SYNC_LOADER_STEP);
-  PyModule_AddIntConstant(m, "SYNC_VALUE_READ", LT_SYNC_VALUE_READ);
-  PyModule_AddIntConstant(m, "SYNC_EXPLICIT", LT_SYNC_EXPLICIT);
-  PyModule_AddIntConstant(m, "UNIT_NS", LT_UNIT_NS);
-  PyModule_AddIntConstant(m, "UNIT_BYTES", LT_UNIT_BYTES);
-  PyModule_AddIntConstant(m, "UNIT_COUNT", LT_UNIT_COUNT);
+  if (lazytpu_py_add_constants(m) < 0) {  /* the core's enums (constants_py.h) */
+    Py_DECREF(m);
+    return nullptr;
+  }
   return m;
 }

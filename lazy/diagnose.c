@@ -232,6 +232,12 @@ static step_state *core_state(int core)
 
 void lt_diagnose_compile(const lt_graph *g, lt_sync_cause cause, const char *frame)
 {
+    lt_diagnose_compile_at(g, cause, frame, 1);
+}
+
+void lt_diagnose_compile_at(const lt_graph *g, lt_sync_cause cause, const char *frame,
+                            int by_site)
+{
     char why[320], line[LT_NOTE_LINE_MAX], a[128], b[128];
     int kind = 0;
     why[0] = 0;
@@ -242,7 +248,7 @@ void lt_diagnose_compile(const lt_graph *g, lt_sync_cause cause, const char *fra
     pthread_mutex_lock(&recomp_mu);
     recomp_entry *e = find_entry(g->struct_key);
     site *s = NULL, *lru = &sites[0];
-    for (int i = 0; i < N_SITES; i++) {
+    for (int i = 0; i < N_SITES && by_site; i++) {
         if (sites[i].used && sites[i].site_key == sk) { s = &sites[i]; break; }
         if (sites[i].used < lru->used) lru = &sites[i];
     }
@@ -302,12 +308,14 @@ void lt_diagnose_compile(const lt_graph *g, lt_sync_cause cause, const char *fra
         }
     }
     if (e) entry_fill(e, g);
-    if (!s) {
-        s = lru;
-        s->site_key = sk;
+    if (by_site) {
+        if (!s) {
+            s = lru;
+            s->site_key = sk;
+        }
+        s->struct_key = g->struct_key;
+        s->used = ++site_clock;
     }
-    s->struct_key = g->struct_key;
-    s->used = ++site_clock;
     pthread_mutex_unlock(&recomp_mu);
 
     pthread_mutex_lock(&step_mu);

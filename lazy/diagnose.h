@@ -37,6 +37,13 @@ void lt_diagnose_reset(void);
  * structure or site compiled before. */
 void lt_diagnose_compile(const lt_graph *g, lt_sync_cause cause,
                          const char *frame);
+/* lt_diagnose_compile, with by_site 0: only a structure that compiled
+ * before is explained (shapes, dtypes, matmul precision, eviction); a new
+ * structure is not compared with the site's last graph, nor recorded as
+ * it (compiled replays: FX graphs recorded from the autograd thread share
+ * no user frame, and a new FX graph is no recompilation). */
+void lt_diagnose_compile_at(const lt_graph *g, lt_sync_cause cause,
+                            const char *frame, int by_site);
 /* A value was read on the host (.item()/.cpu()/print): counted in the step
  * window of the warnings (lt_host_read_record calls it for every read). */
 void lt_diagnose_value_read(int core, const char *frame);

@@ -5,26 +5,28 @@
  * Record (once per FX graph and input signature): the caller has traced the
  * graph once on device tensors whose values were data (the placeholders).
  * The graph reaching the outputs is captured, compiled through the same
- * compile cache as lazy syncs (CachedCompile / UncachedCompile), and reduced
- * to a recipe: per program parameter, which input feeds it (or a constant
- * the graph made itself: a scalar value or a device buffer kept alive by
- * the recipe); per output tensor, which program output it is. No IR node is
- * kept.
+ * path as lazy syncs (lazy/submit.c: compile cache, CachedCompile /
+ * UncachedCompile, the compile trace event, the recompilation diagnosis
+ * of a structure recorded before, cause "explicit"), and reduced to a recipe: per program parameter,
+ * which input feeds it (or a constant the graph made itself: a scalar value
+ * or a device buffer kept alive by the recipe); per output tensor, which
+ * program output it is. No IR node is kept.
  *
  * Run (every later call): inputs are checked against the recorded shapes
  * and dtypes. If every input's value is data, the input buffers are bound to
  * the program's parameters, output buffers are allocated, and one job is
- * queued on the core: no op is traced, nothing is captured, hashed or looked
- * up; the outputs are data (ready when the job finishes; reads wait), as
- * after a sync. Parameters are never donated (the caller's inputs stay
- * valid). If an input is still pending (a backward graph's incoming
- * gradient, traced lazily by the loss), syncing it first would cost a
- * program of its own; instead the recorded graph is spliced: rebuilt from
- * its template as IR nodes on the inputs' current values (one lt_node_new
- * per node, no shape inference, no dispatcher), so that it runs with the
- * rest of the step as one program at the step boundary. A graph holding
- * products recorded at another matmul precision than the current one is
- * spliced too (its program has the old level).
+ * queued on the core (lazy/submit.c, the job a sync queues): no op is
+ * traced, nothing is captured, hashed or looked up; the outputs are data
+ * (ready when the job finishes; reads wait), as after a sync. Parameters
+ * are never donated (the caller's inputs stay valid). If an input is still
+ * pending (a backward graph's incoming gradient, traced lazily by the
+ * loss), syncing it first would cost a program of its own; instead the
+ * recorded graph is spliced: rebuilt from its template as IR nodes on the
+ * inputs' current values (one lt_node_new per node, no shape inference, no
+ * dispatcher), so that it runs with the rest of the step as one program at
+ * the step boundary. A graph holding products recorded at another matmul
+ * precision than the current one is spliced too (its program has the old
+ * level).
  *
  * Not replayable (record fails with LT_ERR_ARG, "not replayable: ..."; the
  * caller keeps tracing the graph lazily): random ops (their seed is a
@@ -38,7 +40,7 @@
 #include "graph.h"
 #include "compile.h"
 #include "device.h"
-#include "cache.h"
+#include "submit.h"
 #include "fault.h"
 #include "trace_events.h"
 
@@ -92,7 +94,7 @@ typedef struct tmpl_node {
 
 typedef struct replay_metrics {
     lt_counter *run, *splice, *record, *input_sync;
-    lt_metric *replay_time, *execute_time;
+    lt_metric *replay_time;
 } replay_metrics;
 
 static const replay_metrics *rm(void)
@@ -105,7 +107,6 @@ static const replay_metrics *rm(void)
         m.record = lt_counter_get("CompiledGraphRecord");
         m.input_sync = lt_counter_get("CompiledGraphInputSync");
         m.replay_time = lt_metric_get("CompiledGraphHostTime", LT_UNIT_NS);
-        m.execute_time = lt_fe_metrics_get()->execute_time;
         atomic_store_explicit(&ready, 1, memory_order_release);
     }
     return &m;
@@ -373,28 +374,11 @@ lt_status lt_replay_record(lt_tensor *const *inputs, int n_in,
     if (build_template(r, &g) != LT_OK)
         return record_fail(r, &g, roots, n_out, LT_ERR_INTERNAL);
 
-    /* program: the same cache as lazy syncs */
-    const lt_fe_metrics *m = lt_fe_metrics_get();
-    lt_runtime *rt = lt_rt();
-    lt_program *p = lt_cache_get(rt->cache, g.key);
-    if (p) {
-        lt_counter_add(m->cached, 1);
-    } else {
-        int64_t t0 = lt_now_ns();
-        st = lt_compile(&g, &p);
-        if (st != LT_OK) return record_fail(r, &g, roots, n_out, st);
-        lt_metric_add(m->compile_time, (double)(lt_now_ns() - t0));
-        lt_counter_add(m->uncached, 1);
-        lt_cache_put(rt->cache, g.key, p);
-    }
+    /* program: the same path as lazy syncs */
+    lt_program *p = NULL;
+    st = lt_submit_program(&g, LT_SUBMIT_RECORD, LT_SYNC_EXPLICIT, NULL, &p, NULL);
+    if (st != LT_OK) return record_fail(r, &g, roots, n_out, st);
     r->prog = p;
-    if (lt_program_n_params(p) != g.n_params || lt_program_n_outputs(p) != g.n_outputs)
-        return record_fail(r, &g, roots, n_out,
-                           lt_set_error(LT_ERR_INTERNAL, "replay_record: program has "
-                                        "%d params/%d outputs, graph %d/%d",
-                                        lt_program_n_params(p), lt_program_n_outputs(p),
-                                        g.n_params, g.n_outputs));
-    lt_metric_add(m->graph_size, (double)g.n_nodes);
     lt_counter_add(rm()->record, 1);
     lt_graph_free(&g);
     for (int i = 0; i < n_out; i++) lt_node_release(roots[i]);
@@ -404,47 +388,6 @@ lt_status lt_replay_record(lt_tensor *const *inputs, int n_in,
 }
 
 /* ------------------------------------------------------------ run */
-
-typedef struct replay_job {
-    lt_job job;
-    uint64_t key;
-    lt_replay *r;                 /* owned reference (keeps the program) */
-    lt_exec_args args;
-} replay_job;
-
-static lt_status job_run(lt_job *job, int core)
-{
-    replay_job *j = (replay_job *)job;
-    int64_t t0 = lt_now_ns();
-    lt_status st = lt_program_run(j->r->prog, &j->args, core, &job->cause);
-    int64_t t1 = lt_now_ns();
-    lt_metric_add(rm()->execute_time, (double)(t1 - t0));
-    if (lt_trace_enabled()) {
-        char a[64];
-        snprintf(a, sizeof a, "\"graph\":\"%016llx\"", (unsigned long long)j->key);
-        lt_trace_event_args("execute", "execute", t0, t1 - t0, core, a);
-    }
-    return st;
-}
-
-static void job_fail(lt_job *job, lt_fault *f)
-{
-    replay_job *j = (replay_job *)job;
-    for (int k = 0; k < j->args.n_outputs; k++) {
-        lt_buffer *b = j->args.out_bufs[k];
-        if (!b || b->ready_seq != job->seq || b->fault == f) continue;
-        lt_fault_release(b->fault);
-        b->fault = lt_fault_retain(f);
-    }
-}
-
-static void job_done(lt_job *job)
-{
-    replay_job *j = (replay_job *)job;
-    lt_exec_args_free(&j->args);
-    lt_replay_release(j->r);
-    free(j);
-}
 
 /* Rebuilds the recorded graph on the inputs' current values (some pending):
  * new IR nodes, no op traced through lt_trace, nothing executed; the outputs
@@ -550,7 +493,7 @@ lt_status lt_replay_run(lt_replay *r, lt_tensor *const *inputs, int n_in,
 
     const lt_program *p = r->prog;
     int no = lt_program_n_outputs(p);
-    replay_job *job = calloc(1, sizeof *job);
+    lt_submit_job *job = lt_submit_job_new();
     lt_node **outn = calloc((size_t)no, sizeof *outn);
     char *fresh = calloc((size_t)no, 1);
     if (!job || !outn || !fresh) {
@@ -593,27 +536,8 @@ lt_status lt_replay_run(lt_replay *r, lt_tensor *const *inputs, int n_in,
             goto fail;
         }
 
-    for (int k = 0; k < no; k++) {
-        int same = lt_program_output_same(p, k);
-        if (same >= 0 && same < k && a->out_bufs[same]) {
-            a->out_bufs[k] = lt_buffer_retain(a->out_bufs[same]);
-            continue;
-        }
-        int j = lt_program_output_alias(p, k);
-        if (j >= 0 && j < r->n_params && a->param_bufs[j]) {
-            a->out_bufs[k] = lt_buffer_retain(a->param_bufs[j]);
-            continue;
-        }
-        st = lt_buffer_alloc(core, lt_program_output_dtype(p, k),
-                             lt_shape_numel(lt_program_output_shape(p, k)), &a->out_bufs[k]);
-        if (st != LT_OK) goto fail;
-        fresh[k] = 1;
-    }
-    size_t sb = lt_program_scratch_bytes(p);
-    if (sb > 0) {
-        st = lt_buffer_alloc(core, LT_BOOL, (int64_t)sb, &a->scratch);
-        if (st != LT_OK) goto fail;
-    }
+    st = lt_submit_outputs(core, p, a, fresh);
+    if (st != LT_OK) goto fail;
     for (int k = 0; k < no; k++) {
         outn[k] = lt_node_new_data(lt_buffer_retain(a->out_bufs[k]),
                                    lt_program_output_shape(p, k),
@@ -624,18 +548,10 @@ lt_status lt_replay_run(lt_replay *r, lt_tensor *const *inputs, int n_in,
         }
     }
 
-    job->job.run = job_run;
-    job->job.fail = job_fail;
-    job->job.done = job_done;
     job->key = r->key;
-    job->r = lt_replay_retain(r);
+    job->prog = lt_program_retain(r->prog);
     a->cause = LT_SYNC_EXPLICIT;
-    lt_core_lock(core);
-    uint64_t seq = lt_core_next_seq(core);
-    for (int k = 0; k < no; k++)
-        if (fresh[k]) a->out_bufs[k]->ready_seq = seq;
-    lt_core_submit(core, &job->job);
-    lt_core_unlock(core);
+    uint64_t seq = lt_submit_queue(core, job, fresh);
     free(fresh);
 
     lt_live_lock(core);
@@ -656,16 +572,12 @@ lt_status lt_replay_run(lt_replay *r, lt_tensor *const *inputs, int n_in,
             return lt_set_error(LT_ERR_INTERNAL, "replay_run: out of host memory");
         }
     /* bound the pipeline like a step sync (no error reporting here) */
-    lt_runtime *rt = lt_rt();
-    if (rt && rt->max_inflight > 0 && seq > (uint64_t)rt->max_inflight)
-        return lt_core_wait(core, seq - (uint64_t)rt->max_inflight, 0);
-    return LT_OK;
+    return lt_submit_bound(core, seq, 0);
 
 fail:
     for (int k = 0; k < no; k++) lt_node_release(outn[k]);
     free(outn);
     free(fresh);
-    lt_exec_args_free(a);
-    free(job);
+    lt_submit_job_free(job);
     return st;
 }

@@ -7,12 +7,15 @@
  * Steps of one core's sync (lt_sync_tensors_core):
  *   1 roots     take each tensor's pending value (under the live lock)
  *   2 capture   lt_graph_capture
- *   3 program   compile cache hit (CachedCompile) or lt_compile
- *               (UncachedCompile, CompileTime, recompilation note)
- *   4 buffers   params from the graph; outputs aliased, donated or allocated
- *               (OOM is reported here, synchronously); scratch
- *   5 submit    under lt_core_lock: stamp new outputs with the job's seq, queue
+ *   3 program   lt_submit_program: compile cache hit (CachedCompile) or
+ *               lt_compile (UncachedCompile, CompileTime, recompilation note)
+ *   4 buffers   params from the graph; outputs donated here, else shared,
+ *               aliased or allocated by lt_submit_outputs (OOM is reported
+ *               here, synchronously); scratch
+ *   5 submit    lt_submit_queue: stamp new outputs with the job's seq, queue
  *   6 replace   each root tensor's value becomes a data node of its output
+ *   7 bound     lt_submit_bound (or a wait)
+ * Steps 3, 4, 5 and 7 are lazy/submit.c's, shared with compiled replay.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +24,7 @@
 #include "graph.h"
 #include "compile.h"
 #include "device.h"
-#include "cache.h"
+#include "submit.h"
 #include "diagnose.h"
 #include "graph_dump.h"
 #include "trace_events.h"
@@ -43,72 +46,6 @@ const char *lt_sync_cause_name(lt_sync_cause c)
 }
 
 void lt_sync_state_reset(void) { lt_diagnose_reset(); }
-
-/* -------------------------------------------------------------------- jobs */
-
-typedef struct sync_job {
-    lt_job job;
-    uint64_t key;                  /* graph key (trace events) */
-    char *frame;                   /* the sync's caller frame (messages), or NULL */
-    lt_node **nodes;               /* the graph's node references, released on
-                                      the worker: freeing the IR is off the
-                                      host's path */
-    int n_nodes;
-    lt_program *prog;
-    lt_exec_args args;
-    int failed_node;               /* lt_exec_args.failed_node */
-} sync_job;
-
-static lt_status job_run(lt_job *job, int core)
-{
-    sync_job *j = (sync_job *)job;
-    /* A node of this graph already failed in an earlier program (a value
-     * read synced part of this graph): this program is that failure again,
-     * reported (and claimed) as the same fault, not run. */
-    for (int i = 0; i < j->n_nodes; i++) {
-        lt_fault *nf = lt_node_fault(j->nodes[i]);
-        if (!nf) continue;
-        job->same = lt_fault_retain(nf);
-        lt_program_abstain(j->prog, lt_fault_origin(nf)->msg);
-        return lt_set_error(nf->st, "%s", nf->msg);
-    }
-    int64_t t0 = lt_now_ns();
-    lt_status st = lt_program_run(j->prog, &j->args, core, &job->cause);
-    int64_t t1 = lt_now_ns();
-    lt_metric_add(lt_fe_metrics_get()->execute_time, (double)(t1 - t0));
-    if (lt_trace_enabled()) {
-        char a[64];
-        snprintf(a, sizeof a, "\"graph\":\"%016llx\"", (unsigned long long)j->key);
-        lt_trace_event_args("execute", "execute", t0, t1 - t0, core, a);
-    }
-    return st;
-}
-
-/* The program failed: every buffer it was to write (stamped with its seq:
- * fresh or donated, not aliased inputs) is poisoned with f. */
-static void job_fail(lt_job *job, lt_fault *f)
-{
-    sync_job *j = (sync_job *)job;
-    if (j->failed_node >= 0 && j->failed_node < j->n_nodes)
-        lt_node_set_fault(j->nodes[j->failed_node], f);
-    for (int k = 0; k < j->args.n_outputs; k++) {
-        lt_buffer *b = j->args.out_bufs[k];
-        if (!b || b->ready_seq != job->seq || b->fault == f) continue;
-        lt_fault_release(b->fault);
-        b->fault = lt_fault_retain(f);
-    }
-}
-
-static void job_done(lt_job *job)
-{
-    sync_job *j = (sync_job *)job;
-    free(j->frame);
-    lt_exec_args_free(&j->args);
-    for (int i = j->n_nodes - 1; i >= 0; i--) lt_node_release(j->nodes[i]);
-    free(j->nodes);
-    lt_program_release(j->prog);
-    free(j);
-}
 
 /* -------------------------------------------------------------- pipeline */
 
@@ -139,27 +76,12 @@ static lt_status fail_cleanup(lt_status st, lt_graph *g, lt_program *p,
     return st;
 }
 
-/* Bounds the pipeline: the host may trace ahead of the core by at most
- * max_inflight programs (step N+1 traces while step N runs). Without it a
- * loop that never reads a value queues every step, holding every step's
- * buffers (memory grows, no buffer is ever reused). Waits for the programs
- * more than max_inflight older than `seq` (0: the last queued); with report
- * their unclaimed faults are reported (a step sync), else not. */
-static lt_status bound_inflight(int core, uint64_t seq, int report)
-{
-    lt_runtime *rtm = lt_rt();
-    if (seq == 0) seq = lt_core_last_seq(core);
-    if (rtm && rtm->max_inflight > 0 && seq > (uint64_t)rtm->max_inflight)
-        return lt_core_wait(core, seq - (uint64_t)rtm->max_inflight, report);
-    return LT_OK;
-}
-
 /* Nothing to run: a waiting sync waits for the core, an asynchronous step
  * sync still bounds (and reports) like one that queued a program. */
 static lt_status sync_nothing(int core, int wait, int report)
 {
     if (wait) return lt_core_wait(core, 0, report);
-    return report ? bound_inflight(core, 0, 1) : LT_OK;
+    return report ? lt_submit_bound(core, 0, 1) : LT_OK;
 }
 
 static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
@@ -217,42 +139,16 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
         free(rts);
         return fail_cleanup(st, &g, NULL, &args, roots, nr);
     }
-    lt_metric_add(m->graph_size, (double)g.n_nodes);
     lt_exec_log_graph(g.key);
     if (lt_graph_dump_enabled()) lt_graph_dump_sync(&g, cause, lt_caller_frame());
 
     /* 3 program */
     int compiled = 0;
-    lt_program *p = lt_cache_get(r->cache, g.key);
-    if (p) {
-        lt_counter_add(m->cached, 1);
-    } else {
-        int64_t t0 = lt_now_ns();
-        st = lt_compile(&g, &p);
-        if (st != LT_OK) {
-            free(rts);
-            return fail_cleanup(st, &g, NULL, &args, roots, nr);
-        }
-        int64_t t1 = lt_now_ns();
-        lt_metric_add(m->compile_time, (double)(t1 - t0));
-        if (lt_trace_enabled()) {
-            char a[96];
-            snprintf(a, sizeof a, "\"graph\":\"%016llx\",\"nodes\":%d",
-                     (unsigned long long)g.key, g.n_nodes);
-            lt_trace_event_args("compile", "compile", t0, t1 - t0, LT_TRACE_TID_HOST, a);
-        }
-        lt_counter_add(m->uncached, 1);
-        lt_cache_put(r->cache, g.key, p);
-        lt_diagnose_compile(&g, cause, lt_caller_frame());
-        compiled = 1;
-    }
-    if (lt_program_n_params(p) != g.n_params || lt_program_n_outputs(p) != g.n_outputs) {
+    lt_program *p = NULL;
+    st = lt_submit_program(&g, LT_SUBMIT_SYNC, cause, lt_caller_frame(), &p, &compiled);
+    if (st != LT_OK) {
         free(rts);
-        return fail_cleanup(lt_set_error(LT_ERR_INTERNAL,
-                                         "sync: program has %d params/%d outputs, graph %d/%d",
-                                         lt_program_n_params(p), lt_program_n_outputs(p),
-                                         g.n_params, g.n_outputs),
-                            &g, p, &args, roots, nr);
+        return fail_cleanup(st, &g, NULL, &args, roots, nr);
     }
 
     /* 4 buffers */
@@ -312,37 +208,12 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
         if (pn->op == LT_OP_data) args.param_bufs[j] = lt_buffer_retain(pn->buf);
         else args.param_values[j] = pn->value;
     }
-    for (int k = 0; k < g.n_outputs; k++) {
-        if (args.out_bufs[k]) continue;
-        int same = lt_program_output_same(p, k);   /* same value: share */
-        if (same >= 0 && same < k && args.out_bufs[same]) {
-            args.out_bufs[k] = lt_buffer_retain(args.out_bufs[same]);
-            continue;
-        }
-        int j = lt_program_output_alias(p, k);
-        if (j >= 0 && j < g.n_params && args.param_bufs[j]) {
-            args.out_bufs[k] = lt_buffer_retain(args.param_bufs[j]);
-            continue;
-        }
-        st = lt_buffer_alloc(core, lt_program_output_dtype(p, k),
-                             lt_shape_numel(lt_program_output_shape(p, k)), &args.out_bufs[k]);
-        if (st != LT_OK) {
-            free(fresh);
-            free(donated);
-            free(rts);
-            return fail_cleanup(st, &g, p, &args, roots, nr);
-        }
-        fresh[k] = 1;
-    }
-    size_t sb = lt_program_scratch_bytes(p);
-    if (sb > 0) {
-        st = lt_buffer_alloc(core, LT_BOOL, (int64_t)sb, &args.scratch);
-        if (st != LT_OK) {
-            free(fresh);
-            free(donated);
-            free(rts);
-            return fail_cleanup(st, &g, p, &args, roots, nr);
-        }
+    st = lt_submit_outputs(core, p, &args, fresh);
+    if (st != LT_OK) {
+        free(fresh);
+        free(donated);
+        free(rts);
+        return fail_cleanup(st, &g, p, &args, roots, nr);
     }
 
     /* output data nodes, made before submitting (the job owns args after) */
@@ -377,7 +248,7 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
         }
     }
     lt_spmd_plan_free(&sp);
-    sync_job *job = calloc(1, sizeof *job);
+    lt_submit_job *job = lt_submit_job_new();
     if (!job) {
         for (int k = 0; k < g.n_outputs; k++) lt_node_release(outn[k]);
         free(outn);
@@ -385,35 +256,20 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
         free(fresh);
         free(donated);
         free(rts);
-        return fail_cleanup(lt_set_error(LT_ERR_INTERNAL, "sync: out of host memory"),
-                            &g, p, &args, roots, nr);
+        return fail_cleanup(LT_ERR_INTERNAL, &g, p, &args, roots, nr);
     }
 
     /* 5 submit */
-    job->job.run = job_run;
-    job->job.fail = job_fail;
-    job->job.done = job_done;
     job->prog = p;                 /* the job takes our program reference */
     job->key = g.key;
     job->args = args;
+    job->args.cause = cause;
     job->nodes = g.nodes;          /* the job takes the graph's node references */
     job->n_nodes = g.n_nodes;
     job->frame = lt_caller_frame()[0] ? strdup(lt_caller_frame()) : NULL;
-    job->args.nodes = job->nodes;  /* for error messages */
-    job->args.n_nodes = job->n_nodes;
-    job->args.sync_frame = job->frame;
-    job->args.cause = cause;
-    job->failed_node = -1;
-    job->args.failed_node = &job->failed_node;
     g.nodes = NULL;
     g.n_nodes = 0;
-    lt_core_lock(core);
-    uint64_t seq = lt_core_next_seq(core);
-    for (int k = 0; k < g.n_outputs; k++)
-        if (fresh[k]) args.out_bufs[k]->ready_seq = seq;
-    uint64_t got = lt_core_submit(core, &job->job);
-    lt_core_unlock(core);
-    (void)got;
+    uint64_t seq = lt_submit_queue(core, job, fresh);
     free(fresh);
     free(donated);
 
@@ -439,7 +295,7 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
     free(roots);
 
     if (wait) return lt_core_wait(core, seq, report);
-    return bound_inflight(core, seq, report);
+    return lt_submit_bound(core, seq, report);
 }
 
 lt_status lt_sync_tensors_core(int core, lt_tensor *const *ts, int n,

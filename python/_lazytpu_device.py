@@ -32,7 +32,7 @@ NAME = "lazytpu"
 _HOOKS_LIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lazytpu", "_lib",
                           "liblazytpu_hooks.so")
 _registered = False
-_hooks = []          # the loaded hooks library (kept for the process)
+_hooks = []          # the loaded hooks library's path (loaded once per process)
 _pending_seed = []   # torch.manual_seed before the engine loaded: [seed]
 
 
@@ -50,10 +50,13 @@ def _claim_privateuse1():
 def _load_hooks():
     """Loads the hooks library once; its static initialiser registers the
     PrivateUse1 hooks and device guard (once per process: the engine links the
-    same library). Raises OSError if the library is missing (unbuilt tree)."""
+    same library). torch.ops.load_library is PyTorch's loader for libraries
+    whose initialisers register with it; no function of the library is called
+    from Python. Raises OSError if the library is missing (unbuilt tree)."""
     if not _hooks:
-        import ctypes
-        _hooks.append(ctypes.CDLL(_HOOKS_LIB))
+        import torch
+        torch.ops.load_library(_HOOKS_LIB)
+        _hooks.append(_HOOKS_LIB)
 
 
 def register():

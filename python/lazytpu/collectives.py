@@ -25,11 +25,13 @@ REDUCE_MIN = "min"
 REDUCE_MAX = "max"
 REDUCE_AND = "and"
 REDUCE_OR = "or"
-_REDUCE = {"sum": 0, "mul": 1, "min": 2, "max": 3, "and": 4, "or": 5}
-
-# torch dtype -> lt_dtype (include/lazytpu.h)
-_DTYPE = {torch.float32: 0, torch.bfloat16: 1, torch.float64: 2,
-          torch.int64: 3, torch.int32: 4, torch.bool: 5}
+# reduce type -> lt_reduce_type, torch dtype -> lt_dtype: the codes are the C
+# core's, exported by _C (backend/constants_py.h)
+_REDUCE = {"sum": _C.REDUCE_SUM, "mul": _C.REDUCE_MUL, "min": _C.REDUCE_MIN,
+           "max": _C.REDUCE_MAX, "and": _C.REDUCE_AND, "or": _C.REDUCE_OR}
+_DTYPE = {torch.float32: _C.DTYPE_F32, torch.bfloat16: _C.DTYPE_BF16,
+          torch.float64: _C.DTYPE_F64, torch.int64: _C.DTYPE_I64,
+          torch.int32: _C.DTYPE_I32, torch.bool: _C.DTYPE_BOOL}
 
 
 def rendezvous(tag, payload=b"", replicas=None):
@@ -153,7 +155,7 @@ def _all_reduce_group(ts, dev, code, scale):
         else:
             if dev.type != "cpu":
                 # one graph for all of them instead of one sync per tensor
-                _C.sync(-1, getattr(_C, "SYNC_OPTIMIZER_STEP", 1), 0)
+                _C.sync(-1, _C.SYNC_OPTIMIZER_STEP, 0)
             flat = torch.cat([t.detach().reshape(-1).cpu() for t in ts])
             red = _host_call("all_reduce", flat, flat.shape, flat.numel(),
                              _DTYPE[flat.dtype], code, float(scale))
@@ -390,8 +392,9 @@ def _every(value):
     return all_gather(value.unsqueeze(0), dim=0)
 
 
-_COMBINE = {0: torch.add, 1: torch.mul, 2: torch.minimum, 3: torch.maximum,
-            4: torch.bitwise_and, 5: torch.bitwise_or}
+_COMBINE = {_C.REDUCE_SUM: torch.add, _C.REDUCE_MUL: torch.mul,
+            _C.REDUCE_MIN: torch.minimum, _C.REDUCE_MAX: torch.maximum,
+            _C.REDUCE_AND: torch.bitwise_and, _C.REDUCE_OR: torch.bitwise_or}
 
 
 def _group_reduce(value, code, scale, group):

@@ -178,7 +178,7 @@ def wait_device_ops(devices=None):
     if _C.trace_enabled():
         t0 = _C.now_ns()
         _C.wait(-1)
-        _C.trace_event("wait_device_ops", "wait", t0, _C.now_ns() - t0, -1)
+        _C.trace_event("wait_device_ops", "wait", t0, _C.now_ns() - t0, _C.TRACE_TID_HOST)
         return
     _C.wait(-1)
 
@@ -267,7 +267,7 @@ def _run_step_closures():
     if async_batch:
         _run_async(async_batch)
     if t0:
-        _C.trace_event("step_closures", "closure", t0, _C.now_ns() - t0, -1)
+        _C.trace_event("step_closures", "closure", t0, _C.now_ns() - t0, _C.TRACE_TID_HOST)
 
 
 def to_cpu(data):

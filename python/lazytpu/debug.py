@@ -30,7 +30,9 @@ __all__ = ["set_debug", "debug_enabled", "take_warnings", "fallback_report",
            "flush_trace", "trace_span", "step_timeline", "plot_steps",
            "live_tensors", "step_report", "tensor_info", "caller"]
 
-_STEP_CAUSES = ("mark_step", "optimizer_step", "loader_step")
+_STEP_CAUSES = tuple(_C.SYNC_CAUSE_NAMES[c] for c in (
+    _C.SYNC_MARK_STEP, _C.SYNC_OPTIMIZER_STEP, _C.SYNC_LOADER_STEP))
+_VALUE_READ = _C.SYNC_CAUSE_NAMES[_C.SYNC_VALUE_READ]
 
 
 # ------------------------------------------------------------- warnings
@@ -147,7 +149,7 @@ def trace_span(name, cat="user"):
     try:
         yield
     finally:
-        _C.trace_event(str(name), str(cat), t0, _C.now_ns() - t0, -1)
+        _C.trace_event(str(name), str(cat), t0, _C.now_ns() - t0, _C.TRACE_TID_HOST)
 
 
 class Trace:
@@ -167,7 +169,7 @@ class Trace:
 
     def __exit__(self, *exc):
         if self._t0 is not None:
-            _C.trace_event(self.name, "user", self._t0, _C.now_ns() - self._t0, -1)
+            _C.trace_event(self.name, "user", self._t0, _C.now_ns() - self._t0, _C.TRACE_TID_HOST)
         return False
 
     def __call__(self, fn):
@@ -321,7 +323,7 @@ def step_timeline(source=None, core=None):
             s["compile_ms"] += d / 1e3
         elif name == "execute" and e.get("tid") == core:
             s["execute_ms"] += d / 1e3
-        elif name == "sync" and (e.get("args") or {}).get("cause") == "value_read":
+        elif name == "sync" and (e.get("args") or {}).get("cause") == _VALUE_READ:
             s["value_reads"] += 1
         elif cat == "fallback":
             s["fallbacks"].append(name)

@@ -31,8 +31,6 @@ from . import _C
 
 __all__ = ["ParallelLoader", "PerDeviceLoader", "MpDeviceLoader"]
 
-_SYNC_LOADER_STEP = getattr(_C, "SYNC_LOADER_STEP", 2)
-_NS = 0  # LT_UNIT_NS
 _END = object()
 
 
@@ -79,7 +77,7 @@ def _end_step():
     LAZYTPU_MAX_INFLIGHT steps queued per core, see
     lazytpu.world.limit_inflight), then the step closures."""
     from . import core, world
-    _C.sync(-1, _SYNC_LOADER_STEP, 0, core._caller(3))
+    _C.sync(-1, _C.SYNC_LOADER_STEP, 0, core._caller(3))
     world.limit_inflight()
     core._run_step_closures()
 
@@ -112,7 +110,7 @@ class PerDeviceLoader:
         t0 = time.perf_counter_ns()
         item = self._queue.get()
         waited = time.perf_counter_ns() - t0
-        _C.metric_add("LoaderWaitTime", _NS, float(waited))
+        _C.metric_add("LoaderWaitTime", _C.UNIT_NS, float(waited))
         if waited > 1000000:
             _C.counter_inc("LoaderWaits", 1)
         if item is _END:

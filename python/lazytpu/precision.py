@@ -20,7 +20,7 @@ from . import _C
 
 __all__ = ["LEVELS", "set_matmul_precision", "get_matmul_precision"]
 
-LEVELS = ("f32", "default", "high", "highest")
+LEVELS = _C.MATMUL_PRECISIONS   # ("f32", "default", "high", "highest"), the core's
 
 
 def set_matmul_precision(level):

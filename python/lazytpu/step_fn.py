@@ -183,7 +183,7 @@ class _Region:
         if self.full_graph:
             _C.set_no_execution(prev)
         if t0:
-            _C.trace_event(self.label, "compile_step", t0, _C.now_ns() - t0, -1)
+            _C.trace_event(self.label, "compile_step", t0, _C.now_ns() - t0, _C.TRACE_TID_HOST)
         mark_step()                              # compile (or fetch) and run the step
         self.session.calls += 1
         _C.counter_inc("CompiledStep::" + self.label, 1)

@@ -3,6 +3,7 @@ CNN (batch norm) and a transformer block must give eager's losses, gradients
 and parameters; after the first step nothing compiles and no op is traced
 inside the compiled model (the FX graphs replay as recorded programs)."""
 import copy
+import re
 
 import pytest
 import torch
@@ -169,6 +170,33 @@ def test_inference_and_recompile_are_reported():
     assert met.counter_value("DynamoRecompile") == rec + 1
     report = met.metrics_report()
     assert "recompile of" in report and "guard failed" in report
+
+
+def test_recorded_recompile_is_diagnosed_like_a_sync():
+    """A graph recorded again for another input shape is a recompilation the
+    report explains as for a step's graph (one submit path, lazy/submit.c):
+    the input, both shapes, cause explicit and the user's frame."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 13), nn.Tanh(), nn.Linear(13, 3))
+    md = copy.deepcopy(m).to(DEV)
+    cm = torch.compile(md, backend="lazytpu", dynamic=False)
+    before = met.counter_value("Recompilation::explicit") or 0
+    with torch.no_grad():
+        for n in (6, 6, 9):
+            x = torch.randn(n, 8)
+            torch.testing.assert_close(cm(x.to(DEV)).cpu(), m(x), rtol=1e-5, atol=1e-6)
+    # (other graphs of this process may be explained too: parameter
+    # transfers of the same structure and other shapes)
+    assert (met.counter_value("Recompilation::explicit") or 0) >= before + 1
+    report = met.metrics_report()
+    notes = [ln for ln in report.splitlines()
+             if re.match(r"recompiled: graph [0-9a-f]{16} input \d+ \(f32\) \[6, 8\] -> "
+                         r"\[9, 8\]; cause explicit; at ", ln)]
+    assert len(notes) == 1, report[report.find("== recompilation =="):]
+    # the user's line, found by the shim's frame walk at the recording
+    assert re.search(r"at test_compile_backend\.py:\d+ in "
+                     r"test_recorded_recompile_is_diagnosed_like_a_sync$", notes[0]), notes[0]
 
 
 def test_graph_break_falls_back_to_lazy_tracing():

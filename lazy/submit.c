@@ -1,0 +1,182 @@
+/*
+ * lazy/submit.c — one program's way onto a core (see submit.h): compile
+ * cache or compile, output buffers, the job that runs the program, the
+ * in-flight bound. Used by lazy/sync.c and lazy/replay.c.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "submit.h"
+#include "tensor.h"
+#include "cache.h"
+#include "diagnose.h"
+#include "fault.h"
+#include "trace_events.h"
+
+/* ------------------------------------------------------------ program */
+
+lt_status lt_submit_program(const lt_graph *g, lt_submit_origin origin, lt_sync_cause cause,
+                            const char *frame, lt_program **out, int *compiled)
+{
+    const lt_fe_metrics *m = lt_fe_metrics_get();
+    lt_runtime *r = lt_rt();
+    *out = NULL;
+    if (compiled) *compiled = 0;
+    if (!r) return LT_ERR_DEVICE;
+    lt_metric_add(m->graph_size, (double)g->n_nodes);
+    lt_program *p = lt_cache_get(r->cache, g->key);
+    if (p) {
+        lt_counter_add(m->cached, 1);
+    } else {
+        int64_t t0 = lt_now_ns();
+        lt_status st = lt_compile(g, &p);
+        if (st != LT_OK) return st;
+        int64_t t1 = lt_now_ns();
+        lt_metric_add(m->compile_time, (double)(t1 - t0));
+        if (lt_trace_enabled()) {
+            char a[96];
+            snprintf(a, sizeof a, "\"graph\":\"%016llx\",\"nodes\":%d",
+                     (unsigned long long)g->key, g->n_nodes);
+            lt_trace_event_args("compile", "compile", t0, t1 - t0, LT_TRACE_TID_HOST, a);
+        }
+        lt_counter_add(m->uncached, 1);
+        lt_cache_put(r->cache, g->key, p);
+        char *own = origin == LT_SUBMIT_RECORD ? lt_caller_capture() : NULL;
+        lt_diagnose_compile_at(g, cause, own ? own : frame, origin == LT_SUBMIT_SYNC);
+        free(own);
+        if (compiled) *compiled = 1;
+    }
+    if (lt_program_n_params(p) != g->n_params || lt_program_n_outputs(p) != g->n_outputs) {
+        lt_status st = lt_set_error(LT_ERR_INTERNAL, "program of graph %016llx has %d params/"
+                                    "%d outputs, graph %d/%d", (unsigned long long)g->key,
+                                    lt_program_n_params(p), lt_program_n_outputs(p),
+                                    g->n_params, g->n_outputs);
+        lt_program_release(p);
+        return st;
+    }
+    *out = p;
+    return LT_OK;
+}
+
+/* ------------------------------------------------------------ outputs */
+
+lt_status lt_submit_outputs(int core, const lt_program *p, lt_exec_args *a, char *fresh)
+{
+    for (int k = 0; k < a->n_outputs; k++) {
+        if (a->out_bufs[k]) continue;
+        int same = lt_program_output_same(p, k);   /* same value: share */
+        if (same >= 0 && same < k && a->out_bufs[same]) {
+            a->out_bufs[k] = lt_buffer_retain(a->out_bufs[same]);
+            continue;
+        }
+        int j = lt_program_output_alias(p, k);
+        if (j >= 0 && j < a->n_params && a->param_bufs[j]) {
+            a->out_bufs[k] = lt_buffer_retain(a->param_bufs[j]);
+            continue;
+        }
+        lt_status st = lt_buffer_alloc(core, lt_program_output_dtype(p, k),
+                                       lt_shape_numel(lt_program_output_shape(p, k)),
+                                       &a->out_bufs[k]);
+        if (st != LT_OK) return st;
+        fresh[k] = 1;
+    }
+    size_t sb = lt_program_scratch_bytes(p);
+    if (sb > 0) return lt_buffer_alloc(core, LT_BOOL, (int64_t)sb, &a->scratch);
+    return LT_OK;
+}
+
+/* ------------------------------------------------------------ the job */
+
+static lt_status job_run(lt_job *job, int core)
+{
+    lt_submit_job *j = (lt_submit_job *)job;
+    /* A node of this graph already failed in an earlier program (a value
+     * read synced part of this graph): this program is that failure again,
+     * reported (and claimed) as the same fault, not run. */
+    for (int i = 0; i < j->n_nodes; i++) {
+        lt_fault *nf = lt_node_fault(j->nodes[i]);
+        if (!nf) continue;
+        job->same = lt_fault_retain(nf);
+        lt_program_abstain(j->prog, lt_fault_origin(nf)->msg);
+        return lt_set_error(nf->st, "%s", nf->msg);
+    }
+    int64_t t0 = lt_now_ns();
+    lt_status st = lt_program_run(j->prog, &j->args, core, &job->cause);
+    int64_t t1 = lt_now_ns();
+    lt_metric_add(lt_fe_metrics_get()->execute_time, (double)(t1 - t0));
+    if (lt_trace_enabled()) {
+        char a[64];
+        snprintf(a, sizeof a, "\"graph\":\"%016llx\"", (unsigned long long)j->key);
+        lt_trace_event_args("execute", "execute", t0, t1 - t0, core, a);
+    }
+    return st;
+}
+
+/* The program failed: the node that failed keeps the fault (a later graph
+ * holding it fails the same way), and every buffer it was to write
+ * (stamped with its seq: fresh or donated, not aliased inputs) is poisoned
+ * with f. */
+static void job_fail(lt_job *job, lt_fault *f)
+{
+    lt_submit_job *j = (lt_submit_job *)job;
+    if (j->failed_node >= 0 && j->failed_node < j->n_nodes)
+        lt_node_set_fault(j->nodes[j->failed_node], f);
+    for (int k = 0; k < j->args.n_outputs; k++) {
+        lt_buffer *b = j->args.out_bufs[k];
+        if (!b || b->ready_seq != job->seq || b->fault == f) continue;
+        lt_fault_release(b->fault);
+        b->fault = lt_fault_retain(f);
+    }
+}
+
+void lt_submit_job_free(lt_submit_job *j)
+{
+    if (!j) return;
+    free(j->frame);
+    lt_exec_args_free(&j->args);
+    for (int i = j->n_nodes - 1; i >= 0; i--) lt_node_release(j->nodes[i]);
+    free(j->nodes);
+    lt_program_release(j->prog);
+    free(j);
+}
+
+static void job_done(lt_job *job) { lt_submit_job_free((lt_submit_job *)job); }
+
+lt_submit_job *lt_submit_job_new(void)
+{
+    lt_submit_job *j = calloc(1, sizeof *j);
+    if (!j) lt_set_error(LT_ERR_INTERNAL, "submit: out of host memory");
+    return j;
+}
+
+uint64_t lt_submit_queue(int core, lt_submit_job *j, const char *fresh)
+{
+    j->job.run = job_run;
+    j->job.fail = job_fail;
+    j->job.done = job_done;
+    j->args.nodes = j->nodes;      /* for error messages */
+    j->args.n_nodes = j->n_nodes;
+    j->args.sync_frame = j->frame;
+    j->failed_node = -1;
+    j->args.failed_node = j->nodes ? &j->failed_node : NULL;
+    lt_buffer **out = j->args.out_bufs;
+    int n = j->args.n_outputs;
+    lt_core_lock(core);
+    uint64_t seq = lt_core_next_seq(core);
+    for (int k = 0; k < n && fresh; k++)
+        if (fresh[k]) out[k]->ready_seq = seq;
+    lt_core_submit(core, &j->job);  /* j may be done and freed from here on */
+    lt_core_unlock(core);
+    return seq;
+}
+
+/* ------------------------------------------------------------ bound */
+
+lt_status lt_submit_bound(int core, uint64_t seq, int report)
+{
+    lt_runtime *rtm = lt_rt();
+    if (seq == 0) seq = lt_core_last_seq(core);
+    if (rtm && rtm->max_inflight > 0 && seq > (uint64_t)rtm->max_inflight)
+        return lt_core_wait(core, seq - (uint64_t)rtm->max_inflight, report);
+    return LT_OK;
+}
