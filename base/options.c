@@ -152,9 +152,6 @@ static int parse(const lt_opt_info *f, const char *s, val *v)
  * variable and value. */
 static int read_env(const lt_opt_info *f, val *v, const char **bad_name, const char **bad_value)
 {
-    val dv = {0, 0, NULL};
-    if (f->dflt) parse(f, f->dflt, &dv);
-    *v = dv;
     const char *names[2] = {f->name, f->alias};
     int state = 0, any_on = 0;
     for (int k = 0; k < 2 && names[k]; k++) {
@@ -163,17 +160,19 @@ static int read_env(const lt_opt_info *f, val *v, const char **bad_name, const c
         val x;
         if (!parse(f, s, &x)) {
             if (bad_name) *bad_name = names[k], *bad_value = s;
-            *v = dv;
-            return -1;
+            state = -1;
+            break;
         }
         if (f->type == LT_OPT_BOOL) {
             any_on |= (int)x.i;
-            v->i = any_on;
-        } else if (state == 0) {
-            *v = x;
+            x.i = any_on;
         }
+        if (state == 0 || f->type == LT_OPT_BOOL) *v = x;
         state = 1;
     }
+    if (state == 1) return 1;
+    *v = (val){0, 0, NULL};                 /* unset or malformed: the default */
+    if (f->dflt) parse(f, f->dflt, v);
     return state;
 }
 
@@ -237,6 +236,10 @@ LT_OPTIONS_LINKAGE int lt_opt_state(lt_opt o)
 
 LT_OPTIONS_LINKAGE int64_t lt_opt_int(lt_opt o)
 {
+    /* hot (a PROCESS flag per kernel): an INIT or PROCESS value already read */
+    if ((int)o >= 0 && o < LT_OPT_COUNT && table[o].when != LT_OPT_CALL &&
+        atomic_load_explicit(&slots[o].ready, memory_order_acquire))
+        return atomic_load_explicit(&slots[o].i, memory_order_relaxed);
     val v;
     get(o, &v);
     return v.i;
