@@ -103,6 +103,7 @@
 #include <utility>
 
 #include "lt_register.h"
+#include "../base/options.h"
 
 namespace lazytpu {
 namespace {
@@ -212,8 +213,7 @@ void register_functional_fast() {
   if (lib) return;
   /* LAZYTPU_FUNCTIONALIZE_FAST=0: PyTorch's boxed fallback only (A/B
    * measurements, bench/bench_trace.py --ab) */
-  const char *e = std::getenv("LAZYTPU_FUNCTIONALIZE_FAST");
-  if (e && e[0] == '0') return;
+  if (!lt_opt_int(LT_OPT_FUNCTIONALIZE_FAST)) return;
   lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::Functionalize,
                            __FILE__, __LINE__);
   torch::Library &m = *lib;

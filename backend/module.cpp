@@ -18,6 +18,8 @@
 #include "lt_shim.h"
 #include "world_py.h"
 #include "constants_py.h"
+#include "options_py.h"
+#include "../base/options.h"
 
 namespace {
 
@@ -358,8 +360,7 @@ PyObject *py_memory_info(PyObject *, PyObject *args) {
 }
 
 PyObject *py_xla_compat(PyObject *, PyObject *) {
-  const char *e = getenv("LAZYTPU_XLA_COMPAT");
-  return PyBool_FromLong(e && e[0] == '1');
+  return PyBool_FromLong(lt_opt_int(LT_OPT_XLA_COMPAT) != 0);
 }
 
 PyObject *py_caller(PyObject *, PyObject *) {
@@ -439,6 +440,13 @@ PyMethodDef methods[] = {
     {"xla_compat", py_xla_compat, METH_NOARGS,
      "True when device tensors are torch_xla's (LAZYTPU_XLA_COMPAT=1)."},
     {"caller", py_caller, METH_NOARGS, "The user frame as the shim sees it."},
+    /* the options table (options_py.cpp) */
+    {"options", lazytpu_py_options, METH_NOARGS,
+     "The LAZYTPU_* options table: a tuple of dicts (base/options.def)."},
+    {"option", lazytpu_py_option, METH_VARARGS,
+     "option(name) -> the variable's value as the core reads it (its default when unset)."},
+    {"option_state", lazytpu_py_option_state, METH_VARARGS,
+     "option_state(name) -> 1 set, 0 unset, -1 malformed."},
     {"fallback_report", py_fallback_report, METH_NOARGS, "The fallback section text."},
     {"take_warnings", py_take_warnings, METH_NOARGS, "Debug warnings since the last call."},
     {"debug_enabled", py_debug_enabled, METH_NOARGS, "True when step warnings are on."},

@@ -26,6 +26,7 @@
 
 #include "lt_register.h"
 #include "lt_shim.h"
+#include "../base/options.h"
 
 namespace lazytpu {
 
@@ -36,10 +37,7 @@ std::string core_name(int core);
 /* --------------------------------------------------------- device identity */
 
 bool xla_compat() {
-  static const bool on = [] {
-    const char *e = std::getenv("LAZYTPU_XLA_COMPAT");
-    return e && e[0] == '1';
-  }();
+  static const bool on = lt_opt_int(LT_OPT_XLA_COMPAT) != 0;   /* once per process */
   return on;
 }
 

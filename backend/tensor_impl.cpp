@@ -3,6 +3,7 @@
  * of lt_aten.h.
  */
 #include "lt_aten.h"
+#include "../base/options.h"
 #include "lt_guard.h"
 
 #include <ATen/FunctionalTensorWrapper.h>
@@ -143,10 +144,7 @@ thread_local int t_guard_fallback = 0;
  * printed to stderr with its reason (the fallback report names op and
  * frame, not why). */
 void throw_unsupported(const std::string &what) {
-  static const bool why = [] {
-    const char *e = std::getenv("LAZYTPU_FALLBACK_WHY");
-    return e && *e && *e != '0';
-  }();
+  static const bool why = lt_opt_int(LT_OPT_FALLBACK_WHY) != 0;
   if (why) std::fprintf(stderr, "lazytpu: CPU fallback: %s\n", what.c_str());
   throw Unsupported({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, what);
 }

@@ -160,7 +160,7 @@ static void ctx_free(lt_cctx *c)
     free(c->stack);
 }
 
-lt_status lt_compile(const lt_graph *g, lt_program **out)
+lt_status lt_compile_with(const lt_graph *g, const lt_compile_opts *o, lt_program **out)
 {
     *out = NULL;
     lt_cctx c;
@@ -188,10 +188,9 @@ lt_status lt_compile(const lt_graph *g, lt_program **out)
     }
     for (int j = 0; j < g->n_params; j++)
         c.param_of_pos[g->param_pos[j]] = j;
-    const lt_runtime *rt = lt_rt_peek();
-    c.no_fuse = c.prog->check_finite = rt && rt->check_finite;
-    c.no_hfuse = c.no_fuse || (rt && rt->no_hfuse);
-    c.no_epilogue = rt && rt->no_epilogue;
+    c.no_fuse = c.prog->check_finite = o && o->check_finite;
+    c.no_hfuse = c.no_fuse || (o && o->no_hfuse);
+    c.no_epilogue = o && o->no_epilogue;
     c.prog->mm_precision = g->mm_precision;
 
     lt_status st = lt_cc_cse(&c);

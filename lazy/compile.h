@@ -19,8 +19,22 @@
 
 typedef struct lt_program lt_program;
 
-/* Compiles g. Caller owns 1 reference. Errors: LT_ERR_* with message. */
+/* What the compiler is asked to do besides the graph (the runtime's
+ * settings, passed in: compile_*.c read no global state). */
+typedef struct lt_compile_opts {
+    int check_finite;     /* LAZYTPU_CHECK_FINITE: no fusion, every step's
+                             output scanned for NaN/Inf (lazy/finite.h) */
+    int no_hfuse;         /* LAZYTPU_HFUSE=0: no horizontal fusion */
+    int no_epilogue;      /* LAZYTPU_GEMM_EPILOGUE=0: no GEMM epilogues */
+} lt_compile_opts;
+
+/* Compiles g with options o (NULL: all zero). Caller owns 1 reference.
+ * Errors: LT_ERR_* with message. */
+lt_status lt_compile_with(const lt_graph *g, const lt_compile_opts *o, lt_program **out);
+/* lt_compile_with the runtime's options (lt_rt_compile_opts; init.c). */
 lt_status lt_compile(const lt_graph *g, lt_program **out);
+/* The runtime's compile options (all zero before lt_init; init.c). */
+lt_compile_opts lt_rt_compile_opts(void);
 lt_program *lt_program_retain(lt_program *p);
 void lt_program_release(lt_program *p);
 

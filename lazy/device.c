@@ -28,6 +28,7 @@
 #include "device.h"
 #include "kernels/par.h"
 #include "tensor.h"
+#include "options.h"
 
 /* GCC defines __SANITIZE_ADDRESS__, clang has __has_feature */
 #if defined(__SANITIZE_ADDRESS__)
@@ -43,7 +44,8 @@
 
 #define LT_MAX_CORES 64
 #define LT_DEFAULT_CORES 8
-#define LT_DEFAULT_HBM (16ull << 30)
+/* base/options.def: LAZYTPU_NUM_CORES 1..64, default 8 */
+_Static_assert(LT_MAX_CORES == 64 && LT_DEFAULT_CORES == 8, "options.def: LAZYTPU_NUM_CORES");
 #define LT_DEFAULT_BUFFER_CACHE ((size_t)512 << 20)
 
 /* Unclaimed faults kept per core for lt_core_wait(report=1); past this
@@ -94,34 +96,6 @@ static int g_cache_auto;         /* limit not set: grows to 2x the core's peak u
 static pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
 static int g_records_ready;      /* mutexes etc initialised once */
 static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
-
-/* Parses "123", "4K", "1.5G", "16GiB", "512MB" (powers of 1024). Returns 0
- * on a malformed string. */
-static size_t parse_bytes(const char *s)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || v < 0)
-        return 0;
-    while (isspace((unsigned char)*end))
-        end++;
-    double mul = 1;
-    switch (toupper((unsigned char)*end)) {
-    case 'K': mul = 1024.0; end++; break;
-    case 'M': mul = 1024.0 * 1024; end++; break;
-    case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
-    case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
-    }
-    if (*end == 'i' || *end == 'I')
-        end++;
-    if (*end == 'b' || *end == 'B')
-        end++;
-    if (*end != '\0')
-        return 0;
-    return (size_t)(v * mul);
-}
 
 /* "4.00 MiB" style, base 1024. */
 static void fmt_bytes(char *buf, size_t cap, double b)
@@ -238,41 +212,27 @@ lt_status lt_devices_init(void)
         pthread_mutex_unlock(&g_init_mu);
         return LT_OK;
     }
-    int n = LT_DEFAULT_CORES;
-    const char *e = getenv("LAZYTPU_NUM_CORES");
-    if (e && *e) {
-        n = atoi(e);
-        if (n < 1 || n > LT_MAX_CORES) {
-            pthread_mutex_unlock(&g_init_mu);
-            return lt_set_error(LT_ERR_ARG,
-                                "LAZYTPU_NUM_CORES=%s: must be 1..%d", e,
-                                LT_MAX_CORES);
-        }
+    /* the table refuses LAZYTPU_NUM_CORES outside 1..LT_MAX_CORES and a
+     * malformed or zero LAZYTPU_HBM_BYTES, naming the variable */
+    lt_status ost = lt_options_load();
+    if (ost != LT_OK) {
+        pthread_mutex_unlock(&g_init_mu);
+        return ost;
     }
-    size_t budget = LT_DEFAULT_HBM;
-    e = getenv("LAZYTPU_HBM_BYTES");
-    if (e && *e) {
-        budget = parse_bytes(e);
-        if (budget == 0) {
-            pthread_mutex_unlock(&g_init_mu);
-            return lt_set_error(LT_ERR_ARG,
-                                "LAZYTPU_HBM_BYTES=%s: expected bytes with "
-                                "optional K/M/G suffix", e);
-        }
-    }
+    int n = (int)lt_opt_int(LT_OPT_NUM_CORES);
+    size_t budget = (size_t)lt_opt_int(LT_OPT_HBM_BYTES);
     long np = sysconf(_SC_NPROCESSORS_ONLN);
     g_nproc = np > 0 ? (int)np : 1;
-    e = getenv("LAZYTPU_OMP_THREADS");
-    g_omp_override = (e && atoi(e) > 0) ? atoi(e) : 0;
+    g_omp_override = (int)lt_opt_int(LT_OPT_OMP_THREADS);      /* 0: auto */
 #if LT_UNDER_ASAN
     g_cache_limit = 0;    /* ASan must see every free (use-after-free) */
 #else
     g_cache_limit = LT_DEFAULT_BUFFER_CACHE;
 #endif
-    e = getenv("LAZYTPU_BUFFER_CACHE_BYTES");
-    g_cache_auto = g_cache_limit > 0 && !(e && *e);
-    if (e && *e)
-        g_cache_limit = strcmp(e, "0") == 0 ? 0 : parse_bytes(e);
+    int cache_set = lt_opt_state(LT_OPT_BUFFER_CACHE_BYTES) == 1;
+    g_cache_auto = g_cache_limit > 0 && !cache_set;
+    if (cache_set)
+        g_cache_limit = (size_t)lt_opt_int(LT_OPT_BUFFER_CACHE_BYTES);
 
     pthread_once(&g_atfork_once, atfork_register);
     if (!g_records_ready) {

@@ -13,20 +13,16 @@
 #include "tensor.h"
 #include "registry.h"
 #include "report.h"
+#include "options.h"
 
 /* ------------------------------------------------------------ debug mode */
 
 static atomic_int debug_mode;          /* 0 off, 1 stderr + collect, 2 collect */
 
-static int env_on(const char *name)
-{
-    const char *e = getenv(name);
-    return e && *e && strcmp(e, "0") != 0 && strcasecmp(e, "false") != 0;
-}
-
 void lt_diagnose_init(void)
 {
-    atomic_store(&debug_mode, env_on("LAZYTPU_DEBUG") || env_on("PT_XLA_DEBUG") ? 1 : 0);
+    /* LAZYTPU_DEBUG or PT_XLA_DEBUG */
+    atomic_store(&debug_mode, lt_opt_int(LT_OPT_DEBUG) ? 1 : 0);
 }
 
 int lt_debug_enabled(void) { return atomic_load_explicit(&debug_mode, memory_order_relaxed) != 0; }

@@ -11,6 +11,7 @@
 #include "spmd.h"
 #include "tensor.h"
 #include "registry.h"
+#include "options.h"
 
 /* Per node: "param j" / "output k" marks (both may apply). */
 typedef struct marks {
@@ -208,7 +209,7 @@ static int64_t save_seq;
 
 void lt_graph_dump_init(void)
 {
-    const char *p = getenv("LAZYTPU_SAVE_GRAPHS");
+    const char *p = lt_opt_str(LT_OPT_SAVE_GRAPHS);
     pthread_mutex_lock(&save_mu);
     if (p && *p && strlen(p) < sizeof save_path) {
         snprintf(save_path, sizeof save_path, "%s", p);

@@ -2,26 +2,10 @@
  * lazy/init.c — library lifecycle: lt_init (env parsing, cores, compile
  * cache), lt_shutdown, and the runtime settings.
  *
- * Environment:
- *   LAZYTPU_NUM_CORES            cores (default 8; parsed by device init)
- *   LAZYTPU_HBM_BYTES            per-core memory budget (device init)
- *   LAZYTPU_COMPILE_CACHE_SIZE   compile cache entries (default 1024)
- *   LAZYTPU_USE_BF16 / XLA_USE_BF16   store f32 as bf16 (default 0); read
- *                                at the first device value (lt_rt_bf16)
- *   LAZYTPU_GRAPH_LIMIT          nodes traced on a core before a forced sync
- *                                (default 200000)
- *   LAZYTPU_DEBUG / PT_XLA_DEBUG step warnings on stderr (lazy/diagnose.c)
- *   LAZYTPU_SAVE_GRAPHS=<file>   append every synced graph (text, or DOT
- *                                for *.dot) (lazy/graph_dump.c)
- *   LAZYTPU_TRACE=<file.json>    Chrome/Perfetto trace events
- *                                (metrics/trace_events.c)
- *   LAZYTPU_CHECK_FINITE=1       fail a program at the first op that
- *                                produces a NaN/Inf, naming its line
- *                                (lazy/finite.h; slow: no fusion)
- *   LAZYTPU_HFUSE=0              no horizontal fusion of same-program
- *                                elementwise steps (lazy/compile_hfuse.c)
- *   LAZYTPU_MATMUL_PRECISION     f32 (default), default, high, highest: how
- *                                f32 products multiply (lazy/precision.c)
+ * Options (LAZYTPU_* variables) come from the table in base/options.def,
+ * read through base/options.h: lt_init takes the snapshot of the init-time
+ * ones (and refuses a malformed variable), then the cores, the compile cache
+ * and the settings below read it.
  * lt_init may run again after lt_shutdown (the env is then re-read).
  */
 #include <stdio.h>
@@ -35,6 +19,7 @@
 #include "diagnose.h"
 #include "graph_dump.h"
 #include "trace_events.h"
+#include "options.h"
 
 static pthread_once_t rt_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t rt_mu;
@@ -57,21 +42,6 @@ static void rt_once_init(void)
     rt.max_inflight = 2;
 }
 
-static int env_flag(const char *name)
-{
-    const char *e = getenv(name);
-    return e && *e && strcmp(e, "0") != 0 && strcasecmp(e, "false") != 0;
-}
-
-static int64_t env_int(const char *name, int64_t dflt)
-{
-    const char *e = getenv(name);
-    if (!e || !*e) return dflt;
-    char *end;
-    long long v = strtoll(e, &end, 10);
-    return (end != e && v > 0) ? (int64_t)v : dflt;
-}
-
 static void *prog_retain(void *p) { return lt_program_retain(p); }
 static void prog_release(void *p) { lt_program_release(p); }
 
@@ -84,7 +54,8 @@ lt_status lt_init(void)
         pthread_mutex_unlock(&rt_mu);
         return LT_OK;
     }
-    lt_status st = lt_rt_precision_init(&rt);
+    lt_status st = lt_options_load();
+    if (st == LT_OK) st = lt_rt_precision_init(&rt);
     if (st == LT_OK) st = lt_devices_init();
     if (st != LT_OK) {
         pthread_mutex_unlock(&rt_mu);
@@ -99,15 +70,12 @@ lt_status lt_init(void)
     }
     rt.n_cores = n;
     atomic_store(&rt.bf16, -1);      /* decided at the first device value */
-    rt.graph_limit = env_int("LAZYTPU_GRAPH_LIMIT", 200000);
-    rt.cache_size = env_int("LAZYTPU_COMPILE_CACHE_SIZE", 1024);
-    rt.max_inflight = env_int("LAZYTPU_MAX_INFLIGHT", 2);
-    rt.check_finite = env_flag("LAZYTPU_CHECK_FINITE");
-    rt.no_hfuse = getenv("LAZYTPU_HFUSE") && !env_flag("LAZYTPU_HFUSE");
-    {
-        const char *e = getenv("LAZYTPU_GEMM_EPILOGUE");
-        rt.no_epilogue = e && *e && atoi(e) == 0;
-    }
+    rt.graph_limit = lt_opt_int(LT_OPT_GRAPH_LIMIT);
+    rt.cache_size = lt_opt_int(LT_OPT_COMPILE_CACHE_SIZE);
+    rt.max_inflight = lt_opt_int(LT_OPT_MAX_INFLIGHT);
+    rt.check_finite = (int)lt_opt_int(LT_OPT_CHECK_FINITE);
+    rt.no_hfuse = !lt_opt_int(LT_OPT_HFUSE);
+    rt.no_epilogue = !lt_opt_int(LT_OPT_GEMM_EPILOGUE);
     rt.cache = lt_cache_new(rt.cache_size, prog_retain, prog_release);
     if (!rt.cache) {
         lt_devices_shutdown();
@@ -169,11 +137,29 @@ int lt_num_cores(void)
     return r ? r->n_cores : 0;
 }
 
+lt_compile_opts lt_rt_compile_opts(void)
+{
+    const lt_runtime *r = lt_rt_peek();
+    lt_compile_opts o = {0};
+    if (r) {
+        o.check_finite = r->check_finite;
+        o.no_hfuse = r->no_hfuse;
+        o.no_epilogue = r->no_epilogue;
+    }
+    return o;
+}
+
+lt_status lt_compile(const lt_graph *g, lt_program **out)
+{
+    lt_compile_opts o = lt_rt_compile_opts();
+    return lt_compile_with(g, &o, out);
+}
+
 int lt_rt_bf16(lt_runtime *r)
 {
     int v = atomic_load_explicit(&r->bf16, memory_order_acquire);
     if (v >= 0) return v;
-    int want = env_flag("LAZYTPU_USE_BF16") || env_flag("XLA_USE_BF16");
+    int want = (int)lt_opt_int(LT_OPT_USE_BF16);     /* or XLA_USE_BF16 */
     /* the first caller decides; concurrent first callers agree on its value */
     atomic_compare_exchange_strong(&r->bf16, &v, want);
     return atomic_load_explicit(&r->bf16, memory_order_acquire);

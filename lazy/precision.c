@@ -13,6 +13,7 @@
 #include "tensor.h"
 #include "registry.h"
 #include "report.h"
+#include "options.h"
 
 static const struct {
     lt_matmul_precision p;
@@ -46,11 +47,11 @@ lt_status lt_matmul_precision_parse(const char *s, lt_matmul_precision *out)
 
 lt_status lt_rt_precision_init(lt_runtime *r)
 {
-    const char *e = getenv("LAZYTPU_MATMUL_PRECISION");
+    /* the table's words are the level names (lt_options_load refused
+     * another value) */
     lt_matmul_precision p = LT_MATMUL_F32;
-    if (e && *e && lt_matmul_precision_parse(e, &p) != LT_OK)
-        return lt_set_error(LT_ERR_ARG, "LAZYTPU_MATMUL_PRECISION=%s: expected f32, default, "
-                            "high or highest", e);
+    if (lt_matmul_precision_parse(lt_opt_str(LT_OPT_MATMUL_PRECISION), &p) != LT_OK)
+        return LT_ERR_ARG;
     atomic_store(&r->mm_precision, (int)p);
     return LT_OK;
 }

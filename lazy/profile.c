@@ -14,18 +14,11 @@
 #include <stdlib.h>
 #include "profile.h"
 #include "kernels/fused.h"
-
-static atomic_int prof_state;   /* 0 = unread, 1 = off, 2 = on */
+#include "options.h"
 
 int lt_profile_on(void)
 {
-    int s = atomic_load_explicit(&prof_state, memory_order_relaxed);
-    if (s == 0) {
-        const char *e = getenv("LAZYTPU_PROFILE");
-        s = (e && *e && atoi(e) != 0) ? 2 : 1;
-        atomic_store_explicit(&prof_state, s, memory_order_relaxed);
-    }
-    return s == 2;
+    return (int)lt_opt_int(LT_OPT_PROFILE);        /* PROCESS: read once */
 }
 
 void lt_profile_step(const lt_step *step, int64_t ns)

@@ -43,6 +43,7 @@
 #include "submit.h"
 #include "fault.h"
 #include "trace_events.h"
+#include "options.h"
 
 enum { SRC_INPUT = 0, SRC_CONST_BUF, SRC_SCALAR };
 
@@ -360,7 +361,7 @@ lt_status lt_replay_record(lt_tensor *const *inputs, int n_in,
         } else {
             rp->src = SRC_CONST_BUF;
             rp->buf = lt_buffer_retain(pn->buf);
-            if (getenv("LAZYTPU_REPLAY_DEBUG")) {
+            if (lt_opt_int(LT_OPT_REPLAY_DEBUG)) {
                 char sh[64];
                 lt_shape_str(&pn->shape, sh, sizeof sh);
                 fprintf(stderr, "replay: param %d (%s%s) is a constant\n", j,

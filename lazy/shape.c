@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "shape_int.h"
+#include "options.h"
 
 /* ----------------------------------------------------------- error helpers */
 
@@ -250,9 +251,7 @@ int lt_shape_fits(const lt_shape *s, int64_t *numel)
 
 int lt_shape_world_size(void)
 {
-    const char *e = getenv("LAZYTPU_WORLD_SIZE");
-    int w = e ? atoi(e) : 1;
-    return w > 0 ? w : 1;
+    return (int)lt_opt_int(LT_OPT_WORLD_SIZE);      /* 1 when unset */
 }
 
 /* ------------------------------------------------------------ basic rules */

@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include "trace_events.h"
 #include "registry.h"
+#include "options.h"
 
 typedef struct trace_ev {
     int64_t ts_ns, dur_ns;
@@ -157,16 +158,15 @@ static void make_path(const char *p, int ordinal, int world)
 
 void lt_trace_events_init(int n_cores)
 {
-    const char *p = getenv("LAZYTPU_TRACE");
+    const char *p = lt_opt_str(LT_OPT_TRACE);
     pthread_mutex_lock(&tr_mu);
     close_locked();
     if (!p || !*p || strlen(p) > 1000) {
         pthread_mutex_unlock(&tr_mu);
         return;
     }
-    const char *o = getenv("LAZYTPU_ORDINAL"), *w = getenv("LAZYTPU_WORLD_SIZE");
-    tr_pid = o ? atoi(o) : 0;
-    make_path(p, tr_pid, w ? atoi(w) : 1);
+    tr_pid = (int)lt_opt_int(LT_OPT_ORDINAL);
+    make_path(p, tr_pid, (int)lt_opt_int(LT_OPT_WORLD_SIZE));
     tr_buf = malloc(EV_BATCH * sizeof *tr_buf);
     tr_fd = open(tr_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (!tr_buf || tr_fd < 0) {

@@ -20,6 +20,7 @@
 #include "hostlink.h"
 #include "hosts.h"
 #include "reduce.h"
+#include "options.h"
 
 #define TAG_AGREE 11
 #define TAG_FAULT 12
@@ -823,9 +824,7 @@ static int cb_start(void *ctx, lt_world *w)
     hosts *x = ctx;
     x->w = w;
     x->C = lt_world_local_size(w);
-    const char *s = getenv("LAZYTPU_COLLECTIVE_TIMEOUT");
-    x->timeout_s = s && *s && strtod(s, NULL) > 0 ? strtod(s, NULL)
-                                                  : LT_WORLD_DEFAULT_TIMEOUT_S;
+    x->timeout_s = lt_opt_seconds(LT_OPT_COLLECTIVE_TIMEOUT);
     x->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (x->evfd < 0) {
         lt_set_error(LT_ERR_INTERNAL, "lazytpu-run: eventfd: %s",

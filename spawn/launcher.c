@@ -36,6 +36,7 @@
 #include "launcher.h"
 #include "metrics_merge.h"
 #include "world.h"
+#include "options.h"
 
 extern char **environ;
 
@@ -375,7 +376,7 @@ static char **build_env(const launch *L, int k, const char *shm,
      * splits GEMMs itself (its own idle threads would spin with sched_yield
      * after each call); when the CPUs are oversubscribed, idle OpenMP
      * threads sleep at once instead of spinning. */
-    if (!getenv("LAZYTPU_OMP_THREADS"))
+    if (lt_opt_state(LT_OPT_OMP_THREADS) == 0)
         snprintf(store[s++], 512, "LAZYTPU_OMP_THREADS=%ld", omp);
     if (!getenv("OPENBLAS_NUM_THREADS"))
         snprintf(store[s++], 512, "OPENBLAS_NUM_THREADS=1");

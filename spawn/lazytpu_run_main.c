@@ -26,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "launcher.h"
+#include "options.h"
 #ifdef LAZYTPU_HAVE_MPI
 #include "hosts.h"
 #endif
@@ -124,8 +125,7 @@ static int exec_mpirun(const cli *c, int cmd_index)
         return 1;
     }
     self[len] = 0;
-    const char *mpirun = c->mpirun ? c->mpirun : getenv("LAZYTPU_MPIRUN");
-    if (!mpirun || !*mpirun) mpirun = "mpirun";
+    const char *mpirun = c->mpirun ? c->mpirun : lt_opt_str(LT_OPT_MPIRUN);
     char **av = calloc((size_t)c->argc + MAX_MPI_ARGS + 64, sizeof *av);
     if (!av) return 1;
     int a = 0;

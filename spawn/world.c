@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "world_int.h"
+#include "options.h"
 
 #define LT_WORLD_POLL_NS 50000000L   /* liveness/abort poll period: 50 ms */
 
@@ -46,12 +47,7 @@ void lt_world_futex_wake(atomic_uint *addr)
 
 static double env_timeout(void)
 {
-    const char *s = getenv("LAZYTPU_COLLECTIVE_TIMEOUT");
-    if (s && *s) {
-        double v = strtod(s, NULL);
-        if (v > 0) return v;
-    }
-    return LT_WORLD_DEFAULT_TIMEOUT_S;
+    return lt_opt_seconds(LT_OPT_COLLECTIVE_TIMEOUT);  /* LT_WORLD_DEFAULT_TIMEOUT_S */
 }
 
 const char *lt_reduce_type_name(int reduce)
@@ -82,9 +78,7 @@ lt_status lt_world_create_host(int size, size_t bytes, int host_index,
                             "(1..%d hosts)", host_index, num_hosts,
                             LT_WORLD_MAX_HOSTS);
     if (bytes == 0) {
-        const char *s = getenv("LAZYTPU_SHM_BYTES");
-        bytes = (s && *s) ? (size_t)strtoull(s, NULL, 0)
-                          : LT_WORLD_DEFAULT_SHM_BYTES;
+        bytes = (size_t)lt_opt_int(LT_OPT_SHM_BYTES);   /* LT_WORLD_DEFAULT_SHM_BYTES */
     }
     size_t data_off = round_up(sizeof(lt_whdr), 4096);
     size_t min_bytes = data_off + (size_t)(size + 1) * 4096;
@@ -142,9 +136,7 @@ lt_status lt_world_create_host(int size, size_t bytes, int host_index,
     h->total_bytes = bytes;
     h->slot_bytes = slot;
     h->chunk_bytes = slot;
-    const char *cs = getenv("LAZYTPU_COLLECTIVE_CHUNK_BYTES");
-    size_t chunk = (cs && *cs) ? (size_t)strtoull(cs, NULL, 0)
-                               : LT_WORLD_DEFAULT_CHUNK_BYTES;
+    size_t chunk = (size_t)lt_opt_int(LT_OPT_COLLECTIVE_CHUNK_BYTES);
     chunk &= ~(size_t)63;
     if (chunk >= 4096 && chunk < slot) h->chunk_bytes = chunk;
     h->data_off = data_off;
@@ -216,36 +208,35 @@ lt_status lt_world_attach(const char *shm_name, int rank, int size,
     return LT_OK;
 }
 
-static int env_int(const char *name, int *v)
+/* 1 and *v when option o is set and valid, 0 when unset, -1 when
+ * malformed (base/options.def gives each its range). */
+static int env_int(lt_opt o, int *v)
 {
-    const char *s = getenv(name);
-    if (!s || !*s) return 0;
-    char *end;
-    long x = strtol(s, &end, 10);
-    if (*end || x < INT_MIN || x > INT_MAX) return -1;
-    *v = (int)x;
-    return 1;
+    int st = lt_opt_state(o);
+    if (st == 1) *v = (int)lt_opt_int(o);
+    return st;
 }
 
 lt_status lt_world_attach_from_env(lt_world **out)
 {
     *out = NULL;
-    const char *name = getenv("LAZYTPU_SHM_NAME");
+    const char *name = lt_opt_str(LT_OPT_SHM_NAME);
     if (!name || !*name) return LT_OK;
     int grank = 0, gsize = 1, lrank = 0, lsize = 1, host = 0, hosts = 1;
-    if (env_int("LAZYTPU_ORDINAL", &grank) != 1 ||
-        env_int("LAZYTPU_WORLD_SIZE", &gsize) != 1)
+    if (env_int(LT_OPT_ORDINAL, &grank) != 1 ||
+        env_int(LT_OPT_WORLD_SIZE, &gsize) != 1)
         return lt_set_error(LT_ERR_ARG,
                             "world: LAZYTPU_SHM_NAME is set but "
                             "LAZYTPU_ORDINAL / LAZYTPU_WORLD_SIZE are missing "
                             "or malformed");
-    int hl = env_int("LAZYTPU_LOCAL_ORDINAL", &lrank);
-    int hs = env_int("LAZYTPU_LOCAL_WORLD_SIZE", &lsize);
-    int hh = env_int("LAZYTPU_HOST_INDEX", &host);
-    int hn = env_int("LAZYTPU_NUM_HOSTS", &hosts);
+    int hl = env_int(LT_OPT_LOCAL_ORDINAL, &lrank);
+    int hs = env_int(LT_OPT_LOCAL_WORLD_SIZE, &lsize);
+    int hh = env_int(LT_OPT_HOST_INDEX, &host);
+    int hn = env_int(LT_OPT_NUM_HOSTS, &hosts);
     if (hl < 0 || hs < 0 || hh < 0 || hn < 0)
-        return lt_set_error(LT_ERR_ARG, "world: malformed LAZYTPU_LOCAL_* / "
-                            "LAZYTPU_HOST_INDEX / LAZYTPU_NUM_HOSTS");
+        return lt_set_error(LT_ERR_ARG, "world: malformed LAZYTPU_LOCAL_ORDINAL / "
+                            "LAZYTPU_LOCAL_WORLD_SIZE / LAZYTPU_HOST_INDEX / "
+                            "LAZYTPU_NUM_HOSTS");
     if (!hl) lrank = grank;
     if (!hs) lsize = gsize;
     if (!hh) host = 0;
@@ -315,15 +306,15 @@ lt_status lt_world_default(lt_world **out)
 int lt_world_default_size(void)
 {
     int v = 1;
-    if (!getenv("LAZYTPU_SHM_NAME")) return 1;
-    if (env_int("LAZYTPU_WORLD_SIZE", &v) != 1 || v < 1) return 1;
+    if (!lt_opt_str(LT_OPT_SHM_NAME)) return 1;
+    if (env_int(LT_OPT_WORLD_SIZE, &v) != 1 || v < 1) return 1;
     return v;
 }
 
 int lt_world_default_rank(void)
 {
     int v = 0;
-    if (env_int("LAZYTPU_ORDINAL", &v) != 1 || v < 0) return 0;
+    if (env_int(LT_OPT_ORDINAL, &v) != 1 || v < 0) return 0;
     return v;
 }
 

@@ -22,21 +22,17 @@
 #include <mutex>
 #include <unordered_set>
 
+extern "C" int lt_hooks_env_num_cores(void);   /* hooks_options.c */
+
 namespace lazytpu {
 
 /* ------------------------------------------------------------ core count */
 
 namespace {
-constexpr int kMaxCores = 64;      /* as lazy/device.c */
-constexpr int kDefaultCores = 8;
 std::atomic<const hooks_engine *> g_engine{nullptr};
 
-int env_num_cores() {
-  const char *e = std::getenv("LAZYTPU_NUM_CORES");
-  if (!e || !*e) return kDefaultCores;
-  int n = std::atoi(e);
-  return n >= 1 && n <= kMaxCores ? n : kDefaultCores;
-}
+/* LAZYTPU_NUM_CORES through the options table (hooks_options.c) */
+int env_num_cores() { return lt_hooks_env_num_cores(); }
 }  // namespace
 
 void hooks_attach_engine(const hooks_engine *e) { g_engine.store(e); }

@@ -15,6 +15,7 @@
 #include "kutil.h"
 #include "par.h"
 #include "conv_wino.h"
+#include "options.h"
 
 typedef struct c1_job {
     const lt_wino_conv *q;
@@ -56,8 +57,7 @@ static void c1_sample(void *arg, int64_t n, int wk)
 int lt_conv_direct_c1_choose(const lt_wino_conv *q)
 {
     if (q->Ci != 1 || q->flip || q->OH < 1 || q->OW < 1 || q->ph < 0 || q->pw < 0) return 0;
-    const char *e = getenv("LAZYTPU_CONV_ALGO");
-    return !e || !*e || strcmp(e, "auto") == 0;
+    return strcmp(lt_opt_str(LT_OPT_CONV_ALGO), "auto") == 0;
 }
 
 lt_status lt_conv_direct_c1(const lt_wino_conv *q, const float *x, const float *w, float *y,

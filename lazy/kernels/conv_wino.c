@@ -32,6 +32,7 @@
 #include "kutil.h"
 #include "par.h"
 #include "conv_wino.h"
+#include "options.h"
 
 /* Samples per chunk: V and M of a chunk (16 * tiles * (Ci + Co) floats)
  * stay around this many bytes (L3-resident; larger GEMMs than per-sample
@@ -475,9 +476,9 @@ int lt_wino_choose(const lt_wino_conv *q)
 {
     if (q->OH < 1 || q->OW < 1 || q->ph < 0 || q->pw < 0 || q->N < 1 || q->Ci < 1 || q->Co < 1)
         return 0;
-    const char *e = getenv("LAZYTPU_CONV_ALGO");
-    if (e && strcmp(e, "winograd") == 0) return 1;
-    if (e && strcmp(e, "im2col") == 0) return 0;
+    const char *algo = lt_opt_str(LT_OPT_CONV_ALGO);
+    if (strcmp(algo, "winograd") == 0) return 1;
+    if (strcmp(algo, "im2col") == 0) return 0;
     int64_t rows = q->N * ((q->OH + 1) / 2) * ((q->OW + 1) / 2);
     return rows >= WINO_MIN_ROWS && q->Ci >= WINO_MIN_CHANNELS && q->Co >= WINO_MIN_CHANNELS;
 }

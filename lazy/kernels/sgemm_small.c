@@ -20,6 +20,7 @@
 #include <string.h>
 #include <cblas.h>
 #include "kutil.h"
+#include "options.h"
 
 /* The product through OpenBLAS (serial): no scratch of ours needed. */
 static void blas_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
@@ -183,14 +184,7 @@ static inline __attribute__((always_inline)) void ukernel(int64_t kc, const floa
  * way around this kernel should it ever be wrong); read once. */
 static int small_enabled(void)
 {
-    static _Atomic int on = -1;
-    int v = atomic_load_explicit(&on, memory_order_relaxed);
-    if (v < 0) {
-        const char *e = getenv("LAZYTPU_SMALL_GEMM");
-        v = !(e && strcmp(e, "0") == 0);
-        atomic_store_explicit(&on, v, memory_order_relaxed);
-    }
-    return v;
+    return (int)lt_opt_int(LT_OPT_SMALL_GEMM);     /* PROCESS: read once */
 }
 
 int lt_sgemm_small_ok(int ta, int64_t M, int64_t N, int64_t K)

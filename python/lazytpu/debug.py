@@ -114,11 +114,11 @@ def trace_enabled():
 def trace_path():
     """The trace file this process writes (LAZYTPU_TRACE with the ordinal
     substituted, as the C side does), or None when tracing is off."""
-    p = os.environ.get("LAZYTPU_TRACE")
+    p = _C.option("LAZYTPU_TRACE")
     if not p or not trace_enabled():
         return None
-    ordinal = int(os.environ.get("LAZYTPU_ORDINAL", "0") or 0)
-    world = int(os.environ.get("LAZYTPU_WORLD_SIZE", "1") or 1)
+    ordinal = _C.option("LAZYTPU_ORDINAL")
+    world = _C.option("LAZYTPU_WORLD_SIZE")
     if "{ordinal}" in p:
         return p.replace("{ordinal}", str(ordinal), 1)
     if "%d" in p:

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup
 
+from . import _C
 from . import collectives as _coll
 from .world import get_ordinal, world_size
 
@@ -134,7 +135,7 @@ def _create(name):
 
 
 def _store_path():
-    shm = os.environ.get("LAZYTPU_SHM_NAME", "").strip("/") or "lazytpu-single-%d" % os.getpid()
+    shm = (_C.option("LAZYTPU_SHM_NAME") or "").strip("/") or "lazytpu-single-%d" % os.getpid()
     return os.path.join(tempfile.gettempdir(), "%s.store" % shm)
 
 

@@ -63,8 +63,8 @@ def _lib_path():
 
 def _find_launcher():
     cands = []
-    if os.environ.get("LAZYTPU_BIN_DIR"):
-        cands.append(os.path.join(os.environ["LAZYTPU_BIN_DIR"], "lazytpu-run"))
+    if _C.option("LAZYTPU_BIN_DIR"):
+        cands.append(os.path.join(_C.option("LAZYTPU_BIN_DIR"), "lazytpu-run"))
     lp = _lib_path()
     if lp:
         cands.append(os.path.join(os.path.dirname(lp), "lazytpu-run"))
@@ -158,11 +158,10 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False,
     collects every worker's metrics report (merged)."""
     if start_method not in ("spawn", "fork", "forkserver"):
         raise ValueError("lazytpu.spawn: unknown start_method %r" % start_method)
-    if os.environ.get("LAZYTPU_SHM_NAME"):
+    if _C.option("LAZYTPU_SHM_NAME"):
         # already a worker of a launched world (lazytpu-run -n N python
         # script.py): this process is one of the N, fn runs here
-        local = int(os.environ.get("LAZYTPU_LOCAL_WORLD_SIZE",
-                                   os.environ.get("LAZYTPU_WORLD_SIZE", "1")))
+        local = _C.option("LAZYTPU_LOCAL_WORLD_SIZE") or _C.option("LAZYTPU_WORLD_SIZE")
         if nprocs not in (None, 1, local):
             raise ValueError("lazytpu.spawn(nprocs=%d) inside a world of %d processes per "
                              "host (started by lazytpu-run -n %d): use nprocs=None"
@@ -324,7 +323,7 @@ def _restore_context(head):
 
 
 def _write_metrics():
-    path = os.environ.get("LAZYTPU_METRICS_FILE")
+    path = _C.option("LAZYTPU_METRICS_FILE")
     if not path:
         return
     path = path.replace("{ordinal}", str(get_ordinal()))

@@ -79,7 +79,7 @@ from lightning.pytorch.trainer.connectors.accelerator_connector import _Accelera
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from . import core, metrics
+from . import _C, core, metrics
 from . import _integration as _dev
 
 __all__ = ["LazyTPUAccelerator", "LazyTPUSingleStrategy", "LazyTPUStrategy",
@@ -176,7 +176,7 @@ class LazyTPUEnvironment(ClusterEnvironment):
 
     @staticmethod
     def detect():
-        return "LAZYTPU_WORLD_SIZE" in os.environ
+        return _C.option_state("LAZYTPU_WORLD_SIZE") == 1
 
     def world_size(self):
         return _dev.world_size() if _dev.in_world() else self._num_processes
@@ -194,7 +194,7 @@ class LazyTPUEnvironment(ClusterEnvironment):
         return core.get_local_ordinal()
 
     def node_rank(self):
-        return int(os.environ.get("LAZYTPU_HOST_INDEX", "0"))
+        return _C.option("LAZYTPU_HOST_INDEX")
 
 
 # ----------------------------------------------------------- checkpoints ----

@@ -6,50 +6,44 @@ processes on one host (shared memory between them); under ``mpirun -np H`` or
 ``lazytpu-run --hosts H`` there are H hosts (see docs/multihost.md). The
 launcher tells each worker where it is through environment variables:
 LAZYTPU_ORDINAL (global), LAZYTPU_WORLD_SIZE (global), LAZYTPU_LOCAL_ORDINAL,
-LAZYTPU_LOCAL_WORLD_SIZE, LAZYTPU_HOST_INDEX, LAZYTPU_NUM_HOSTS.
+LAZYTPU_LOCAL_WORLD_SIZE, LAZYTPU_HOST_INDEX, LAZYTPU_NUM_HOSTS, read (as the
+C core reads them) through the options table, ``_C.option``.
 """
-import os
-
 from . import _C
 
 __all__ = ["get_ordinal", "get_local_ordinal", "world_size", "local_world_size",
            "host_index", "num_hosts", "limit_inflight"]
 
 
-def _env_int(name, default):
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        return int(default)
-
-
 def get_ordinal():
     """Global ordinal of this process (0 outside a launcher)."""
-    return _env_int("LAZYTPU_ORDINAL", 0)
+    return _C.option("LAZYTPU_ORDINAL")
 
 
 def get_local_ordinal():
     """Ordinal of this process on its host."""
-    return _env_int("LAZYTPU_LOCAL_ORDINAL", get_ordinal())
+    v = _C.option("LAZYTPU_LOCAL_ORDINAL")
+    return get_ordinal() if v is None else v
 
 
 def world_size():
     """Number of processes in the world, all hosts (1 outside a launcher)."""
-    return _env_int("LAZYTPU_WORLD_SIZE", 1)
+    return _C.option("LAZYTPU_WORLD_SIZE")
 
 
 def local_world_size():
     """Number of processes on this host."""
-    return _env_int("LAZYTPU_LOCAL_WORLD_SIZE", world_size() // max(num_hosts(), 1))
+    v = _C.option("LAZYTPU_LOCAL_WORLD_SIZE")
+    return world_size() // max(num_hosts(), 1) if v is None else v
 
 
 def host_index():
     """Index of this process's host (0 on a single host)."""
-    return _env_int("LAZYTPU_HOST_INDEX", 0)
+    return _C.option("LAZYTPU_HOST_INDEX")
 
 
 def num_hosts():
-    return _env_int("LAZYTPU_NUM_HOSTS", 1)
+    return _C.option("LAZYTPU_NUM_HOSTS")
 
 
 # ------------------------------------------------------------ the world ----

@@ -22,12 +22,14 @@ import sys
 
 from _lazytpu_cli import TORCH_XLA_VERSION, activate_env, real_torch_xla  # noqa: F401
 
+from .. import _C
+
 SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "xla_site")
 
 
 def enabled():
     """True when this process runs in torch_xla compatibility mode."""
-    return os.environ.get("LAZYTPU_XLA_COMPAT") == "1"
+    return bool(_C.option("LAZYTPU_XLA_COMPAT"))
 
 
 _NOTED = set()

@@ -8,13 +8,14 @@ is already there: None (the launcher's N).
 import os
 
 import lazytpu
+from lazytpu import _C
 from lazytpu import core as _core
 
 
 def in_launched_world():
     """True in a worker of a world the launcher started (lazytpu-run -n N or
     spawn's workers)."""
-    return bool(os.environ.get("LAZYTPU_SHM_NAME"))
+    return bool(_C.option("LAZYTPU_SHM_NAME"))
 
 
 def cpu_devices():

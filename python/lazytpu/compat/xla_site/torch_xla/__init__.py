@@ -4,7 +4,6 @@ Active only under ``lazytpu-run`` / ``python -m lazytpu``. Each module of this
 tree maps torch_xla's names onto lazytpu's implementation; see
 docs/torch_xla.md for the table and what differs.
 """
-import os
 
 from . import _env
 
@@ -14,7 +13,7 @@ import lazytpu as _lazytpu  # noqa: E402,F401
 
 # the engine may have started before this import (a device tensor made
 # first): the starting matmul precision _env chose applies either way
-_lazytpu.set_matmul_precision(os.environ["LAZYTPU_MATMUL_PRECISION"])
+_lazytpu.set_matmul_precision(_env.matmul_level)
 
 from .version import __version__  # noqa: E402,F401
 from .torch_xla import *  # noqa: E402,F401,F403

@@ -5,6 +5,10 @@ import os
 import sys
 
 
+# the starting LAZYTPU_MATMUL_PRECISION translate_env chose (or the user's)
+matmul_level = None
+
+
 def _note(msg):
     sys.stderr.write("lazytpu: %s\n" % msg)
 
@@ -43,7 +47,10 @@ def translate_env():
                            "TPU cores (PJRT_DEVICE=TPU or CPU)" % e["PJRT_DEVICE"])
     # f32 products as the device computes them: a TPU's bf16 passes at XLA's
     # DEFAULT precision, full f32 on XLA:CPU (torch_xla.backends)
-    e.setdefault("LAZYTPU_MATMUL_PRECISION", "default" if pjrt == "TPU" else "f32")
+    global matmul_level
+    matmul_level = e.setdefault("LAZYTPU_MATMUL_PRECISION", "default" if pjrt == "TPU" else "f32")
+    # the one LAZYTPU_* read outside the options table (base/options.def):
+    # this runs before lazytpu._C may load (loading it starts the engine)
     if pjrt == "CPU" and not e.get("LAZYTPU_SHM_NAME"):
         n = e.get("CPU_NUM_DEVICES", "").strip() or "1"
         if not n.isdigit() or int(n) < 1:

@@ -14,9 +14,9 @@ torch_xla (pytorch/xla#9129) a switched level takes effect in the next
 graph: the level is part of the compile-cache key.
 """
 import logging
-import os
 
 from lazytpu import core as _core
+from .. import _env as _xla_env
 from lazytpu import precision as _precision
 
 __all__ = ["set_mat_mul_precision", "get_mat_mul_precision"]
@@ -27,7 +27,7 @@ _WARNING_MESSAGE = ("Setting mat mul precision multiple times is not recommended
                     "behaving as expected.")
 
 _NAMES = ("default", "high", "highest")
-_env_level = os.environ.get("LAZYTPU_MATMUL_PRECISION", "")
+_env_level = _xla_env.matmul_level or ""       # what torch_xla's import chose
 _setting = _env_level if _env_level in _NAMES else "default"
 
 
