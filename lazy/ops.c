@@ -114,8 +114,8 @@ enum {
 #undef LT_OP
     LT_TABLE_NUM_OPS
 };
-_Static_assert(LT_TABLE_NUM_OPS == LT_NUM_OPS, "lazytpu_ops.h is stale: rebuild");
+_Static_assert((int)LT_TABLE_NUM_OPS == (int)LT_NUM_OPS, "lazytpu_ops.h is stale: rebuild");
 #define LT_OP(name, ...) \
-    _Static_assert(LT_TABLE_OP_##name == LT_OP_##name, "lazytpu_ops.h is stale: " #name);
+    _Static_assert((int)LT_TABLE_OP_##name == (int)LT_OP_##name, "lazytpu_ops.h is stale: " #name);
 #include "ops.def"
 #undef LT_OP
