@@ -15,8 +15,8 @@ The script runs unchanged (runpy, as ``__main__``). Global hooks watch it:
   input and output and a tensor hook on the output its gradient; they are
   read after the last step.
 MODE "autocast" runs the script inside ``torch.autocast(<device>, bf16)``,
-left off during ``backward()``; the other modes are set by the environment
-the lab gives the process.
+left off during ``backward()``, its cast cache cleared at each optimizer
+step; the other modes are set by the environment the lab gives the process.
 """
 import os
 import random
@@ -25,6 +25,7 @@ import sys
 import time
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from .. import _C
 from .. import amp
@@ -74,6 +75,11 @@ class Recorder:
         self.pending.append(loss.detach())
 
     def on_step(self, opt, args, kwargs):
+        if self.mode == "autocast":
+            # the autocast context never exits in this run: drop its bf16
+            # copies of the weights the step just changed (leaving a `with
+            # torch.autocast` block does this in the user's own loop)
+            torch.clear_autocast_cache()
         if not self.pending:
             return                     # a step without a backward: not counted
         p, self.pending = self.pending, []
@@ -179,7 +185,7 @@ def main(argv):
         return orig_backward(self, *a, **kw)
 
     torch.Tensor.backward = backward
-    torch.optim.optimizer.register_optimizer_step_post_hook(rec.on_step)
+    register_optimizer_step_post_hook(rec.on_step)
     if k == 1:
         rec.start_recording()
     random.seed(seed)

@@ -124,12 +124,12 @@ def _plot(runs, path, steps):
     import matplotlib.pyplot as plt
     fig, (a, b) = plt.subplots(2, 1, figsize=(8, 7), sharex=True,
                                gridspec_kw={"height_ratios": [2, 1]})
-    for m, rec in runs.items():
+    for i, (m, rec) in enumerate(runs.items()):
         xs = range(1, len(rec["losses"]) + 1)
-        a.plot(xs, rec["losses"], label=m, lw=1.2)
+        a.plot(xs, rec["losses"], label=m, lw=1.2, color="C%d" % i)
         if m != "f32":
-            b.plot(xs[:len(loss_gap(runs, m))], [100 * g for g in loss_gap(runs, m)], label=m,
-                   lw=1.0)
+            gap = loss_gap(runs, m)
+            b.plot(xs[:len(gap)], [100 * g for g in gap], label=m, lw=1.0, color="C%d" % i)
     a.set_ylabel("loss")
     a.set_title("lazytpu.bf16: loss per mode (%d steps)" % steps)
     a.legend()
@@ -181,6 +181,11 @@ def write(runs, out_dir, script, steps, k, max_gap=None, keep=()):
                      % (m, mem or "-", 1e3 * step_time(r), r.get("wall_s", float("nan"))))
     lines.append("")
     # ---- precision tables and suggestions
+    if k > 1:
+        lines.append("note: at step %d the weights already differ between the modes (the updates "
+                     "of steps 1..%d): the errors below include that drift; --step 1 shows the "
+                     "arithmetic alone" % (k, k - 1))
+        lines.append("")
     suggested = {}
     for m in others:
         rows = module_table(runs, m)
