@@ -95,7 +95,9 @@ def test_keep_f32_module_under_autocast_with_gradients(kept):
     want = Centered()(hf)                                  # eager f32 on the CPU
     (want ** 2).sum().backward()
     assert torch.allclose(y.detach().cpu(), want.detach().cpu(), rtol=0, atol=1e-4)
-    assert torch.allclose(h.grad.float().cpu(), hf.grad.cpu(), rtol=1e-3, atol=1e-3)
+    # h is bf16 (autocast's linear): its gradient is the f32 one rounded to bf16
+    assert torch.allclose(h.grad.float().cpu(), hf.grad.bfloat16().float(), rtol=2 ** -7,
+                          atol=1e-3)
     h2, y2 = run([])
     assert y2.dtype == torch.bfloat16
     assert _rel(y2.detach().cpu().float(), want.detach().cpu()) > 0.05   # bf16 loses it
@@ -115,7 +117,7 @@ STORAGE = textwrap.dedent("""
             return y - y.mean(dim=1, keepdim=True)
     dev = lazytpu.device()
     g = torch.Generator().manual_seed(0)
-    x = 300 + 4 * torch.randn(16, 256, generator=g)
+    x = 300 + torch.randn(16, 256, generator=g)
     xd = x.to(dev)
     xs = xd.cpu()                      # the bf16-stored values, as f32
     def rnd(t):
@@ -131,8 +133,8 @@ STORAGE = textwrap.dedent("""
     for keep in ([], ["var", "Centered"]):
         v, c = run(keep)
         print("KEEP", ",".join(keep) or "-", "VAR %.3g CENTER %.3g" % (rel(v, ref_v), rel(c, ref_c)),
-              "ULP", int(((v - ref_v).abs() <= ref_v.abs() * 2 ** -8).all()),
-              int(((c - ref_c).abs() <= ref_c.abs() * 2 ** -8 + 1e-6).all()))
+              "ULP", int(((v - ref_v).abs() <= ref_v.abs() * 2 ** -7).all()),
+              int(((c - ref_c).abs() <= ref_c.abs() * 2 ** -7 + 1e-6).all()))
     print("MODE", int(lazytpu._C.bf16_mode()))
 """)
 
@@ -150,7 +152,7 @@ def test_keep_f32_in_bf16_storage_mode():
     assert "MODE 1" in p.stdout
     plain, keep = lines["-"], lines["var,Centered"]
     assert float(plain[3]) > 0.05 and float(plain[5]) > 0.05, p.stdout
-    assert float(keep[3]) < 2 ** -8 and float(keep[5]) < 2 ** -8, p.stdout
+    assert float(keep[3]) < 2 ** -7 and float(keep[5]) < 2 ** -7, p.stdout
     assert keep[7:9] == ["1", "1"], p.stdout
 
 
