@@ -94,6 +94,13 @@ PyObject *py_bf16_mode(PyObject *, PyObject *) {
   return PyBool_FromLong(lt_bf16_mode());
 }
 
+/* keep_f32_storage(on) -> previous: lt_trace_keep_f32 on this thread. */
+PyObject *py_keep_f32_storage(PyObject *, PyObject *args) {
+  int on;
+  if (!PyArg_ParseTuple(args, "p", &on)) return nullptr;
+  return PyBool_FromLong(lt_trace_keep_f32(on));
+}
+
 /* matmul precision (lt_matmul_precision) by name: "f32", "default", "high",
  * "highest"; another name raises ValueError. */
 PyObject *py_set_matmul_precision(PyObject *, PyObject *args) {
@@ -404,6 +411,8 @@ PyMethodDef methods[] = {
     {"_init", py_init, METH_NOARGS, "Initialise the core (idempotent)."},
     {"num_cores", py_num_cores, METH_NOARGS, "Number of simulated cores."},
     {"bf16_mode", py_bf16_mode, METH_NOARGS, "1 when f32 is stored as bf16."},
+    {"keep_f32_storage", py_keep_f32_storage, METH_VARARGS,
+     "keep_f32_storage(on) -> previous: in bf16 mode this thread's traced f32 results stay f32."},
     {"used_cores", py_used_cores, METH_NOARGS, "Cores that hold tensors."},
     {"set_matmul_precision", py_set_matmul_precision, METH_VARARGS,
      "set_matmul_precision(name): f32, default, high or highest."},

@@ -251,6 +251,13 @@ LT_API int lt_num_cores(void);
  * first call of this function, whichever comes first (torch_xla reads
  * XLA_USE_BF16 at its first device tensor too), and holds until lt_shutdown. */
 LT_API int lt_bf16_mode(void);
+/* In bf16 mode, on the calling thread: on != 0 makes the ops traced from now
+ * on store their float32 results as float32 (not bf16), the storage of an
+ * op kept in f32 (lazytpu.amp.keep_f32); the caller rounds the kept region's
+ * results back to bf16 storage with a cast. No effect outside bf16 mode or on
+ * other threads (autograd's backward threads included). Returns the previous
+ * setting. */
+LT_API int lt_trace_keep_f32(int on);
 
 /* How f32 matrix products are multiplied: mm, bmm, addmm, the convolutions
  * and their gradients whose operands are not both bf16. A TPU's MXU

@@ -22,6 +22,22 @@
 
 static _Atomic(lt_counter *) op_counters[LT_NUM_OPS];
 
+/* lt_trace_keep_f32: this thread's f32 results stay f32 in bf16 mode */
+static _Thread_local int keep_f32;
+
+int lt_trace_keep_f32(int on)
+{
+    int prev = keep_f32;
+    keep_f32 = on != 0;
+    return prev;
+}
+
+/* The storage dtype of a traced result of logical dtype dt. */
+static lt_dtype trace_storage(lt_dtype dt, lt_runtime *r)
+{
+    return lt_storage_dtype(dt, lt_rt_bf16(r) && !keep_f32);
+}
+
 static lt_counter *op_counter(lt_op op)
 {
     lt_counter *c = atomic_load_explicit(&op_counters[op], memory_order_acquire);
@@ -105,7 +121,7 @@ lt_status lt_trace(lt_op op, lt_tensor *const *inputs, int n_inputs,
     st = lt_infer(op, opd, n_inputs, &a, &shape, &dt);
     if (st == LT_OK) {
         lt_node *node = lt_node_new(op, nin, n_inputs, &a, &shape,
-                                    lt_storage_dtype(dt, lt_rt_bf16(r)), core, 0);
+                                    trace_storage(dt, r), core, 0);
         if (!node) {
             st = LT_ERR_INTERNAL;
         } else {
@@ -192,7 +208,7 @@ lt_status lt_scalar(int core, double value, lt_dtype dtype, int wrapped,
         lt_convert(&value, LT_F64, &slot, dtype, 1);
         lt_convert(&slot, dtype, &v, LT_F64, 1);
     }
-    lt_node *n = lt_node_new_scalar(v, lt_storage_dtype(dtype, lt_rt_bf16(r)), core,
+    lt_node *n = lt_node_new_scalar(v, trace_storage(dtype, r), core,
                                     wrapped ? LT_NODE_WRAPPED : 0);
     if (!n) return LT_ERR_INTERNAL;
     lt_live_lock(core);
