@@ -84,6 +84,10 @@ int dt_print_summary(void);
 /* The cases of an LT_KIND_LINALG op (support_diff_linalg.c): identity checks
  * of its packed results over batches and views, counted in its family. */
 void dt_cases_linalg(lt_op op);
+/* The cases of random ops (distribution statistics, seeding) and of
+ * collectives on a world of 1 (support_diff_random.c). */
+void dt_cases_random(lt_op op);
+void dt_cases_collective(lt_op op);
 
 /* ---- case constructors ---- */
 static inline lt_shape S(int nd, ...)
