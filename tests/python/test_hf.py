@@ -49,8 +49,8 @@ def run(tmp_path, model, way, device, extra=()):
     return torch.load(out, weights_only=False)
 
 
-def compare(cpu, dev, tol=1e-4, same_eval_formula=True):
-    assert dev["device"].startswith("lazytpu"), dev["device"]
+def compare(cpu, dev, tol=1e-4, same_eval_formula=True, device_prefix="lazytpu"):
+    assert dev["device"].startswith(device_prefix), dev["device"]
     assert cpu["device"] == "cpu", cpu["device"]
     assert len(cpu["losses"]) == len(dev["losses"]) > 0
     for i, (a, b) in enumerate(zip(cpu["losses"], dev["losses"])):
@@ -72,7 +72,8 @@ def compare(cpu, dev, tol=1e-4, same_eval_formula=True):
     assert end["fallbacks"] == {}, "CPU fallbacks: %s" % end["fallbacks"]
     assert half is not None
     assert trained["UncachedCompile"] >= half["UncachedCompile"] > 0
-    assert trained["SyncCause::optimizer_step"] >= STEPS, trained
+    if device_prefix == "lazytpu":   # lazytpu.hf's boundary (compat: the loader's)
+        assert trained["SyncCause::optimizer_step"] >= STEPS, trained
 
 
 @pytest.mark.parametrize("model", ["gpt2", "bert"])
