@@ -102,3 +102,62 @@ def test_trainer_default_fused_adamw_refused(tmp_path):
     assert p.returncode != 0
     assert "RuntimeError: `fused=True` requires all the params" in p.stderr, p.stderr[-3000:]
     assert "xla" in p.stderr.splitlines()[-1]
+
+
+XLA_SCRIPT = os.path.join(HERE, "scripts", "hf_xla_train.py")
+CORE_STEPS = 4
+
+
+@pytest.mark.parametrize("launch", ["xmp", "notebook", "accelerate"])
+def test_accelerate_loop_eight_cores(tmp_path, launch):
+    """The Accelerate loop on 8 cores, started as torch_xla users start it:
+    ``xmp.spawn(main)``; ``notebook_launcher(main, num_processes=8)`` in a
+    Kaggle TPU notebook (KAGGLE_* and PJRT_DEVICE=TPU set: the only case in
+    which accelerate 1.15's notebook_launcher uses xmp.spawn); ``accelerate
+    launch --tpu`` under ``lazytpu-run`` (accelerate imports the script and
+    calls main through xmp.spawn).
+
+    The math equals hf_train.py's Accelerate loop on the CPU with the global
+    batch: each core takes 1 sample per step, Accelerate shards the
+    unshuffled loader so core k takes sample 8t+k at step t, the CPU takes
+    samples 8t..8t+7 as one batch of 8; every sample of GPT-2 has the same
+    number of tokens, so the mean over cores of the per-core mean losses is
+    the CPU's mean loss, and ``xm.optimizer_step`` averages the gradients as
+    the CPU's batch mean does. Eval: 24 samples, gathered per sample."""
+    cpu = run(tmp_path, "gpt2", "accelerate", False,
+              ["--batch", "8", "--steps", str(CORE_STEPS)])
+    out = str(tmp_path / ("gpt2-%s-8.pt" % launch))
+    script = [XLA_SCRIPT, "--launch", launch, "--model", "gpt2", "--steps", str(CORE_STEPS),
+              "--batch", "1", "--out", out]
+    env = env_for(True)
+    if launch == "accelerate":
+        bindir = os.path.dirname(sys.executable)
+        cmd = [os.path.join(bindir, "lazytpu-run"), os.path.join(bindir, "accelerate"),
+               "launch", "--tpu", "--num_processes", "8", "--main_training_function",
+               "main"] + script
+    else:
+        cmd = [sys.executable, "-m", "lazytpu"] + script
+    if launch == "notebook":
+        env.update(KAGGLE_KERNEL_RUN_TYPE="Interactive", PJRT_DEVICE="TPU")
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900,
+                       cwd=str(tmp_path))
+    assert p.returncode == 0, "%s failed:\n%s\n%s" % (" ".join(cmd), p.stdout[-3000:],
+                                                     p.stderr[-6000:])
+    dev = torch.load(out, weights_only=False)
+    assert dev["world"] == 8 and dev["device"] == "xla:0", (dev["world"], dev["device"])
+    # run()'s STEPS does not apply: the CPU run was given --steps CORE_STEPS
+    assert len(cpu["losses"]) == len(dev["losses"]) == CORE_STEPS
+    for i, (a, b) in enumerate(zip(cpu["losses"], dev["losses"])):
+        assert abs(a - b) <= 1e-4 * max(1.0, abs(a)), "loss %d: cpu %r 8 cores %r" % (i, a, b)
+    for name, w in cpu["params"].items():
+        torch.testing.assert_close(dev["params"][name], w, atol=1e-4, rtol=1e-4,
+                                   msg=lambda m: name + ": " + m)
+    assert abs(dev["eval_loss"] - cpu["eval_loss"]) <= 1e-4 * abs(cpu["eval_loss"])
+    assert abs(dev["cpu_eval_loss"] - cpu["cpu_eval_loss"]) <= 1e-4 * abs(cpu["eval_loss"])
+    assert dev["end"]["fallbacks"] == {}, dev["end"]["fallbacks"]
+    half, trained = dev["half"], dev["trained"]
+    assert trained["UncachedCompile"] == half["UncachedCompile"] > 0, (half, trained)
+    b = [sum(c["syncs"].get(k, 0) for k in ("SyncCause::loader_step", "SyncCause::mark_step",
+                                             "SyncCause::optimizer_step"))
+         for c in (half, trained)]
+    assert b[1] - b[0] >= CORE_STEPS // 2, (half, trained)

@@ -23,6 +23,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--model", choices=["gpt2", "bert"], required=True)
 parser.add_argument("--way", choices=["trainer", "accelerate"], required=True)
 parser.add_argument("--steps", type=int, default=8)
+parser.add_argument("--batch", type=int, default=4)
 parser.add_argument("--enable", action="store_true")
 parser.add_argument("--optim", default=None, help="TrainingArguments.optim (default: "
                     "Trainer's, fused AdamW, which PyTorch refuses on xla tensors)")
@@ -37,7 +38,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 transformers.logging.set_verbosity_error()
-SEQ, VOCAB, BATCH = 16, 96, 4
+SEQ, VOCAB, BATCH = 16, 96, args.batch
 
 
 def build_model():
