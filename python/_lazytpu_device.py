@@ -79,7 +79,43 @@ def register():
         torch.utils.generate_methods_for_privateuse1_backend(
             for_tensor=True, for_module=True, for_packed_sequence=True,
             for_storage=False)
+    _install_first_move()
     _registered = True
+
+
+def _install_first_move():
+    """Makes the first ``module.to("lazytpu")`` of a process that has not
+    loaded the engine load it before converting anything. The engine's
+    import replaces Module.to with the version that keeps tied parameters
+    tied (lazytpu/_patches.py); without this, a program that only names the
+    device (``ACCELERATE_TORCH_DEVICE=lazytpu``, Trainer's
+    ``model.to(args.device)``) would run its first move with PyTorch's
+    Module.to, which gives each module that shares a parameter (GPT-2's
+    embedding and LM head) a Parameter of its own: the LM head's gradient
+    then never reaches the embedding. Any other .to() is PyTorch's, after one
+    device-argument parse."""
+    import torch
+    orig = torch.nn.Module.to
+
+    def to(self, *args, **kwargs):
+        if not is_initialized():
+            device = torch._C._nn._parse_to(*args, **kwargs)[0]
+            if device is not None and device.type == NAME:
+                _engine()
+                return torch.nn.Module.to(self, *args, **kwargs)
+        return orig(self, *args, **kwargs)
+
+    to.__doc__ = orig.__doc__
+    torch.nn.Module.to = to
+
+    def module_to_device(self, device=None):
+        """Moves all parameters and buffers to the lazytpu core ``device``
+        (default: the current one), as ``.to()`` does: tied parameters stay
+        tied (PyTorch's generated method converts through ``_apply``, which
+        unties them)."""
+        return self.to(torch.device(NAME, _core(device)))
+
+    setattr(torch.nn.Module, NAME, module_to_device)
 
 
 def autoload():

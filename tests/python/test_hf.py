@@ -49,8 +49,8 @@ def run(tmp_path, model, way, device, extra=()):
     return torch.load(out, weights_only=False)
 
 
-def compare(cpu, dev, tol=1e-4):
-    assert dev["device"].startswith("lazytpu"), dev["device"]
+def compare(cpu, dev, tol=1e-4, same_eval_formula=True, device_prefix="lazytpu"):
+    assert dev["device"].startswith(device_prefix), dev["device"]
     assert cpu["device"] == "cpu", cpu["device"]
     assert len(cpu["losses"]) == len(dev["losses"]) > 0
     for i, (a, b) in enumerate(zip(cpu["losses"], dev["losses"])):
@@ -60,34 +60,75 @@ def compare(cpu, dev, tol=1e-4):
         torch.testing.assert_close(dev["params"][name], p, atol=tol, rtol=tol,
                                    msg=lambda m: name + ": " + m)
     assert abs(cpu["eval_loss"] - dev["eval_loss"]) <= tol * max(1.0, abs(cpu["eval_loss"]))
-    # the model saved from the device, loaded on the CPU, evaluates the same
-    assert abs(dev["cpu_eval_loss"] - dev["eval_loss"]) <= tol * max(1.0, abs(dev["eval_loss"]))
+    # the model saved from the device, loaded on the CPU, evaluates as the
+    # CPU-trained one; and as on the device where both losses are the same
+    # formula (an Accelerate loop: the model's mean loss; Trainer's GPT-2
+    # eval_loss divides the summed loss by all label tokens, 64 per batch,
+    # not the 60 the shifted loss has)
+    assert abs(dev["cpu_eval_loss"] - cpu["cpu_eval_loss"]) <= tol * max(1.0, abs(cpu["eval_loss"]))
+    if same_eval_formula:
+        assert abs(dev["cpu_eval_loss"] - dev["eval_loss"]) <= tol * max(1.0, abs(dev["eval_loss"]))
     end, half, trained = dev["end"], dev["half"], dev["trained"]
     assert end["fallbacks"] == {}, "CPU fallbacks: %s" % end["fallbacks"]
     assert half is not None
     assert trained["UncachedCompile"] >= half["UncachedCompile"] > 0
-    assert trained["SyncCause::optimizer_step"] >= STEPS, trained
+    if device_prefix == "lazytpu":   # lazytpu.hf's boundary (compat: the loader's)
+        assert trained["SyncCause::optimizer_step"] >= STEPS, trained
 
 
-@pytest.mark.parametrize("model", [
-    pytest.param("gpt2", marks=pytest.mark.xfail(
-        strict=True, reason="known: with Trainer's defaults (fused AdamW, grad clipping, tied "
-        "head) GPT-2's loss departs from CPU by 1.2e-3 at step 3; the Accelerate loop "
-        "(non-fused AdamW) and BERT with Trainer match within 1e-4")),
-    "bert"])
+@pytest.mark.parametrize("model", ["gpt2", "bert"])
 def test_trainer_plain_device(tmp_path, model):
     """ACCELERATE_TORCH_DEVICE=lazytpu and an unchanged Trainer script: same
     losses, weights and eval loss as on the CPU, no fallback, a step per
     optimizer step, nothing new compiled after the first half."""
     cpu = run(tmp_path, model, "trainer", "cpu")
     dev = run(tmp_path, model, "trainer", "lazytpu")
-    compare(cpu, dev)
+    compare(cpu, dev, same_eval_formula=model != "gpt2")
     # steady state: the second half of training compiled at most the last
     # step's variants (the LR schedule's end), nothing per step
     trained, half = dev["trained"], dev["half"]
     assert trained["UncachedCompile"] - half["UncachedCompile"] <= 2, (half, trained)
     report = tmp_path / (model + "-trainer-lazytpu.pt.model") / "lazytpu-metrics.txt"
     assert "Counter: CachedCompile" in report.read_text()
+
+
+FIRST_MOVE = r"""
+import sys, torch, transformers
+assert "lazytpu" not in sys.modules       # only PyTorch's autoload so far
+torch.manual_seed(0)
+cfg = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=96, n_positions=16,
+                              resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+cpu = transformers.GPT2LMHeadModel(cfg)
+dev = transformers.GPT2LMHeadModel(cfg)
+dev.load_state_dict(cpu.state_dict())
+getattr(dev, sys.argv[1])("lazytpu") if sys.argv[1] == "to" else dev.lazytpu()
+tied = dev.lm_head.weight is dev.transformer.wte.weight
+x = torch.randint(1, 96, (2, 16), generator=torch.Generator().manual_seed(1))
+for m, d in ((cpu, "cpu"), (dev, "lazytpu")):
+    m(input_ids=x.to(d), labels=x.to(d)).loss.backward()
+diff = (cpu.transformer.wte.weight.grad - dev.transformer.wte.weight.grad.cpu()).abs().max()
+print("tied", tied, "diff", float(diff))
+"""
+
+
+@pytest.mark.parametrize("how", ["to", "lazytpu"])
+def test_first_move_keeps_tied_weights(tmp_path, how):
+    """The first model.to("lazytpu") / model.lazytpu() of a process that never
+    imported lazytpu (the device only named, as Trainer does with
+    ACCELERATE_TORCH_DEVICE=lazytpu) keeps GPT-2's embedding and LM head one
+    Parameter, so the head's gradient reaches the embedding as on the CPU.
+    (It used to run PyTorch's own Module.to, which gave the head a Parameter
+    of its own: Trainer's GPT-2 drifted from the CPU by 1e-3 in 3 steps.)"""
+    env = dict(os.environ)
+    env.pop("LAZYTPU_XLA_COMPAT", None)
+    env["PYTHONPATH"] = os.path.join(HERE, "..", "..", "python") + os.pathsep + \
+        env.get("PYTHONPATH", "")
+    p = subprocess.run([sys.executable, "-c", FIRST_MOVE, how], env=env, capture_output=True,
+                       text=True, timeout=300, cwd=str(tmp_path))
+    assert p.returncode == 0, p.stderr[-4000:]
+    words = p.stdout.split()
+    assert words[:2] == ["tied", "True"], p.stdout
+    assert float(words[3]) < 1e-6, p.stdout
 
 
 def test_accelerate_loop_enable(tmp_path):

@@ -23,7 +23,10 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--model", choices=["gpt2", "bert"], required=True)
 parser.add_argument("--way", choices=["trainer", "accelerate"], required=True)
 parser.add_argument("--steps", type=int, default=8)
+parser.add_argument("--batch", type=int, default=4)
 parser.add_argument("--enable", action="store_true")
+parser.add_argument("--optim", default=None, help="TrainingArguments.optim (default: "
+                    "Trainer's, fused AdamW, which PyTorch refuses on xla tensors)")
 parser.add_argument("--out", required=True)
 args = parser.parse_args()
 
@@ -35,7 +38,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 transformers.logging.set_verbosity_error()
-SEQ, VOCAB, BATCH = 16, 96, 4
+SEQ, VOCAB, BATCH = 16, 96, args.batch
 
 
 def build_model():
@@ -75,6 +78,8 @@ def counters():
     names = ["UncachedCompile", "CachedCompile", "SyncCause::optimizer_step"]
     out = {n: met.counter_value(n) or 0 for n in names}
     out["fallbacks"] = {n: met.counter_value(n) for n in met.executed_fallback_ops()}
+    out["syncs"] = {n: met.counter_value(n) for n in met.counter_names()
+                    if n.startswith("SyncCause::") or n == "MarkStep"}
     return out
 
 
@@ -106,7 +111,8 @@ if args.way == "trainer":
         output_dir=out_dir, per_device_train_batch_size=BATCH, per_device_eval_batch_size=BATCH,
         max_steps=args.steps, logging_steps=1, report_to=[], save_strategy="no",
         learning_rate=1e-3, lr_scheduler_type="linear",
-        warmup_steps=2, seed=0, dataloader_num_workers=0, disable_tqdm=True)
+        warmup_steps=2, seed=0, dataloader_num_workers=0, disable_tqdm=True,
+        **({"optim": args.optim} if args.optim else {}))
     trainer = transformers.Trainer(model=model, args=targs, train_dataset=train,
                                    eval_dataset=evald, callbacks=[Record()])
     t0 = time.perf_counter()
