@@ -53,6 +53,12 @@ _Static_assert(LT_MAX_CORES == 64 && LT_DEFAULT_CORES == 8, "options.def: LAZYTP
 /* Unclaimed faults kept per core for lt_core_wait(report=1); past this
  * bound the oldest are dropped (and counted in the next report). */
 #define LT_MAX_PENDING_FAULTS 256
+/* A wait that starts this soon after the step sync it waits for shows a
+ * synchronous loop (mark_step(); wait_device_ops()): the next step sync's
+ * job is left for the wait (LT_WAKE_HINT). A loop that traces or loads
+ * data between its sync and its wait keeps the worker running its program
+ * meanwhile. */
+#define LT_QUICK_WAIT_NS 200000
 /* Step ends remembered per core by lt_limit_inflight (its largest depth). */
 #define LT_INFLIGHT_STEPS 64
 
@@ -70,6 +76,13 @@ typedef struct lt_core {
     int busy;                    /* a job is running (on the worker or
                                     inline on a waiter): one at a time */
     int64_t done_ns;             /* when the last job finished (profile) */
+    int unwoken;                 /* a queued job was not signalled to the
+                                    worker (LT_WAKE_*): the next waiter that
+                                    cannot run it inline, the next submit
+                                    or a fork wakes it */
+    uint64_t hint_seq;           /* last LT_WAKE_HINT job, its submit time, */
+    int64_t hint_ns;             /* and whether a wait for it started right */
+    int quick;                   /* after (LT_QUICK_WAIT_NS) */
     int stop;
     atomic_int used;             /* has received work */
     lt_fault **pend;             /* faults not yet reported by a wait, in seq
@@ -292,6 +305,9 @@ lt_status lt_devices_init(void)
         c->head = c->tail = NULL;
         c->stop = 0;
         c->busy = 0;
+        c->unwoken = 0;
+        c->hint_seq = 0;
+        c->quick = 0;
         c->budget = budget;
         atomic_store(&c->used, 0);
         atomic_store(&c->respawn, 0);
@@ -651,16 +667,34 @@ uint64_t lt_core_submit(int core, lt_job *job)
     }
     if (!atomic_exchange(&c->used, 1))
         atomic_fetch_add(&g_cores_in_use, 1);
+    int64_t now = job->wake == LT_WAKE_HINT ? lt_now_ns() : 0;
     pthread_mutex_lock(&c->submit_mu);
     pthread_mutex_lock(&c->mu);
     uint64_t seq = job->seq = ++c->last_seq;
     job->next = NULL;
+    /* the worker is left asleep only for a job that a waiter will take:
+     * the core idle (a busy worker takes it next anyway), nothing queued
+     * before it, one core in use (a wait for all cores takes them one by
+     * one) */
+    int defer = g_inline && job->inline_ok && !c->busy && !c->head &&
+                atomic_load(&g_cores_in_use) <= 1 &&
+                (job->wake == LT_WAKE_WAITER || (job->wake == LT_WAKE_HINT && c->quick));
+    if (job->wake == LT_WAKE_HINT) {
+        c->hint_seq = seq;
+        c->hint_ns = now;
+        c->quick = 0;
+    }
     if (c->tail)
         c->tail->next = job;
     else
         c->head = job;
     c->tail = job;
-    pthread_cond_signal(&c->cv_work);
+    if (defer) {
+        c->unwoken = 1;
+    } else {
+        c->unwoken = 0;
+        pthread_cond_signal(&c->cv_work);
+    }
     pthread_mutex_unlock(&c->mu);
     pthread_mutex_unlock(&c->submit_mu);
     return seq;   /* job may be freed by the worker already */
@@ -709,11 +743,18 @@ static void wait_done_locked(lt_core *c, uint64_t seq, int steal)
     int64_t t0 = 0;
     int slept = 0;
     if (c->done_seq < seq && lt_profile_on()) t0 = lt_now_ns();
+    if (steal && c->hint_seq && seq >= c->hint_seq && !c->quick)
+        /* a wait for the last step sync's job: right after it? */
+        c->quick = lt_now_ns() - c->hint_ns < LT_QUICK_WAIT_NS;
     while (c->done_seq < seq) {
         if (steal && g_inline && c->running && !c->busy && c->head &&
             c->head->seq <= seq && c->head->inline_ok && tl_exec_core < 0) {
             run_inline_locked(c);
             continue;
+        }
+        if (c->unwoken && !c->busy) {   /* left for a waiter that cannot take it */
+            c->unwoken = 0;
+            pthread_cond_signal(&c->cv_work);
         }
         if (g_wait_spin > 0 && c->busy) {
             pthread_mutex_unlock(&c->mu);
@@ -879,8 +920,11 @@ static void fork_prepare(void)
         lt_core *c = &g_cores[i];
         pthread_mutex_lock(&c->submit_mu);
         pthread_mutex_lock(&c->mu);
-        if (c->running)
+        if (c->running) {
+            c->unwoken = 0;
+            pthread_cond_signal(&c->cv_work);
             wait_done_locked(c, c->last_seq, 0);
+        }
         pthread_mutex_lock(&c->cache_mu);
     }
 }
@@ -922,6 +966,8 @@ static void fork_child(void)
             c->head = c->tail = NULL;
             c->done_seq = c->last_seq;
             c->busy = 0;
+            c->unwoken = 0;
+            c->quick = 0;
             c->pool = NULL;
             if (c->running) {
                 c->running = 0;

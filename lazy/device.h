@@ -86,7 +86,21 @@ typedef struct lt_job {
                                  lt_core_wait); 0 for jobs that must not
                                  block a caller (collectives) */
     int64_t queued_ns;        /* lt_now_ns at submit (LAZYTPU_PROFILE only) */
+    int wake;                 /* LT_WAKE_*: whether lt_core_submit wakes the
+                                 core's worker for this job */
 } lt_job;
+
+/* How a submitted job reaches an executor (with inline execution on; a job
+ * that is not inline_ok, or with several cores in use, always wakes). */
+enum {
+    LT_WAKE_NOW = 0,      /* wake the worker: the caller goes on (pipelining) */
+    LT_WAKE_HINT,         /* a step sync: the worker is not woken when the
+                             caller waited right after its previous one
+                             (mark_step(); wait_device_ops()): the wait
+                             that follows runs it inline */
+    LT_WAKE_WAITER        /* the caller waits for it next (a sync with wait,
+                             a value read): the worker is not woken */
+};
 
 /* Queues job on core; assigns and returns job->seq (> 0). Never blocks on
  * execution. */
@@ -104,8 +118,9 @@ uint64_t lt_core_last_seq(int core);
  * (inline_ok ones, oldest first, one executor at a time per core) and runs
  * them on its own thread with the core's helper pool, instead of sleeping
  * until the worker wakes, runs them and wakes it back; results, faults and
- * trace/profile events are the same. Otherwise it spins briefly on the
- * job's completion before sleeping.
+ * trace/profile events are the same (a job left unwoken by its LT_WAKE_*
+ * that the waiter cannot take wakes the worker). Otherwise it spins
+ * LAZYTPU_WAIT_SPIN polls on the job's completion before sleeping.
  * report=0: returns LT_OK (a plain wait; errors stay with their buffers).
  * report=1: returns the first unclaimed fault of a job in that range (its
  * status and message, with " (+N more failed programs on core C)" when

@@ -280,6 +280,11 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
     job->nodes = g.nodes;          /* the job takes the graph's node references */
     job->n_nodes = g.n_nodes;
     job->frame = lt_caller_frame()[0] ? strdup(lt_caller_frame()) : NULL;
+    /* the caller waits next (a waiting sync, a value read: lt_tensor_to_host):
+     * its wait runs the program inline; a step boundary right after which
+     * the caller waited last time may be waited for again (LT_WAKE_HINT) */
+    job->job.wake = wait || cause == LT_SYNC_VALUE_READ ? LT_WAKE_WAITER
+                    : lt_cause_is_step(cause) ? LT_WAKE_HINT : LT_WAKE_NOW;
     g.nodes = NULL;
     g.n_nodes = 0;
     uint64_t seq = lt_submit_queue(core, job, fresh);
