@@ -10,7 +10,8 @@ A step is zero_grad, forward, cross entropy, backward, the optimizer step
 + wait_device_ops(): nothing of step N+1 overlaps step N, so every fixed
 cost of a step boundary shows. The ways are built and warmed up first, then
 the timed runs go round-robin (run r of each way back to back). Reported per
-way: median ms/step over the runs, min..max, ratio to eager.
+way over all its timed steps: the 10th percentile and the median step time,
+and their ratios to eager.
 
 Breakdown (default on): the lazytpu ways run once more in a child process
 with LAZYTPU_PROFILE=1, which records per step boundary where the time goes
@@ -27,6 +28,7 @@ with LAZYTPU_PROFILE=1, which records per step boundary where the time goes
   execute    the program runs (kernels; "KernelTime::*" splits it)
   done       the program finished -> the waiting caller returns
   wait       the caller's whole wait (wait_device_ops / the value read)
+  kernels    the sum of the programs' "KernelTime::*"
 
 --ab VAR runs the whole comparison twice per round in child processes,
 VAR=0 and VAR=1 alternately (rounds = --runs), and prints both sides' medians
@@ -94,10 +96,15 @@ class Way:
         return loss
 
     def run(self, steps):
+        """Per-step times (s) of `steps` steps."""
+        ts = []
         t0 = time.perf_counter()
         for _ in range(steps):
-            loss = self.step()
-        return (time.perf_counter() - t0) / steps, loss
+            self.step()
+            t1 = time.perf_counter()
+            ts.append(t1 - t0)
+            t0 = t1
+        return ts
 
 
 def measure(name, ways, runs, steps, warmup):
@@ -109,8 +116,7 @@ def measure(name, ways, runs, steps, warmup):
     times = {w: [] for w in ways}
     for _ in range(runs):
         for w in ways:
-            dt, loss = built[w].run(steps)
-            times[w].append(dt)
+            times[w] += built[w].run(steps)
     for w in ways:
         float(built[w].step().detach().cpu())      # the steps really ran
     return times, built
@@ -143,13 +149,22 @@ def breakdown(name, ways, steps, warmup):
     return out
 
 
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
 def print_times(name, ways, times, tag=""):
+    """Per way over all its steps: the 10th percentile (the least disturbed
+    steps: on a loaded machine the closest to a quiet one) and the median."""
+    p10 = {w: pct(times[w], 0.1) for w in ways}
     med = {w: statistics.median(times[w]) for w in ways}
     for w in ways:
-        line = "%-12s %-8s%s %8.3f ms/step  min..max %.3f..%.3f" % (
-            name, w, tag, med[w] * 1e3, min(times[w]) * 1e3, max(times[w]) * 1e3)
+        line = "%-6s %-8s%s p10 %7.3f ms  median %7.3f ms  (%d steps)" % (
+            name, w, tag, p10[w] * 1e3, med[w] * 1e3, len(times[w]))
         if "eager" in med:
-            line += "  vs eager %.2fx" % (med[w] / med["eager"])
+            line += "  vs eager: p10 %.2fx median %.2fx" % (p10[w] / p10["eager"],
+                                                           med[w] / med["eager"])
         print(line, flush=True)
     return med
 

@@ -82,7 +82,8 @@ typedef struct lt_core {
                                     or a fork wakes it */
     uint64_t hint_seq;           /* last LT_WAKE_HINT job, its submit time, */
     int64_t hint_ns;             /* and whether a wait for it started right */
-    int quick;                   /* after (LT_QUICK_WAIT_NS) */
+    int quick;                   /* after (LT_QUICK_WAIT_NS), */
+    int hint_waited;             /* or any wait for it came at all */
     int stop;
     atomic_int used;             /* has received work */
     lt_fault **pend;             /* faults not yet reported by a wait, in seq
@@ -308,6 +309,7 @@ lt_status lt_devices_init(void)
         c->unwoken = 0;
         c->hint_seq = 0;
         c->quick = 0;
+        c->hint_waited = 0;
         c->budget = budget;
         atomic_store(&c->used, 0);
         atomic_store(&c->respawn, 0);
@@ -674,16 +676,18 @@ uint64_t lt_core_submit(int core, lt_job *job)
     job->next = NULL;
     /* the worker is left asleep only for a job that a waiter will take:
      * the core idle (a busy worker takes it next anyway), nothing queued
-     * before it, one core in use (a wait for all cores takes them one by
-     * one) */
-    int defer = g_inline && job->inline_ok && !c->busy && !c->head &&
-                atomic_load(&g_cores_in_use) <= 1 &&
-                (job->wake == LT_WAKE_WAITER || (job->wake == LT_WAKE_HINT && c->quick));
+     * before it but jobs left the same way, one core in use (a wait for
+     * all cores takes them one by one) */
     if (job->wake == LT_WAKE_HINT) {
+        if (!c->hint_waited) c->quick = 0;   /* the last step was not waited for */
+        c->hint_waited = 0;
         c->hint_seq = seq;
         c->hint_ns = now;
-        c->quick = 0;
     }
+    int defer = g_inline && job->inline_ok && !c->busy && (!c->head || c->unwoken) &&
+                atomic_load(&g_cores_in_use) <= 1 &&
+                (job->wake == LT_WAKE_WAITER ||
+                 (job->wake == LT_WAKE_HINT && c->quick));
     if (c->tail)
         c->tail->next = job;
     else
@@ -743,9 +747,11 @@ static void wait_done_locked(lt_core *c, uint64_t seq, int steal)
     int64_t t0 = 0;
     int slept = 0;
     if (c->done_seq < seq && lt_profile_on()) t0 = lt_now_ns();
-    if (steal && c->hint_seq && seq >= c->hint_seq && !c->quick)
-        /* a wait for the last step sync's job: right after it? */
+    if (steal && c->hint_seq && seq >= c->hint_seq && !c->hint_waited) {
+        /* the first wait for the last step sync's job: right after it? */
         c->quick = lt_now_ns() - c->hint_ns < LT_QUICK_WAIT_NS;
+        c->hint_waited = 1;
+    }
     while (c->done_seq < seq) {
         if (steal && g_inline && c->running && !c->busy && c->head &&
             c->head->seq <= seq && c->head->inline_ok && tl_exec_core < 0) {
