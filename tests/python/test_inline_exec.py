@@ -72,16 +72,14 @@ def test_synchronous_steps_run_inline_and_match_eager(dev, end):
             lazytpu.mark_step()
 
     ref_losses, ref_params = _train(torch.device("cpu"), 6, None)
-    n0 = _inline()
     losses, params = _train(dev, 6, finish)
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses),
                                rtol=1e-5, atol=1e-5)
     for p, r in zip(params, ref_params):
         torch.testing.assert_close(p, r, rtol=1e-5, atol=1e-5)
-    if end in ("mark_step_wait", "item"):
-        # the sync itself waits: its program is queued and taken at once,
-        # unless the worker got to it first (never all six)
-        assert _inline() > n0
+    # (how many ran inline depends on the cores this process used before:
+    # with several in use only a worker that has not started a job leaves
+    # it to the waiter; test_switch counts them in a fresh process)
 
 
 def test_compiled_model_with_waits_matches_eager(dev):
@@ -129,9 +127,11 @@ def test_error_read_before_the_step_is_not_reported_again(dev):
     lazytpu.wait_device_ops()   # claimed by the read: nothing
 
 
-def test_switch_off_keeps_programs_on_the_worker(tmp_path):
-    """LAZYTPU_INLINE_EXEC=0 (read at init): no program runs inline, values
-    unchanged."""
+@pytest.mark.parametrize("on", ["1", "0"])
+def test_switch(tmp_path, on):
+    """A fresh process on one core: with LAZYTPU_INLINE_EXEC=1 every
+    waiting step's program runs inline (the worker is never woken for it);
+    with 0 (read at init) none does; values the same."""
     import subprocess
     import sys
     code = (
@@ -142,7 +142,7 @@ def test_switch_off_keeps_programs_on_the_worker(tmp_path):
         "    x = x * 2 + 1\n"
         "    lazytpu.mark_step(wait=True)\n"
         "print(x.cpu().tolist(), met.counter_value('InlineExecute') or 0)\n")
-    env = dict(os.environ, LAZYTPU_INLINE_EXEC="0")
+    env = dict(os.environ, LAZYTPU_INLINE_EXEC=on)
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                        timeout=600)   # a loaded machine: import torch alone can take a minute
     assert p.returncode == 0, p.stderr
@@ -150,7 +150,8 @@ def test_switch_off_keeps_programs_on_the_worker(tmp_path):
     for _ in range(5):
         ref = ref * 2 + 1
     assert p.stdout.split("]")[0] + "]" == str(ref.tolist())
-    assert p.stdout.strip().endswith(" 0"), p.stdout
+    n = int(p.stdout.split()[-1])
+    assert n == (5 if on == "1" else 0), p.stdout
 
 
 def _spawned(index, out_dir):
