@@ -18,6 +18,10 @@ Ways:
                mark_step per step
   compile      lazytpu, torch.compile(model, backend="lazytpu"): forward and
                backward graphs replayed; the optimizer traced lazily
+  lazy-sync, compile-sync
+               the same, each step waiting for its result (mark_step +
+               wait_device_ops per step: nothing of step N+1 overlaps step
+               N); eager and inductor are synchronous already
 
 For one model every way is built and warmed up first (compiles), then the
 timed runs go round-robin over the ways (run r of each way back to back), so
@@ -30,6 +34,10 @@ products and convolutions (torch.utils.flop_counter) and the time they take at
 the machine's best f32 GEMM rate measured in the same run (MKL, all threads):
 the floor under every way's step time, as a ratio to eager. The load average is printed: the targets of
 DESIGN.md section 7 are for a quiet machine.
+
+Every way runs at its own defaults: no OpenMP variable is set here (an
+OMP_WAIT_POLICY=PASSIVE would slow eager's small steps ~2x; lazytpu sets
+nothing for itself either).
 """
 import argparse
 import json
@@ -39,8 +47,6 @@ import statistics
 import subprocess
 import sys
 import time
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
@@ -53,7 +59,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # ResNet-18 is the example's own definition (torchvision cannot be installed)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
 from resnet18 import ResNet18  # noqa: E402
-WAYS = ["eager", "inductor", "lazy", "compile"]
+WAYS = ["eager", "inductor", "lazy", "compile", "lazy-sync", "compile-sync"]
 
 
 # ------------------------------------------------------------------ models
@@ -129,6 +135,8 @@ class Way:
     def __init__(self, name, way):
         make, shape, _ = MODELS[name]
         torch.manual_seed(0)
+        self.sync = way.endswith("-sync")      # wait for every step's result
+        way = way.replace("-sync", "")
         self.way = way
         dev = lazytpu.device() if way in ("lazy", "compile") else torch.device("cpu")
         self.model = make().to(dev)
@@ -148,6 +156,8 @@ class Way:
         if self.way in ("lazy", "compile"):
             lazytpu.optimizer_step(self.opt)
             lazytpu.mark_step()
+            if self.sync:
+                lazytpu.wait_device_ops()
         else:
             self.opt.step()
         return loss

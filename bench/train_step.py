@@ -9,16 +9,15 @@ MLP: 784-256-10, batch 64, SGD. CNN: 2 conv + batchnorm + maxpool + linear on
 boundary (lazytpu.mark_step) and the timing waits for the device
 (wait_device_ops). "inductor" is what a CPU user would pick instead:
 torch.compile(model) (default backend), optimizer step eager.
+"lazytpu-sync" waits for every step's result (mark_step + wait_device_ops
+per step), the way eager and inductor run. Every backend runs at its own
+defaults (no OpenMP variable is set here).
 Targets (DESIGN.md): lazytpu MLP <= 0.85x eager, CNN <= 0.9x eager.
 """
 import argparse
 import os
 import sys
 import time
-
-# Idle OpenMP threads sleep instead of spinning (both eager and lazytpu use
-# OpenMP; spinning threads steal the 2-core machine from the tracing thread).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -47,6 +46,12 @@ def bench(name, backend, steps, warmup):
         dev, sync, wait = torch.device("cpu"), (lambda: None), (lambda: None)
     elif backend == "lazytpu":
         dev, sync, wait = lazytpu.device(), lazytpu.mark_step, lazytpu.wait_device_ops
+    elif backend == "lazytpu-sync":
+        dev, wait = lazytpu.device(), lazytpu.wait_device_ops
+
+        def sync():
+            lazytpu.mark_step()
+            lazytpu.wait_device_ops()
     else:  # inductor
         dev, sync, wait = torch.device("cpu"), (lambda: None), (lambda: None)
     model = model.to(dev)
@@ -60,7 +65,7 @@ def bench(name, backend, steps, warmup):
         opt.zero_grad()
         loss = F.cross_entropy(model(x), y)
         loss.backward()
-        if backend == "lazytpu":
+        if backend.startswith("lazytpu"):
             lazytpu.optimizer_step(opt)
         else:
             opt.step()
@@ -87,7 +92,7 @@ def main():
     p.add_argument("--no-inductor", action="store_true", help="skip torch.compile")
     args = p.parse_args()
 
-    backends = ["eager", "lazytpu"] + ([] if args.no_inductor else ["inductor"])
+    backends = ["eager", "lazytpu", "lazytpu-sync"] + ([] if args.no_inductor else ["inductor"])
 
     torch.set_num_threads(torch.get_num_threads())
     print("%-5s %-11s %12s %10s" % ("model", "backend", "step time", "vs eager"))

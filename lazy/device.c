@@ -29,6 +29,8 @@
 #include "kernels/par.h"
 #include "tensor.h"
 #include "options.h"
+#include "profile.h"
+#include "step_time.h"
 
 /* GCC defines __SANITIZE_ADDRESS__, clang has __has_feature */
 #if defined(__SANITIZE_ADDRESS__)
@@ -51,6 +53,12 @@ _Static_assert(LT_MAX_CORES == 64 && LT_DEFAULT_CORES == 8, "options.def: LAZYTP
 /* Unclaimed faults kept per core for lt_core_wait(report=1); past this
  * bound the oldest are dropped (and counted in the next report). */
 #define LT_MAX_PENDING_FAULTS 256
+/* A wait that starts this soon after the step sync it waits for shows a
+ * synchronous loop (mark_step(); wait_device_ops()): the next step sync's
+ * job is left for the wait (LT_WAKE_HINT). A loop that traces or loads
+ * data between its sync and its wait keeps the worker running its program
+ * meanwhile. */
+#define LT_QUICK_WAIT_NS 200000
 /* Step ends remembered per core by lt_limit_inflight (its largest depth). */
 #define LT_INFLIGHT_STEPS 64
 
@@ -65,6 +73,17 @@ typedef struct lt_core {
     lt_job *head, *tail;
     uint64_t last_seq;           /* last assigned seq */
     uint64_t done_seq;           /* all jobs <= done_seq finished */
+    int busy;                    /* a job is running (on the worker or
+                                    inline on a waiter): one at a time */
+    int64_t done_ns;             /* when the last job finished (profile) */
+    int unwoken;                 /* a queued job was not signalled to the
+                                    worker (LT_WAKE_*): the next waiter that
+                                    cannot run it inline, the next submit
+                                    or a fork wakes it */
+    uint64_t hint_seq;           /* last LT_WAKE_HINT job, its submit time, */
+    int64_t hint_ns;             /* and whether a wait for it started right */
+    int quick;                   /* after (LT_QUICK_WAIT_NS), */
+    int hint_waited;             /* or any wait for it came at all */
     int stop;
     atomic_int used;             /* has received work */
     lt_fault **pend;             /* faults not yet reported by a wait, in seq
@@ -91,6 +110,12 @@ static int g_n_cores;            /* cores created (records initialised) */
 static atomic_int g_cores_in_use;
 static int g_nproc = 1;
 static int g_omp_override;       /* LAZYTPU_OMP_THREADS, 0 = none */
+static int g_inline = 1;         /* LAZYTPU_INLINE_EXEC */
+static int g_wait_spin;          /* polls of a waiter before it sleeps */
+/* The core whose job the calling thread is running (its worker, or a
+ * waiter running it inline), else -1: lt_core_par_pool hands the pool to
+ * that thread only. */
+static _Thread_local int tl_exec_core = -1;
 static size_t g_cache_limit;     /* LAZYTPU_BUFFER_CACHE_BYTES per core */
 static int g_cache_auto;         /* limit not set: grows to 2x the core's peak use */
 static pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -152,6 +177,10 @@ static void pend_push(lt_core *c, lt_fault *f)
 static lt_fault *job_execute(lt_job *job, int core)
 {
     uint64_t seq = job->seq;
+    if (job->queued_ns && lt_profile_on())
+        lt_step_time_add(LT_PHASE_WAKE, lt_now_ns() - job->queued_ns);
+    int prev_core = tl_exec_core;
+    tl_exec_core = core;
     lt_set_error(LT_OK, "%s", "");
     lt_status st = job->run(job, core);
     lt_fault *f = NULL;
@@ -170,7 +199,22 @@ static lt_fault *job_execute(lt_job *job, int core)
     lt_fault_release(job->cause);
     job->cause = NULL;
     if (job->done) job->done(job);
+    tl_exec_core = prev_core;
     return f;
+}
+
+/* The job of seq ended with fault f (owned, may be NULL); c->mu held. Wakes
+ * the waiters, and the worker when another executor ran it (the worker
+ * waits for the core to be free). */
+static void finish_locked(lt_core *c, uint64_t seq, lt_fault *f, int on_worker)
+{
+    if (f) pend_push(c, f);
+    __atomic_store_n(&c->done_seq, seq, __ATOMIC_RELEASE);   /* spinning waiters */
+    c->busy = 0;
+    if (lt_profile_on()) c->done_ns = lt_now_ns();
+    pthread_cond_broadcast(&c->cv_done);
+    if (!on_worker && (c->head || c->stop))
+        pthread_cond_signal(&c->cv_work);
 }
 
 static void *core_main(void *arg)
@@ -179,7 +223,8 @@ static void *core_main(void *arg)
     int idx = (int)(c - g_cores);
     for (;;) {
         pthread_mutex_lock(&c->mu);
-        while (!c->head && !c->stop)
+        /* a waiter running a job inline has the core (busy) */
+        while (c->busy || (!c->head && !c->stop))
             pthread_cond_wait(&c->cv_work, &c->mu);
         if (!c->head) {            /* stop requested and queue drained */
             pthread_mutex_unlock(&c->mu);
@@ -189,15 +234,14 @@ static void *core_main(void *arg)
         c->head = job->next;
         if (!c->head)
             c->tail = NULL;
+        c->busy = 1;
         pthread_mutex_unlock(&c->mu);
 
         uint64_t seq = job->seq;
         lt_fault *f = job_execute(job, idx);   /* job is freed now */
 
         pthread_mutex_lock(&c->mu);
-        if (f) pend_push(c, f);
-        c->done_seq = seq;
-        pthread_cond_broadcast(&c->cv_done);
+        finish_locked(c, seq, f, 1);
         pthread_mutex_unlock(&c->mu);
     }
     return NULL;
@@ -224,6 +268,8 @@ lt_status lt_devices_init(void)
     long np = sysconf(_SC_NPROCESSORS_ONLN);
     g_nproc = np > 0 ? (int)np : 1;
     g_omp_override = (int)lt_opt_int(LT_OPT_OMP_THREADS);      /* 0: auto */
+    g_inline = (int)lt_opt_int(LT_OPT_INLINE_EXEC);
+    g_wait_spin = (int)lt_opt_int(LT_OPT_WAIT_SPIN);
 #if LT_UNDER_ASAN
     g_cache_limit = 0;    /* ASan must see every free (use-after-free) */
 #else
@@ -259,6 +305,11 @@ lt_status lt_devices_init(void)
         lt_core *c = &g_cores[i];
         c->head = c->tail = NULL;
         c->stop = 0;
+        c->busy = 0;
+        c->unwoken = 0;
+        c->hint_seq = 0;
+        c->quick = 0;
+        c->hint_waited = 0;
         c->budget = budget;
         atomic_store(&c->used, 0);
         atomic_store(&c->respawn, 0);
@@ -409,9 +460,10 @@ void *lt_core_par_pool(int core)
     if (core < 0 || core >= LT_MAX_CORES || !g_records_ready)
         return NULL;
     lt_core *c = &g_cores[core];
-    /* one issuing thread per pool: other callers (programs run inline
-     * after shutdown, tests calling the executor directly) get none */
-    if (!c->running || !pthread_equal(pthread_self(), c->thread))
+    /* one issuing thread per pool: the thread running the core's job (its
+     * worker or a waiter inline); other callers (programs run inline after
+     * shutdown, tests calling the executor directly) get none */
+    if (!c->running || tl_exec_core != core)
         return NULL;
     if (!c->pool)
         c->pool = lt_par_pool_new();
@@ -599,6 +651,7 @@ uint64_t lt_core_submit(int core, lt_job *job)
     lt_core *c = &g_cores[core];
     job->cause = NULL;
     job->same = NULL;
+    job->queued_ns = lt_profile_on() ? lt_now_ns() : 0;
     if (!c->running && atomic_load(&c->respawn))
         core_respawn(c);
     if (!c->running) {
@@ -616,26 +669,121 @@ uint64_t lt_core_submit(int core, lt_job *job)
     }
     if (!atomic_exchange(&c->used, 1))
         atomic_fetch_add(&g_cores_in_use, 1);
+    int64_t now = job->wake == LT_WAKE_HINT ? lt_now_ns() : 0;
     pthread_mutex_lock(&c->submit_mu);
     pthread_mutex_lock(&c->mu);
     uint64_t seq = job->seq = ++c->last_seq;
     job->next = NULL;
+    /* the worker is left asleep only for a job that a waiter will take:
+     * the core idle (a busy worker takes it next anyway), nothing queued
+     * before it but jobs left the same way, one core in use (a wait for
+     * all cores takes them one by one) */
+    if (job->wake == LT_WAKE_HINT) {
+        if (!c->hint_waited) c->quick = 0;   /* the last step was not waited for */
+        c->hint_waited = 0;
+        c->hint_seq = seq;
+        c->hint_ns = now;
+    }
+    int defer = g_inline && job->inline_ok && !c->busy && (!c->head || c->unwoken) &&
+                atomic_load(&g_cores_in_use) <= 1 &&
+                (job->wake == LT_WAKE_WAITER ||
+                 (job->wake == LT_WAKE_HINT && c->quick));
     if (c->tail)
         c->tail->next = job;
     else
         c->head = job;
     c->tail = job;
-    pthread_cond_signal(&c->cv_work);
+    if (defer) {
+        c->unwoken = 1;
+    } else {
+        c->unwoken = 0;
+        pthread_cond_signal(&c->cv_work);
+    }
     pthread_mutex_unlock(&c->mu);
     pthread_mutex_unlock(&c->submit_mu);
     return seq;   /* job may be freed by the worker already */
 }
 
-/* Waits (c->mu held) until done_seq >= seq. */
-static void wait_done_locked(lt_core *c, uint64_t seq)
+/* Counter "InlineExecute": programs run by a waiting caller (lt_core_wait). */
+static lt_counter *inline_counter(void)
 {
-    while (c->done_seq < seq)
+    static _Atomic(lt_counter *) k;
+    lt_counter *c = atomic_load_explicit(&k, memory_order_acquire);
+    if (!c) {
+        c = lt_counter_get("InlineExecute");
+        atomic_store_explicit(&k, c, memory_order_release);
+    }
+    return c;
+}
+
+/* Runs the core's oldest queued job on the calling thread, which is
+ * waiting for it (c->mu held, released meanwhile; see lt_core_wait). The
+ * thread's error message is kept (a job sets its own). */
+static void run_inline_locked(lt_core *c)
+{
+    lt_job *job = c->head;
+    c->head = job->next;
+    if (!c->head)
+        c->tail = NULL;
+    c->busy = 1;
+    pthread_mutex_unlock(&c->mu);
+    const char *m = lt_last_error();
+    char *saved = m && *m ? strdup(m) : NULL;
+    uint64_t seq = job->seq;
+    lt_counter_add(inline_counter(), 1);
+    lt_fault *f = job_execute(job, (int)(c - g_cores));   /* job is freed now */
+    lt_set_error(LT_OK, "%s", saved ? saved : "");
+    free(saved);
+    pthread_mutex_lock(&c->mu);
+    finish_locked(c, seq, f, 0);
+}
+
+/* Waits (c->mu held) until done_seq >= seq. With steal, the jobs waited
+ * for that no executor has started yet run inline on this thread (not from
+ * inside another job, not jobs that must not block a caller); else a short
+ * spin on done_seq before sleeping. */
+static void wait_done_locked(lt_core *c, uint64_t seq, int steal)
+{
+    int64_t t0 = 0;
+    int slept = 0;
+    if (c->done_seq < seq && lt_profile_on()) t0 = lt_now_ns();
+    if (steal && c->hint_seq && seq >= c->hint_seq && !c->hint_waited) {
+        /* the first wait for the last step sync's job: right after it? */
+        c->quick = lt_now_ns() - c->hint_ns < LT_QUICK_WAIT_NS;
+        c->hint_waited = 1;
+    }
+    while (c->done_seq < seq) {
+        if (steal && g_inline && c->running && !c->busy && c->head &&
+            c->head->seq <= seq && c->head->inline_ok && tl_exec_core < 0) {
+            run_inline_locked(c);
+            continue;
+        }
+        if (c->unwoken && !c->busy) {   /* left for a waiter that cannot take it */
+            c->unwoken = 0;
+            pthread_cond_signal(&c->cv_work);
+        }
+        if (g_wait_spin > 0 && c->busy) {
+            pthread_mutex_unlock(&c->mu);
+            for (int s = 0; s < g_wait_spin; s++) {
+                uint64_t d = __atomic_load_n(&c->done_seq, __ATOMIC_ACQUIRE);
+                if (d >= seq) break;
+#if defined(__x86_64__) || defined(__i386__)
+                __builtin_ia32_pause();
+#endif
+            }
+            pthread_mutex_lock(&c->mu);
+            if (c->done_seq >= seq) break;
+        }
         pthread_cond_wait(&c->cv_done, &c->mu);
+        slept = 1;
+    }
+    if (t0) {
+        int64_t t1 = lt_now_ns();
+        if (slept && c->done_ns > 0 && t1 > c->done_ns)
+            lt_step_time_add(LT_PHASE_DONE, t1 - c->done_ns);
+        lt_step_time_add(LT_PHASE_WAIT, t1 - t0);
+        lt_step_time_mark_end((int)(c - g_cores), t1);
+    }
 }
 
 /* Faults are reported once: the first lt_core_wait(report=1) whose range
@@ -649,7 +797,7 @@ lt_status lt_core_wait(int core, uint64_t seq, int report)
     pthread_mutex_lock(&c->mu);
     if (seq == 0 || seq > c->last_seq)
         seq = c->last_seq;
-    wait_done_locked(c, seq);
+    wait_done_locked(c, seq, 1);
     lt_status st = LT_OK;
     if (report) {
         lt_fault *first = NULL;
@@ -751,7 +899,7 @@ lt_status lt_buffer_wait(lt_buffer *b)
                             "was never submitted", b->core,
                             (unsigned long long)seq);
     }
-    wait_done_locked(c, seq);
+    wait_done_locked(c, seq, 1);
     lt_fault *f = lt_fault_retain(b->fault);
     pthread_mutex_unlock(&c->mu);
     lt_status st = LT_OK;
@@ -778,8 +926,11 @@ static void fork_prepare(void)
         lt_core *c = &g_cores[i];
         pthread_mutex_lock(&c->submit_mu);
         pthread_mutex_lock(&c->mu);
-        if (c->running)
-            wait_done_locked(c, c->last_seq);
+        if (c->running) {
+            c->unwoken = 0;
+            pthread_cond_signal(&c->cv_work);
+            wait_done_locked(c, c->last_seq, 0);
+        }
         pthread_mutex_lock(&c->cache_mu);
     }
 }
@@ -820,6 +971,9 @@ static void fork_child(void)
             pthread_cond_init(&c->cv_done, NULL);
             c->head = c->tail = NULL;
             c->done_seq = c->last_seq;
+            c->busy = 0;
+            c->unwoken = 0;
+            c->quick = 0;
             c->pool = NULL;
             if (c->running) {
                 c->running = 0;

@@ -39,9 +39,11 @@ int lt_devices_count(void);
 int lt_core_valid(int core);            /* 1 if 0 <= core < count */
 int lt_core_omp_threads(int core);      /* OpenMP budget of the core */
 /* The core's helper-thread pool (an lt_par_pool, kernels/par.h), created on
- * first use, when called from the core's running worker thread (the pool
- * serves one issuing thread); NULL from any other thread or on malloc
- * failure. Freed by lt_devices_shutdown. */
+ * first use, when called from the thread running one of the core's jobs
+ * (its worker, or a waiter running the job inline: one executor per core
+ * at a time, so the pool has one issuing thread at a time); NULL from any
+ * other thread, after lt_devices_shutdown or on malloc failure. Freed by
+ * lt_devices_shutdown. */
 void *lt_core_par_pool(int core);
 
 /* Allocates numel elements of dt on core. Fails with LT_ERR_OOM when the
@@ -79,7 +81,26 @@ typedef struct lt_job {
                                  when the failure is an earlier one again
                                  (lt_node_set_fault): that fault is used as
                                  is, not a new one. NULLed by lt_core_submit */
+    int inline_ok;            /* the job may run on a thread waiting for it
+                                 instead of the core's worker (see
+                                 lt_core_wait); 0 for jobs that must not
+                                 block a caller (collectives) */
+    int64_t queued_ns;        /* lt_now_ns at submit (LAZYTPU_PROFILE only) */
+    int wake;                 /* LT_WAKE_*: whether lt_core_submit wakes the
+                                 core's worker for this job */
 } lt_job;
+
+/* How a submitted job reaches an executor (with inline execution on; a job
+ * that is not inline_ok, or with several cores in use, always wakes). */
+enum {
+    LT_WAKE_NOW = 0,      /* wake the worker: the caller goes on (pipelining) */
+    LT_WAKE_HINT,         /* a step sync: the worker is not woken when the
+                             caller waited right after its previous one
+                             (mark_step(); wait_device_ops()): the wait
+                             that follows runs it inline */
+    LT_WAKE_WAITER        /* the caller waits for it next (a sync with wait,
+                             a value read): the worker is not woken */
+};
 
 /* Queues job on core; assigns and returns job->seq (> 0). Never blocks on
  * execution. */
@@ -92,6 +113,14 @@ uint64_t lt_core_next_seq(int core);
 /* Sequence number of the last submitted job (0 = none yet). */
 uint64_t lt_core_last_seq(int core);
 /* Waits until all jobs up to seq (0 = all submitted so far) are done.
+ * Inline execution (LAZYTPU_INLINE_EXEC, default on): while the core's
+ * worker is not running a job, a waiter takes the queued jobs it waits for
+ * (inline_ok ones, oldest first, one executor at a time per core) and runs
+ * them on its own thread with the core's helper pool, instead of sleeping
+ * until the worker wakes, runs them and wakes it back; results, faults and
+ * trace/profile events are the same (a job left unwoken by its LT_WAKE_*
+ * that the waiter cannot take wakes the worker). Otherwise it spins
+ * LAZYTPU_WAIT_SPIN polls on the job's completion before sleeping.
  * report=0: returns LT_OK (a plain wait; errors stay with their buffers).
  * report=1: returns the first unclaimed fault of a job in that range (its
  * status and message, with " (+N more failed programs on core C)" when

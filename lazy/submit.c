@@ -12,6 +12,9 @@
 #include "diagnose.h"
 #include "fault.h"
 #include "trace_events.h"
+#include "program.h"
+#include "profile.h"
+#include "step_time.h"
 
 /* ------------------------------------------------------------ program */
 
@@ -104,6 +107,7 @@ static lt_status job_run(lt_job *job, int core)
     lt_status st = lt_program_run(j->prog, &j->args, core, &job->cause);
     int64_t t1 = lt_now_ns();
     lt_metric_add(lt_fe_metrics_get()->execute_time, (double)(t1 - t0));
+    if (lt_profile_on()) lt_step_time_add(LT_PHASE_EXECUTE, t1 - t0);
     if (lt_trace_enabled()) {
         char a[64];
         snprintf(a, sizeof a, "\"graph\":\"%016llx\"", (unsigned long long)j->key);
@@ -159,6 +163,11 @@ uint64_t lt_submit_queue(int core, lt_submit_job *j, const char *fresh)
     j->args.sync_frame = j->frame;
     j->failed_node = -1;
     j->args.failed_node = j->nodes ? &j->failed_node : NULL;
+    /* a program with collectives waits for its peers: it stays on the
+     * core's worker, never run inline by a caller waiting for it */
+    j->job.inline_ok = 1;
+    for (int s = 0; s < j->prog->n_steps; s++)
+        if (lt_op_kind_of(j->prog->steps[s].op) == LT_KIND_COLLECTIVE) j->job.inline_ok = 0;
     lt_buffer **out = j->args.out_bufs;
     int n = j->args.n_outputs;
     lt_core_lock(core);

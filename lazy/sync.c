@@ -30,6 +30,8 @@
 #include "trace_events.h"
 #include "exec_guard.h"
 #include "spmd.h"
+#include "profile.h"
+#include "step_time.h"
 
 const char *lt_sync_cause_name(lt_sync_cause c)
 {
@@ -92,6 +94,12 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
     if (!r) return LT_ERR_DEVICE;
     lt_counter_add(m->sync_cause[(unsigned)cause < LT_NUM_SYNC_CAUSES ? cause : LT_SYNC_EXPLICIT], 1);
     if (n == 0) return sync_nothing(core, wait, report);
+    /* LAZYTPU_PROFILE: phase times (step_time.h) */
+    int prof = lt_profile_on();
+    int64_t pt = prof ? lt_now_ns() : 0;
+#define PHASE(ph) do { if (prof) { int64_t t_ = lt_now_ns(); \
+        lt_step_time_add(ph, t_ - pt); pt = t_; } } while (0)
+    if (prof) lt_step_time_trace(core, pt);
 
     /* 1 roots */
     lt_node **roots = malloc((size_t)n * sizeof *roots);
@@ -140,6 +148,7 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
         return fail_cleanup(st, &g, NULL, &args, roots, nr);
     }
     lt_exec_log_graph(g.key);
+    PHASE(LT_PHASE_CAPTURE);
     if (lt_graph_dump_enabled()) lt_graph_dump_sync(&g, cause, lt_caller_frame());
 
     /* 3 program */
@@ -150,6 +159,8 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
         free(rts);
         return fail_cleanup(st, &g, NULL, &args, roots, nr);
     }
+
+    PHASE(LT_PHASE_PROGRAM);
 
     /* 4 buffers */
     args.n_params = g.n_params;
@@ -259,6 +270,8 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
         return fail_cleanup(LT_ERR_INTERNAL, &g, p, &args, roots, nr);
     }
 
+    PHASE(LT_PHASE_BUFFERS);
+
     /* 5 submit */
     job->prog = p;                 /* the job takes our program reference */
     job->key = g.key;
@@ -267,6 +280,11 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
     job->nodes = g.nodes;          /* the job takes the graph's node references */
     job->n_nodes = g.n_nodes;
     job->frame = lt_caller_frame()[0] ? strdup(lt_caller_frame()) : NULL;
+    /* the caller waits next (a waiting sync, a value read: lt_tensor_to_host):
+     * its wait runs the program inline; a step boundary right after which
+     * the caller waited last time may be waited for again (LT_WAKE_HINT) */
+    job->job.wake = wait || cause == LT_SYNC_VALUE_READ ? LT_WAKE_WAITER
+                    : lt_cause_is_step(cause) ? LT_WAKE_HINT : LT_WAKE_NOW;
     g.nodes = NULL;
     g.n_nodes = 0;
     uint64_t seq = lt_submit_queue(core, job, fresh);
@@ -293,6 +311,9 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
     lt_graph_free(&g);
     for (int i = 0; i < nr; i++) lt_node_release(roots[i]);
     free(roots);
+    PHASE(LT_PHASE_SUBMIT);
+#undef PHASE
+    if (prof) lt_step_time_mark_end(core, pt);
 
     if (wait) return lt_core_wait(core, seq, report);
     return lt_submit_bound(core, seq, report);

@@ -1,0 +1,245 @@
+"""Latency of one synchronous training step (a step that waits for its
+result), lazytpu vs eager, in one run:
+
+    .venv/bin/python bench/step_latency.py [--runs 7] [--steps 200]
+        [--model mlp|cnn|transformer] [--ways eager,lazy,compile]
+        [--ab LAZYTPU_INLINE_EXEC] [--no-breakdown]
+
+A step is zero_grad, forward, cross entropy, backward, the optimizer step
+(SGD with momentum; AdamW for the transformer) and, on lazytpu, mark_step()
++ wait_device_ops(): nothing of step N+1 overlaps step N, so every fixed
+cost of a step boundary shows. The ways are built and warmed up first, then
+the timed runs go round-robin (run r of each way back to back). Reported per
+way over all its timed steps: the 10th percentile and the median step time,
+and their ratios to eager.
+
+Breakdown (default on): the lazytpu ways run once more in a child process
+with LAZYTPU_PROFILE=1, which records per step boundary where the time goes
+(metrics "StepTime::<phase>", lazy/sync.c, lazy/submit.c, lazy/device.c):
+
+  trace      host time between two step boundaries (ops traced, Python,
+             compiled graphs replayed)
+  capture    roots taken, graph captured and hashed
+  program    compile cache lookup (or compile)
+  buffers    parameter binding, donation, output allocation, output nodes
+  submit     the job queued (and its tensors replaced)
+  wake       queued -> an executor (the core's worker, or the waiting
+             caller inline) starts the job
+  execute    the program runs (kernels; "KernelTime::*" splits it)
+  done       the program finished -> the waiting caller returns
+  wait       the caller's whole wait (wait_device_ops / the value read)
+  kernels    the sum of the programs' "KernelTime::*"
+
+--ab VAR runs the whole comparison twice per round in child processes,
+VAR=0 and VAR=1 alternately (rounds = --runs), and prints both sides' medians
+and ratios to eager: an A/B of a lazytpu switch on a loaded machine.
+The load average is printed: absolute times on a shared machine are noisy;
+compare ratios taken in the same run.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+import lazytpu
+import lazytpu.compile  # noqa: F401  (the "lazytpu" dynamo backend)
+import lazytpu.metrics as met
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from models import CNN, mlp, Transformer  # noqa: E402
+
+# name: (model, input shape, optimizer, default steps per run)
+MODELS = {
+    "mlp": (mlp, (64, 784), "sgd", 200),
+    "cnn": (CNN, (32, 1, 28, 28), "sgd", 40),
+    "transformer": (lambda: Transformer(d=128, heads=4, ff=512, layers=2), (16, 64, 128),
+                    "adamw", 10),
+}
+PHASES = ["trace", "capture", "program", "buffers", "submit", "wake", "execute", "done",
+          "wait"]
+
+
+class Way:
+    def __init__(self, name, way):
+        make, shape, opt, _ = MODELS[name]
+        torch.manual_seed(0)
+        self.lt = way in ("lazy", "compile")
+        dev = lazytpu.device() if self.lt else torch.device("cpu")
+        self.model = make().to(dev)
+        if opt == "sgd":
+            self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        else:
+            self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+        self.x = torch.randn(*shape).to(dev)
+        self.y = torch.randint(0, 10, (shape[0],)).to(dev)
+        self.fwd = self.model
+        if way == "compile":
+            self.fwd = torch.compile(self.model, backend="lazytpu")
+
+    def step(self):
+        self.opt.zero_grad()
+        loss = F.cross_entropy(self.fwd(self.x), self.y)
+        loss.backward()
+        if self.lt:
+            lazytpu.optimizer_step(self.opt)
+            lazytpu.mark_step()
+            lazytpu.wait_device_ops()
+        else:
+            self.opt.step()
+        return loss
+
+    def run(self, steps):
+        """Per-step times (s) of `steps` steps."""
+        ts = []
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            self.step()
+            t1 = time.perf_counter()
+            ts.append(t1 - t0)
+            t0 = t1
+        return ts
+
+
+def measure(name, ways, runs, steps, warmup):
+    built = {}
+    for w in ways:
+        built[w] = Way(name, w)
+        for _ in range(warmup):
+            built[w].step()
+    times = {w: [] for w in ways}
+    for _ in range(runs):
+        for w in ways:
+            times[w] += built[w].run(steps)
+    for w in ways:
+        float(built[w].step().detach().cpu())      # the steps really ran
+    return times, built
+
+
+def breakdown(name, ways, steps, warmup):
+    """Per-phase mean us per step boundary (needs LAZYTPU_PROFILE=1)."""
+    out = {}
+    for w in ways:
+        if w == "eager":
+            continue
+        b = Way(name, w)
+        for _ in range(warmup):
+            b.step()
+        met.clear_all()
+        n = steps
+        for _ in range(n):
+            b.step()
+        row = {}
+        for ph in PHASES:
+            d = met.metric_data("StepTime::" + ph)
+            if d:
+                row[ph] = (d[1] / n / 1e3, d[0] / n)    # us per step, samples per step
+        kt = 0.0
+        for m in met.metric_names():
+            if m.startswith("KernelTime::"):
+                kt += met.metric_data(m)[1]
+        row["kernels"] = (kt / n / 1e3, 0)
+        out[w] = row
+    return out
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def print_times(name, ways, times, tag=""):
+    """Per way over all its steps: the 10th percentile (the least disturbed
+    steps: on a loaded machine the closest to a quiet one) and the median."""
+    p10 = {w: pct(times[w], 0.1) for w in ways}
+    med = {w: statistics.median(times[w]) for w in ways}
+    for w in ways:
+        line = "%-6s %-8s%s p10 %7.3f ms  median %7.3f ms  (%d steps)" % (
+            name, w, tag, p10[w] * 1e3, med[w] * 1e3, len(times[w]))
+        if "eager" in med:
+            line += "  vs eager: p10 %.2fx median %.2fx" % (p10[w] / p10["eager"],
+                                                           med[w] / med["eager"])
+        print(line, flush=True)
+    return med
+
+
+def child(args):
+    """One measurement in this process; prints a JSON line."""
+    ways = args.ways.split(",")
+    steps = args.steps or MODELS[args.model][2]
+    if args.breakdown_only:
+        print(json.dumps({"breakdown": breakdown(args.model, ways, steps, args.warmup)}))
+        return
+    times, _ = measure(args.model, ways, args.runs, steps, args.warmup)
+    print(json.dumps({"times": times}))
+
+
+def run_child(args, env_extra, extra):
+    env = dict(os.environ)
+    env.update(env_extra)
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--model", args.model,
+           "--ways", args.ways, "--steps", str(args.steps), "--warmup", str(args.warmup)] + extra
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit("child failed:\n" + p.stderr[-3000:])
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def print_breakdown(bd, tag=""):
+    for w, row in bd.items():
+        parts = ["%s %.0f" % (ph, row[ph][0]) for ph in PHASES + ["kernels"] if ph in row]
+        print("  %-8s%s us/step: %s" % (w, tag, ", ".join(parts)))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="mlp", choices=list(MODELS))
+    p.add_argument("--ways", default="eager,lazy,compile")
+    p.add_argument("--runs", type=int, default=7)
+    p.add_argument("--steps", type=int, default=0, help="steps per run (0: per model)")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--ab", default=None, help="a LAZYTPU_ switch: alternate =0 / =1 runs")
+    p.add_argument("--no-breakdown", action="store_true")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--breakdown-only", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        child(args)
+        return
+    ways = args.ways.split(",")
+    load0 = os.getloadavg()[0]
+    print("torch %s, %d threads, load average %.2f" % (torch.__version__,
+                                                       torch.get_num_threads(), load0))
+    if args.ab:
+        # rounds of one run per side, alternating which side goes first
+        t = {"0": {w: [] for w in ways}, "1": {w: [] for w in ways}}
+        for r in range(args.runs):
+            for side in (("0", "1") if r % 2 == 0 else ("1", "0")):
+                got = run_child(args, {args.ab: side}, ["--runs", "1"])["times"]
+                for w in ways:
+                    t[side][w] += got[w]
+        for side in ("0", "1"):
+            print_times(args.model, ways, t[side], tag=" %s=%s" % (args.ab, side))
+        if not args.no_breakdown:
+            for side in ("0", "1"):
+                bd = run_child(args, {args.ab: side, "LAZYTPU_PROFILE": "1"},
+                               ["--breakdown-only"])["breakdown"]
+                print_breakdown(bd, tag=" %s=%s" % (args.ab, side))
+    else:
+        times, _ = measure(args.model, ways, args.runs, args.steps or MODELS[args.model][2],
+                           args.warmup)
+        print_times(args.model, ways, times)
+        if not args.no_breakdown:
+            bd = run_child(args, {"LAZYTPU_PROFILE": "1"}, ["--breakdown-only"])["breakdown"]
+            print_breakdown(bd)
+    print("load average: %.2f -> %.2f" % (load0, os.getloadavg()[0]))
+
+
+if __name__ == "__main__":
+    main()
