@@ -36,9 +36,17 @@ def _runtime_initialized():
     return torch_xla._XLAC._xla_runtime_is_initialized()
 
 
+_WORLD_SIZE = None
+
+
 def world_size():
-    """Processes (= devices) in the job: the launcher's world, else 1."""
-    return lazytpu.world_size()
+    """Processes (= devices) in the job: the launcher's world, else 1. Kept
+    in a module global once read, as torch_xla does, so code traced by
+    torch.compile (xm.all_reduce's one-replica test) reads a constant."""
+    global _WORLD_SIZE
+    if _WORLD_SIZE is None:
+        _WORLD_SIZE = lazytpu.world_size()
+    return _WORLD_SIZE
 
 
 def local_process_count():
