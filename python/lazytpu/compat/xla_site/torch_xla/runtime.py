@@ -36,16 +36,14 @@ def _runtime_initialized():
     return torch_xla._XLAC._xla_runtime_is_initialized()
 
 
-_WORLD_SIZE = None
+# fixed for the process (the launcher's world is set before it starts); a
+# module global, as torch_xla keeps it, so code traced by torch.compile
+# (xm.all_reduce's one-replica test) reads a constant
+_WORLD_SIZE = lazytpu.world_size()
 
 
 def world_size():
-    """Processes (= devices) in the job: the launcher's world, else 1. Kept
-    in a module global once read, as torch_xla does, so code traced by
-    torch.compile (xm.all_reduce's one-replica test) reads a constant."""
-    global _WORLD_SIZE
-    if _WORLD_SIZE is None:
-        _WORLD_SIZE = lazytpu.world_size()
+    """Processes (= devices) in the job: the launcher's world, else 1."""
     return _WORLD_SIZE
 
 

@@ -3,6 +3,7 @@ mapped onto lazytpu's own implementation (lazytpu.core, lazytpu.world,
 lazytpu.collectives). Names 2.9 removed (``get_ordinal``, ``xrt_world_size``)
 are absent here too: a script that runs here runs on a TPU."""
 import contextlib
+import hashlib
 import io
 import os
 import sys
@@ -468,7 +469,17 @@ def xla_rendezvous(payload=b"", ordinals=None, tag=None):
     if not isinstance(payload, bytes):
         raise TypeError("`payload` must be bytes, not {}".format(type(payload)))
     torch_xla.sync()
-    return _coll.rendezvous(tag or "torch_xla.xla_rendezvous", payload)
+    return _coll.rendezvous(_rendezvous_tag(tag), payload)
+
+
+def _rendezvous_tag(tag):
+    """lazytpu's rendezvous name for a torch_xla tag: 2.9 uses the tag only
+    for logging, so any length is accepted; a long one is shortened to a
+    prefix plus a digest of the whole (lazytpu's world takes 47 chars)."""
+    tag = tag or "torch_xla.xla_rendezvous"
+    if len(tag) <= 47:
+        return tag
+    return tag[:30] + "#" + hashlib.sha1(tag.encode()).hexdigest()[:16]
 
 
 def rendezvous(tag, payload=b"", replicas=[]):
