@@ -65,7 +65,10 @@ FILES = [
     ("test_mp_collective_matmul.py", {"devices": 4}),
     ("test_mp_distributed_mm.py", {"devices": 4}),
     ("test_mp_mesh_reduce.py", {"devices": 4}),
-    ("test_mp_rendezvous.py", {"devices": 4}),
+    # one device, as pytorch/xla's CI: the file asks for a rendezvous of half
+    # the world, which 2.9 refuses (ValueError "Only global rendezvous is
+    # supported") in any world of 2 or more; lazytpu refuses it the same way
+    ("test_mp_rendezvous.py", {"devices": 1}),
     ("test_mp_save.py", {"devices": 4}),
     ("test_mp_sync_batch_norm.py", {"devices": 4}),
     ("test_mp_early_exit.py", {"devices": 4}),
