@@ -78,3 +78,57 @@ def test_launch_compiled_all_reduce_outputs_and_rendezvous(tmp_path):
     """, "launch2.py", PJRT_DEVICE="CPU", CPU_NUM_DEVICES="2")
     assert "WORKER 0 2" in out and "WORKER 1 2" in out
     assert "WORKER 2" not in out                          # two workers, not the 8 cores
+
+
+def test_xla_process_group_mesh_subgroups(tmp_path):
+    # torch_xla 2.9's new_group: the mesh of a row / column slice, ValueError
+    # for a slice of no rectangle, NotImplementedError for the ops 2.9 leaves
+    # out; collectives of a subgroup reduce over its row only (vs CPU sums)
+    out = _run(tmp_path, """
+        import torch, torch_xla
+        import torch.distributed as dist
+        import torch_xla.distributed.xla_backend as xb
+        from torch_xla import runtime as xr
+
+        def fn(i):
+            dist.init_process_group("xla", init_method="xla://")
+            me, n = xr.global_ordinal(), xr.world_size()
+            assert isinstance(dist.group.WORLD, xb.ProcessGroupXla)
+            opt = {"xla_pg_options": {"spmd": True}}
+            rows = [dist.new_group(ranks=[0, 1], pg_options=opt),
+                    dist.new_group(ranks=[2, 3], pg_options=opt)]
+            cols = [dist.new_group(ranks=[0, 2], pg_options=opt),
+                    dist.new_group(ranks=[1, 3], pg_options=opt)]
+            row, col = rows[me // 2], cols[me % 2]
+            assert row._mesh == [[0, 1], [2, 3]] and col._mesh == [[0, 2], [1, 3]]
+            assert row.size() == 2 and row.rank() == me % 2
+            for bad in ([1, 2], [0, 3], [0, 1, 2]):
+                try:
+                    xb._infer_mesh(bad, n)
+                except ValueError:
+                    pass
+                else:
+                    raise AssertionError("mesh of %s must raise ValueError" % bad)
+            d = torch_xla.device()
+            v = torch.tensor([1.0, 10.0]) * (me + 1)
+            t = v.to(d)
+            dist.all_reduce(t, group=row)
+            r0 = 2 * (me // 2)
+            assert torch.equal(t.cpu(), torch.tensor([1.0, 10.0]) * (r0 + 1 + r0 + 2)), t
+            outs = [torch.zeros(2, device=d) for _ in range(2)]
+            dist.all_gather(outs, v.to(d), group=col)
+            want = [torch.tensor([1.0, 10.0]) * (me % 2 + 1 + 2 * k) for k in range(2)]
+            assert all(torch.equal(o.cpu(), w) for o, w in zip(outs, want)), outs
+            for op in ("allreduce_coalesced", "recv_anysource", "monitored_barrier"):
+                try:
+                    getattr(dist.group.WORLD, op)(t)
+                except NotImplementedError:
+                    pass
+                else:
+                    raise AssertionError(op)
+            print("GROUPS OK", me, flush=True)
+
+        if __name__ == "__main__":
+            torch_xla.launch(fn)
+    """, "groups4.py", PJRT_DEVICE="CPU", CPU_NUM_DEVICES="4")
+    assert all("GROUPS OK %d" % k in out for k in range(4)), out
