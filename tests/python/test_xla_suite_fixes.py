@@ -132,3 +132,30 @@ def test_xla_process_group_mesh_subgroups(tmp_path):
             torch_xla.launch(fn)
     """, "groups4.py", PJRT_DEVICE="CPU", CPU_NUM_DEVICES="4")
     assert all("GROUPS OK %d" % k in out for k in range(4)), out
+
+
+def test_run_multiprocess_twice_on_one_device(tmp_path):
+    # 2.9 runs fn in worker processes even for one device: the caller's
+    # runtime stays uninitialized, so a second run_multiprocess works
+    out = _run(tmp_path, """
+        import torch, torch_xla
+        from torch_xla._internal import pjrt
+
+        def fn(k):
+            t = torch.arange(4.0, device=torch_xla.device()) * k
+            return t.sum().item()
+
+        if __name__ == "__main__":
+            assert pjrt.run_multiprocess(fn, 2) == {0: 12.0}
+            assert pjrt.run_multiprocess(fn, k=3) == {0: 18.0}
+            assert not torch_xla._XLAC._xla_runtime_is_initialized()
+            torch.ones(1, device=torch_xla.device()).cpu()
+            try:
+                pjrt.run_multiprocess(fn, 1)
+            except RuntimeError as e:
+                assert "already initialized" in str(e)
+            else:
+                raise AssertionError("run_multiprocess after using the device")
+            print("RUNMP OK")
+    """, "runmp.py", PJRT_DEVICE="CPU")
+    assert "RUNMP OK" in out
