@@ -89,7 +89,9 @@ def _xla_metrics_report():
 
 
 def _xla_increment_counter(name, value=1):
-    _C.counter_inc(name, int(value))
+    """Adds value to counter `name` (torch_xla's name: CreateXlaTensor is
+    lazytpu's CreateLtTensor, xla::op lazytpu::op), creating it if needed."""
+    _C.counter_inc(lazytpu.metrics._core(name), int(value))
 
 
 def _set_use_eager_mode(enable):

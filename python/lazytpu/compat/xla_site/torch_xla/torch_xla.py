@@ -10,7 +10,6 @@ __all__ = ["device", "devices", "device_count", "real_devices", "sync", "step",
 device = lazytpu.device
 devices = lazytpu.devices
 device_count = lazytpu.device_count
-sync = lazytpu.mark_step
 manual_seed = lazytpu.set_rng_state
 
 
@@ -51,3 +50,11 @@ def launch(fn, args=(), start_method="spawn", debug_single_process=False):
         return fn(int(os.environ.get("LOCAL_RANK", "0")), *args)
     return xmp.spawn(fn, args=args, nprocs=1 if debug_single_process else None,
                      start_method=start_method)
+
+
+def sync(wait=False, reset_scope=True):
+    """Ends the step (lazytpu.mark_step); with XLA_METRICS_FILE, appends the
+    metrics report there (torch_xla.debug.metrics_saver), as 2.9."""
+    from torch_xla.debug import metrics_saver
+    lazytpu.mark_step(wait, reset_scope)
+    metrics_saver.save_metrics()
