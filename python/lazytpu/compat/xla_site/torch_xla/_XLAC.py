@@ -18,6 +18,13 @@ def _xla_runtime_is_initialized():
     return bool(_C.used_cores())
 
 
+def _init_computation_client():
+    """Starts the runtime of this process's device (in lazytpu a core starts
+    with its first tensor); afterwards _xla_runtime_is_initialized() is True
+    and xmp.spawn refuses to start, as in torch_xla."""
+    torch.empty(0, device=lazytpu.device())
+
+
 def _xla_get_devices():
     """This process's devices as real devices ('TPU:0', ...)."""
     return ["%s:%d" % (_core.device_kind(), i) for i in range(lazytpu.device_count())]
