@@ -159,3 +159,72 @@ def test_run_multiprocess_twice_on_one_device(tmp_path):
             print("RUNMP OK")
     """, "runmp.py", PJRT_DEVICE="CPU")
     assert "RUNMP OK" in out
+
+
+def test_single_process_names_as_2_9(tmp_path):
+    # names pytorch/xla's tests use, checked against 2.9's documented behaviour
+    metrics = tmp_path / "metrics.txt"
+    out = _run(tmp_path, """
+        import os
+        import torch, torch_xla
+        import torch_xla.core.xla_env_vars as xenv
+        import torch_xla.debug.metrics as met
+        from torch_xla import runtime as xr
+        from torch_xla.experimental.scan_layers import scan_layers
+        from torch_xla.experimental import scan as scan_module
+
+        assert torch_xla.xm is torch_xla.core.xla_model and torch_xla.xr is xr
+        assert xenv.WORLD_SIZE == "WORLD_SIZE" and xenv.PJRT_CPU_ASYNC_CLIENT == "PJRT_CPU_ASYNC_CLIENT"
+        assert not hasattr(xenv, "HOST_ORDINAL")           # XRT names are gone in 2.9
+        try:
+            torch_xla.device(10)
+        except IndexError:
+            pass
+        else:
+            raise AssertionError("device(10) with one device must raise IndexError")
+        os.environ["PJRT_SELECT_DEFAULT_DEVICE"] = "0"
+        pj = os.environ.pop("PJRT_DEVICE")
+        assert xr.device_type() is None
+        os.environ["PJRT_DEVICE"] = pj
+        # the counter a torch_xla name designates
+        t = torch.tensor(3.0, device=torch_xla.device())
+        before = met.counter_value("CreateXlaTensor")
+        torch_xla._XLAC._xla_increment_counter("CreateXlaTensor", 3)
+        assert met.counter_value("CreateXlaTensor") == before + 3
+        torch_xla._XLAC._xla_increment_counter("SuiteCounter", 2)
+        assert met.counter_value("SuiteCounter") == 2
+        # XLA_METRICS_FILE: one record per sync
+        torch_xla.sync()
+        (t * 2).cpu()
+        torch_xla.sync()
+        text = open(os.environ["XLA_METRICS_FILE"]).read()
+        assert text.count("[MetricsData; step=") == 2, text[:300]
+        # scan_layers: 2.9's structure errors, tuple carries, values vs a loop
+        scan_module._SCAN_COMPUTATION_CACHE.clear()
+        d = torch_xla.device()
+        bad = [torch.nn.Linear(4, 4), torch.nn.Linear(4, 5)]
+        try:
+            scan_layers([l.to(d) for l in bad], torch.zeros(2, 4, device=d))
+        except ValueError as e:
+            assert "Shape mismatch" in str(e)
+        else:
+            raise AssertionError("layers of other shapes must raise ValueError")
+
+        class Two(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(4, 4)
+            def forward(self, x, y):
+                return self.lin(x).sin(), self.lin(y).cos()
+
+        torch.manual_seed(0)
+        layers = [Two() for _ in range(3)]
+        x, y = torch.randn(2, 4), torch.randn(2, 4)
+        want = (x, y)
+        for l in layers:
+            want = l(*want)
+        got = scan_layers([l.to(d) for l in layers], (x.to(d), y.to(d)))
+        assert all(torch.allclose(g.cpu(), w, atol=1e-5) for g, w in zip(got, want))
+        print("NAMES OK")
+    """, "names.py", PJRT_DEVICE="CPU", XLA_METRICS_FILE=str(metrics))
+    assert "NAMES OK" in out

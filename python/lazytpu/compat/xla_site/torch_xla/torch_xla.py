@@ -7,7 +7,6 @@ from lazytpu.step_fn import compile_step
 __all__ = ["device", "devices", "device_count", "real_devices", "sync", "step",
            "compile", "manual_seed", "launch"]
 
-device = lazytpu.device
 devices = lazytpu.devices
 device_count = lazytpu.device_count
 manual_seed = lazytpu.set_rng_state
@@ -58,3 +57,11 @@ def sync(wait=False, reset_scope=True):
     from torch_xla.debug import metrics_saver
     lazytpu.mark_step(wait, reset_scope)
     metrics_saver.save_metrics()
+
+
+def device(index=None):
+    """The device xla:index (default: this process's); an index past the
+    devices raises IndexError, as 2.9 (it indexes the device list)."""
+    if index is not None and not 0 <= index < lazytpu.device_count():
+        raise IndexError("list index out of range")
+    return lazytpu.device(index)
