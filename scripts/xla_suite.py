@@ -65,7 +65,10 @@ FILES = [
     ("test_mp_collective_matmul.py", {"devices": 4}),
     ("test_mp_distributed_mm.py", {"devices": 4}),
     ("test_mp_mesh_reduce.py", {"devices": 4}),
-    ("test_mp_rendezvous.py", {"devices": 4}),
+    # one device, as pytorch/xla's CI: the file asks for a rendezvous of half
+    # the world, which 2.9 refuses (ValueError "Only global rendezvous is
+    # supported") in any world of 2 or more; lazytpu refuses it the same way
+    ("test_mp_rendezvous.py", {"devices": 1}),
     ("test_mp_save.py", {"devices": 4}),
     ("test_mp_sync_batch_norm.py", {"devices": 4}),
     ("test_mp_early_exit.py", {"devices": 4}),
@@ -207,6 +210,12 @@ def run_file(tests_dir, run, opts, timeout, verbose=False):
             env.pop(k)
     env.update({"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(opts.get("devices", 1)),
                 "XLA_SUITE_RESULTS": results, "PYTHONUNBUFFERED": "1"})
+    # torchvision cannot be installed beside torch 2.13: files that import it
+    # at the top get tests/python/support's stand-in (its attributes raise
+    # RuntimeError), so only the tests that use it fail
+    env["PYTHONPATH"] = os.pathsep.join(
+        [p for p in (os.path.join(os.path.dirname(HERE), "tests", "python", "support"),
+                     env.get("PYTHONPATH")) if p])
     for k, v in opts.get("env", {}).items():
         env[k] = v.replace("{tmp}", tmp)
     cmd = [sys.executable, "-m", "lazytpu", PROBE, path] + list(opts.get("args", []))

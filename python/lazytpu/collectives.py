@@ -448,3 +448,29 @@ def collective_permute(value, pairs):
     # is device data (False), so the compiler cannot drop the gather
     never = torch.tensor(False).to(value.device)
     return torch.where(never, every[_ordinal()], zeros)
+
+
+# Shapes of the collective ops for torch.compile's fake tensors (dynamo traces
+# xm.all_reduce & co. into the graph it hands to the lazytpu backend).
+@torch.library.register_fake("lazytpu::all_reduce")
+def _all_reduce_fake(t, reduce_type, scale):
+    return torch.empty_like(t)
+
+
+@torch.library.register_fake("lazytpu::all_gather")
+def _all_gather_fake(t, dim):
+    shape = list(t.shape)
+    shape[dim % max(t.dim(), 1)] *= max(world_size(), 1)
+    return t.new_empty(shape)
+
+
+@torch.library.register_fake("lazytpu::reduce_scatter")
+def _reduce_scatter_fake(t, reduce_type, dim, scale):
+    shape = list(t.shape)
+    shape[dim % max(t.dim(), 1)] //= max(world_size(), 1)
+    return t.new_empty(shape)
+
+
+@torch.library.register_fake("lazytpu::broadcast")
+def _broadcast_fake(t, root):
+    return torch.empty_like(t)

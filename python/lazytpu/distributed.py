@@ -38,9 +38,9 @@ def _done(result):
     return torch._C._distributed_c10d._create_work_from_future(fut)
 
 
-def _reduce_type(op):
+def _reduce_type(op, size=None):
     if op == dist.ReduceOp.AVG:
-        return _coll.REDUCE_SUM, 1.0 / max(world_size(), 1)
+        return _coll.REDUCE_SUM, 1.0 / max(size or world_size(), 1)
     for torch_op, kind in _REDUCE_OPS:
         if op == torch_op:
             return kind, 1.0
@@ -48,8 +48,11 @@ def _reduce_type(op):
 
 
 class ProcessGroupLazyTPU(ProcessGroup):
-    """A ProcessGroup whose collectives are lazytpu's (every rank of the
-    world: subgroups are not supported)."""
+    """A ProcessGroup whose collectives are lazytpu's, over the whole world
+    or, when ``_groups()`` names replica groups (a partition of the world's
+    ordinals, as ``groups=`` of lazytpu's collectives), over this process's
+    group: all_reduce, all_gather, reduce_scatter, reduce; the others need
+    the whole world."""
 
     def __init__(self, prefix_store, rank, size, timeout, name="lazytpu"):
         super().__init__(rank, size)
@@ -59,11 +62,20 @@ class ProcessGroupLazyTPU(ProcessGroup):
     def getBackendName(self):
         return self._name
 
+    def _groups(self):
+        """Replica groups of this process group (None: the whole world)."""
+        return None
+
+    def _whole_world(self, what):
+        if self._groups():
+            raise NotImplementedError("lazytpu process group: %s on a subgroup (groups %s)"
+                                      % (what, self._groups()))
+
     # every collective updates its output tensors in place and returns a
     # completed Work
     def allreduce(self, tensors, opts):
-        kind, scale = _reduce_type(opts.reduceOp)
-        _coll.all_reduce(kind, list(tensors), scale=scale)
+        kind, scale = _reduce_type(opts.reduceOp, self.size())
+        _coll.all_reduce(kind, list(tensors), scale=scale, groups=self._groups())
         return _done(tensors)
 
     def allreduce_coalesced(self, tensors, opts):
@@ -71,7 +83,7 @@ class ProcessGroupLazyTPU(ProcessGroup):
 
     def allgather(self, output_tensors_list, input_tensors, opts=None):
         for outs, t in zip(output_tensors_list, input_tensors):
-            g = _coll.all_gather(t.unsqueeze(0), dim=0)
+            g = _coll.all_gather(t.unsqueeze(0), dim=0, groups=self._groups())
             with torch.no_grad():
                 for k, o in enumerate(outs):
                     o.copy_(g[k])
@@ -79,10 +91,14 @@ class ProcessGroupLazyTPU(ProcessGroup):
 
     def _allgather_base(self, output_tensor, input_tensor, opts=None):
         with torch.no_grad():
-            output_tensor.copy_(_coll.all_gather(input_tensor, dim=0).reshape(output_tensor.shape))
+            output_tensor.copy_(_coll.all_gather(input_tensor, dim=0, groups=self._groups())
+                                .reshape(output_tensor.shape))
         return _done([output_tensor])
 
     def broadcast(self, tensors, opts):
+        if self.size() == 1:                 # a group of one: the values stay
+            return _done(tensors)
+        self._whole_world("broadcast")
         root = opts.rootRank
         with torch.no_grad():
             for t in tensors:
@@ -90,23 +106,25 @@ class ProcessGroupLazyTPU(ProcessGroup):
         return _done(tensors)
 
     def reduce_scatter(self, output_tensors, input_tensors_list, opts):
-        kind, scale = _reduce_type(opts.reduceOp)
+        kind, scale = _reduce_type(opts.reduceOp, self.size())
         n = self.size()
         for out, ins in zip(output_tensors, input_tensors_list):
             stacked = torch.stack(list(ins))            # [n, *shape]
-            mine = _coll.reduce_scatter(kind, stacked, scale, 0, n)
+            mine = _coll.reduce_scatter(kind, stacked, scale, 0, n, groups=self._groups())
             with torch.no_grad():
                 out.copy_(mine.reshape(out.shape))
         return _done(output_tensors)
 
     def _reduce_scatter_base(self, output_tensor, input_tensor, opts):
-        kind, scale = _reduce_type(opts.reduceOp)
-        mine = _coll.reduce_scatter(kind, input_tensor, scale, 0, self.size())
+        kind, scale = _reduce_type(opts.reduceOp, self.size())
+        mine = _coll.reduce_scatter(kind, input_tensor, scale, 0, self.size(),
+                                    groups=self._groups())
         with torch.no_grad():
             output_tensor.copy_(mine.reshape(output_tensor.shape))
         return _done([output_tensor])
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts):
+        self._whole_world("all_to_all")
         if output_split_sizes or input_split_sizes:
             raise RuntimeError("lazytpu process group: all_to_all with uneven splits")
         res = _coll.all_to_all(input, 0, 0, self.size())
@@ -115,8 +133,8 @@ class ProcessGroupLazyTPU(ProcessGroup):
         return _done([output])
 
     def reduce(self, tensors, opts):
-        kind, scale = _reduce_type(opts.reduceOp)
-        res = [_coll.all_reduce(kind, t, scale=scale) for t in tensors]
+        kind, scale = _reduce_type(opts.reduceOp, self.size())
+        res = [_coll.all_reduce(kind, t, scale=scale, groups=self._groups()) for t in tensors]
         if self.rank() == opts.rootRank:
             with torch.no_grad():
                 for t, r in zip(tensors, res):
@@ -124,13 +142,14 @@ class ProcessGroupLazyTPU(ProcessGroup):
         return _done(tensors)
 
     def barrier(self, opts=None):
+        self._whole_world("barrier")
         _coll.rendezvous("lazytpu.distributed.barrier")
         return _done([])
 
 
-def _create(name):
+def _create(name, cls):
     def create(prefix_store, rank, size, timeout):
-        return ProcessGroupLazyTPU(prefix_store, rank, size, timeout, name)
+        return cls(prefix_store, rank, size, timeout, name)
     return create
 
 
@@ -150,12 +169,14 @@ def _rendezvous(url, timeout=datetime.timedelta(minutes=5), **kwargs):
 _registered = set()
 
 
-def register_backend(name="lazytpu"):
-    """Registers backend `name` and init method ``<name>://`` with
-    torch.distributed (idempotent)."""
+def register_backend(name="lazytpu", cls=None):
+    """Registers backend `name` (process groups of class `cls`, a
+    ProcessGroupLazyTPU) and init method ``<name>://`` with torch.distributed
+    (idempotent)."""
     if name in _registered:
         return
-    dist.Backend.register_backend(name, _create(name), devices=[name])
+    dist.Backend.register_backend(name, _create(name, cls or ProcessGroupLazyTPU),
+                                  devices=[name])
     dist.register_rendezvous_handler(name, _rendezvous)
     _registered.add(name)
 

@@ -148,13 +148,13 @@ class _SpawnContext:
 
 
 def spawn(fn, args=(), nprocs=None, join=True, daemon=False,
-          start_method="spawn", timeout=None, metrics_file=None):
+          start_method="spawn", timeout=None, metrics_file=None, in_process=True):
     """Runs ``fn(index, *args)`` in ``nprocs`` worker processes (default 8),
     each driving one simulated core (``lazytpu.device()`` in the worker).
     Blocks until all exit (``join=True``) and raises :class:`WorkerError`
     naming the ordinal and cause if any fails; with ``join=False`` returns a
     context whose ``join()`` does that. ``nprocs=1`` runs ``fn(0, *args)`` in
-    this process. ``timeout`` (seconds) stops a hanging job; ``metrics_file``
+    this process (a worker process instead with ``in_process=False``). ``timeout`` (seconds) stops a hanging job; ``metrics_file``
     collects every worker's metrics report (merged)."""
     if start_method not in ("spawn", "fork", "forkserver"):
         raise ValueError("lazytpu.spawn: unknown start_method %r" % start_method)
@@ -170,7 +170,7 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False,
         return None
     n = 8 if nprocs is None else int(nprocs)
     under_mpi = "OMPI_COMM_WORLD_SIZE" in os.environ or "PMIX_RANK" in os.environ
-    if n == 1 and not under_mpi:
+    if n == 1 and not under_mpi and in_process:
         fn(0, *args)
         return None
     try:

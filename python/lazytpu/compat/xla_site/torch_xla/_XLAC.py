@@ -18,6 +18,13 @@ def _xla_runtime_is_initialized():
     return bool(_C.used_cores())
 
 
+def _init_computation_client():
+    """Starts the runtime of this process's device (in lazytpu a core starts
+    with its first tensor); afterwards _xla_runtime_is_initialized() is True
+    and xmp.spawn refuses to start, as in torch_xla."""
+    torch.empty(0, device=lazytpu.device())
+
+
 def _xla_get_devices():
     """This process's devices as real devices ('TPU:0', ...)."""
     return ["%s:%d" % (_core.device_kind(), i) for i in range(lazytpu.device_count())]
@@ -89,7 +96,9 @@ def _xla_metrics_report():
 
 
 def _xla_increment_counter(name, value=1):
-    _C.counter_inc(name, int(value))
+    """Adds value to counter `name` (torch_xla's name: CreateXlaTensor is
+    lazytpu's CreateLtTensor, xla::op lazytpu::op), creating it if needed."""
+    _C.counter_inc(lazytpu.metrics._core(name), int(value))
 
 
 def _set_use_eager_mode(enable):

@@ -20,7 +20,7 @@ def translate_env():
     XLA_USE_BF16, XLA_DOWNCAST_BF16 -> LAZYTPU_USE_BF16 (f32 stored as bf16);
     PT_XLA_DEBUG, PT_XLA_DEBUG_LEVEL -> LAZYTPU_DEBUG (step warnings);
     XLA_SAVE_TENSORS_FILE (+ XLA_SAVE_TENSORS_FMT text|dot) -> LAZYTPU_SAVE_GRAPHS;
-    XLA_METRICS_FILE -> the report is appended there at exit (torch_xla/_exit.py);
+    XLA_METRICS_FILE -> the report is appended there at each torch_xla.sync() (debug/metrics_saver.py) and at exit (torch_xla/_exit.py);
     XLA_IR_DEBUG -> user frames in graph dumps (always on in lazytpu);
     PJRT_DEVICE: TPU or CPU accepted (the device kind reported), else an error;
       it also picks the starting LAZYTPU_MATMUL_PRECISION when unset: default

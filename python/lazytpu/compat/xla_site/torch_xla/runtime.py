@@ -17,8 +17,12 @@ process_count = lazytpu.num_hosts
 
 
 def device_type():
-    """PJRT_DEVICE's device type ('TPU' when unset: lazytpu's default)."""
+    """PJRT_DEVICE's device type ('TPU' when unset: lazytpu's default; None
+    when unset and PJRT_SELECT_DEFAULT_DEVICE=0 turns default selection off,
+    as in 2.9)."""
     v = os.environ.get("PJRT_DEVICE", "").strip()
+    if not v and os.environ.get("PJRT_SELECT_DEFAULT_DEVICE", "1") == "0":
+        return None
     return v.split("_")[0].upper() if v else "TPU"
 
 
@@ -36,9 +40,15 @@ def _runtime_initialized():
     return torch_xla._XLAC._xla_runtime_is_initialized()
 
 
+# fixed for the process (the launcher's world is set before it starts); a
+# module global, as torch_xla keeps it, so code traced by torch.compile
+# (xm.all_reduce's one-replica test) reads a constant
+_WORLD_SIZE = lazytpu.world_size()
+
+
 def world_size():
     """Processes (= devices) in the job: the launcher's world, else 1."""
-    return lazytpu.world_size()
+    return _WORLD_SIZE
 
 
 def local_process_count():
@@ -134,14 +144,6 @@ def initialize_cache(path, readonly=False):
 def get_num_cached_compilation_graph():
     """Graphs compiled by this process (the in-memory compile cache)."""
     return lazytpu.metrics.counter_value("UncachedCompile") or 0
-
-
-def set_device_type(pjrt_device):
-    if pjrt_device.upper() not in ("TPU", "CPU"):
-        raise RuntimeError("torch_xla.runtime.set_device_type(%r): lazytpu simulates TPU "
-                           "cores (TPU or CPU accepted)" % pjrt_device)
-    import os
-    os.environ["PJRT_DEVICE"] = pjrt_device.upper()
 
 
 # ---- SPMD (lazytpu.spmd): these replace the definitions above ----

@@ -94,14 +94,13 @@ def run_multiprocess(fn, *args, start_method="spawn", **kwargs):
         mine = (lazytpu.get_ordinal(), fn(*args, **kwargs))
         return _merge_replica_results(lazytpu.mesh_reduce(
             "torch_xla._internal.pjrt.run_multiprocess", mine, list))
-    if n == 1:
-        initialize_singleprocess()
-        return {lazytpu.get_ordinal(): fn(*args, **kwargs)}
+    # as 2.9, fn runs in worker processes even for one device (this process
+    # never initializes the runtime, so run_multiprocess can be called again)
     out_dir = tempfile.mkdtemp(prefix="lazytpu-pjrt-")
     try:
         try:
             _launch.spawn(_Collect(fn, args, kwargs, out_dir), nprocs=n,
-                          start_method=start_method)
+                          start_method=start_method, in_process=False)
         except _launch.WorkerError as failure:
             err = _worker_error(out_dir)
             if err is None:

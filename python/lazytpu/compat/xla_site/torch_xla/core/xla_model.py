@@ -3,6 +3,7 @@ mapped onto lazytpu's own implementation (lazytpu.core, lazytpu.world,
 lazytpu.collectives). Names 2.9 removed (``get_ordinal``, ``xrt_world_size``)
 are absent here too: a script that runs here runs on a TPU."""
 import contextlib
+import hashlib
 import io
 import os
 import sys
@@ -307,7 +308,7 @@ def all_gather(value, dim=0, groups=None, output=None, pin_layout=True, channel_
     """Every replica's value concatenated along dim (a list of tensors:
     each gathered, pin_layout must then be False as in torch_xla)."""
     if isinstance(value, torch.Tensor):
-        return _coll.all_gather(value, dim=dim, groups=groups, output=output)
+        return _into(output, _coll.all_gather(value, dim=dim, groups=groups))
     if not (isinstance(value, list) and all(isinstance(v, torch.Tensor) for v in value)):
         raise TypeError("`value` needs to be a Tensor or a list of Tensors, but given {}."
                         .format(type(value)))
@@ -315,9 +316,23 @@ def all_gather(value, dim=0, groups=None, output=None, pin_layout=True, channel_
         raise RuntimeError("For xm.all_gather with list of tensors input, pin_layout=True "
                            "is not yet supported.")
     outs = _check_outputs(output, value)
-    res = [_coll.all_gather(v, dim=dim, groups=groups, output=o)
+    res = [_into(o, _coll.all_gather(v, dim=dim, groups=groups))
            for v, o in zip(value, outs)]
     return output if output is not None else res
+
+
+def _into(output, res):
+    """res, or output holding res: torch_xla's ``output=`` of the collectives
+    gives the output tensor the result's value, shape included (an output
+    of the input's full size comes back as the shard)."""
+    if output is None:
+        return res
+    with torch.no_grad():
+        if output.shape == res.shape and output.dtype == res.dtype:
+            output.copy_(res)
+        else:
+            output.data = res
+    return output
 
 
 def _check_outputs(output, inputs):
@@ -338,14 +353,14 @@ def reduce_scatter(reduce_type, input, scale, scatter_dim, shard_count, groups=N
     """This replica's shard (along scatter_dim) of the reduction over the
     world or its group; a list: each input reduced and scattered."""
     if isinstance(input, torch.Tensor):
-        return _coll.reduce_scatter(reduce_type, input, scale, scatter_dim, shard_count,
-                                    groups=groups, output=output)
+        return _into(output, _coll.reduce_scatter(reduce_type, input, scale, scatter_dim,
+                                                  shard_count, groups=groups))
     if not (isinstance(input, list) and all(isinstance(v, torch.Tensor) for v in input)):
         raise TypeError("`input` needs to be a Tensor or a list of Tensors, but given {}."
                         .format(type(input)))
     outs = _check_outputs(output, input)
-    res = [_coll.reduce_scatter(reduce_type, v, scale, scatter_dim, shard_count,
-                                groups=groups, output=o) for v, o in zip(input, outs)]
+    res = [_into(o, _coll.reduce_scatter(reduce_type, v, scale, scatter_dim, shard_count,
+                                         groups=groups)) for v, o in zip(input, outs)]
     return output if output is not None else res
 
 
@@ -454,7 +469,17 @@ def xla_rendezvous(payload=b"", ordinals=None, tag=None):
     if not isinstance(payload, bytes):
         raise TypeError("`payload` must be bytes, not {}".format(type(payload)))
     torch_xla.sync()
-    return _coll.rendezvous(tag or "torch_xla.xla_rendezvous", payload)
+    return _coll.rendezvous(_rendezvous_tag(tag), payload)
+
+
+def _rendezvous_tag(tag):
+    """lazytpu's rendezvous name for a torch_xla tag: 2.9 uses the tag only
+    for logging, so any length is accepted; a long one is shortened to a
+    prefix plus a digest of the whole (lazytpu's world takes 47 chars)."""
+    tag = tag or "torch_xla.xla_rendezvous"
+    if len(tag) <= 47:
+        return tag
+    return tag[:30] + "#" + hashlib.sha1(tag.encode()).hexdigest()[:16]
 
 
 def rendezvous(tag, payload=b"", replicas=[]):

@@ -8,6 +8,8 @@ length (XLA's While-loop compile-time saving is not simulated).
 ``partition_fn`` and ``is_fn_pure`` are accepted (they tune XLA's traced
 loop body, which lazytpu does not build).
 """
+from weakref import WeakKeyDictionary
+
 import torch
 from torch.utils._pytree import tree_flatten, tree_iter, tree_map, tree_unflatten
 
@@ -15,6 +17,12 @@ try:
     from functorch.compile import default_partition
 except ImportError:  # not in every torch build
     default_partition = None
+
+# torch_xla's cache of traced loop bodies (fn -> {key: traced functions}).
+# lazytpu builds no loop body (scan unrolls), so nothing is ever cached: the
+# dict stays empty, and code that clears it (as pytorch/xla's tests do
+# between tests) runs unchanged.
+_SCAN_COMPUTATION_CACHE = WeakKeyDictionary()
 
 
 def scan(fn, init, xs, partition_fn=default_partition, is_fn_pure=False):
