@@ -217,6 +217,19 @@ static void finish_locked(lt_core *c, uint64_t seq, lt_fault *f, int on_worker)
         pthread_cond_signal(&c->cv_work);
 }
 
+/* Takes the oldest queued job of c for the calling executor: marks the core
+ * busy and releases c->mu (held on entry, non-empty queue). */
+static lt_job *take_job_locked(lt_core *c)
+{
+    lt_job *job = c->head;
+    c->head = job->next;
+    if (!c->head)
+        c->tail = NULL;
+    c->busy = 1;
+    pthread_mutex_unlock(&c->mu);
+    return job;
+}
+
 static void *core_main(void *arg)
 {
     lt_core *c = arg;
@@ -230,12 +243,7 @@ static void *core_main(void *arg)
             pthread_mutex_unlock(&c->mu);
             break;
         }
-        lt_job *job = c->head;
-        c->head = job->next;
-        if (!c->head)
-            c->tail = NULL;
-        c->busy = 1;
-        pthread_mutex_unlock(&c->mu);
+        lt_job *job = take_job_locked(c);
 
         uint64_t seq = job->seq;
         lt_fault *f = job_execute(job, idx);   /* job is freed now */
@@ -721,12 +729,7 @@ static lt_counter *inline_counter(void)
  * thread's error message is kept (a job sets its own). */
 static void run_inline_locked(lt_core *c)
 {
-    lt_job *job = c->head;
-    c->head = job->next;
-    if (!c->head)
-        c->tail = NULL;
-    c->busy = 1;
-    pthread_mutex_unlock(&c->mu);
+    lt_job *job = take_job_locked(c);
     const char *m = lt_last_error();
     char *saved = m && *m ? strdup(m) : NULL;
     uint64_t seq = job->seq;
