@@ -172,7 +172,7 @@ def print_times(name, ways, times, tag=""):
 def child(args):
     """One measurement in this process; prints a JSON line."""
     ways = args.ways.split(",")
-    steps = args.steps or MODELS[args.model][2]
+    steps = args.steps or MODELS[args.model][3]
     if args.breakdown_only:
         print(json.dumps({"breakdown": breakdown(args.model, ways, steps, args.warmup)}))
         return
@@ -232,7 +232,7 @@ def main():
                                ["--breakdown-only"])["breakdown"]
                 print_breakdown(bd, tag=" %s=%s" % (args.ab, side))
     else:
-        times, _ = measure(args.model, ways, args.runs, args.steps or MODELS[args.model][2],
+        times, _ = measure(args.model, ways, args.runs, args.steps or MODELS[args.model][3],
                            args.warmup)
         print_times(args.model, ways, times)
         if not args.no_breakdown:
