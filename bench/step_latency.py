@@ -8,10 +8,13 @@ result), lazytpu vs eager, in one run:
 A step is zero_grad, forward, cross entropy, backward, the optimizer step
 (SGD with momentum; AdamW for the transformer) and, on lazytpu, mark_step()
 + wait_device_ops(): nothing of step N+1 overlaps step N, so every fixed
-cost of a step boundary shows. The ways are built and warmed up first, then
-the timed runs go round-robin (run r of each way back to back). Reported per
-way over all its timed steps: the 10th percentile and the median step time,
-and their ratios to eager.
+cost of a step boundary shows. Every run of every way is a fresh process of
+its own (built, warmed up, then `steps` timed steps), the ways in turn,
+alternating their order from run to run: one process running two ways would
+handicap the second (after torch.compile has run in a process, eager CPU ops
+in it run slower: the transformer's eager step took 62 ms beside the compile
+way against 35 ms on its own). Reported per way over all its timed steps:
+the 10th percentile and the median step time, and their ratios to eager.
 
 Breakdown (default on): the lazytpu ways run once more in a child process
 with LAZYTPU_PROFILE=1, which records per step boundary where the time goes
@@ -191,6 +194,13 @@ def run_child(args, env_extra, extra):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def run_ways(args, ways, r, env_extra):
+    """Run r of every way, each in a fresh process of its own (built, warmed
+    up, one run of steps), in alternating order: (way, per-step times)."""
+    for w in (ways if r % 2 == 0 else ways[::-1]):
+        yield w, run_child(args, env_extra, ["--runs", "1", "--ways", w])["times"][w]
+
+
 def print_breakdown(bd, tag=""):
     for w, row in bd.items():
         parts = ["%s %.0f" % (ph, row[ph][0]) for ph in PHASES + ["kernels"] if ph in row]
@@ -221,9 +231,8 @@ def main():
         t = {"0": {w: [] for w in ways}, "1": {w: [] for w in ways}}
         for r in range(args.runs):
             for side in (("0", "1") if r % 2 == 0 else ("1", "0")):
-                got = run_child(args, {args.ab: side}, ["--runs", "1"])["times"]
-                for w in ways:
-                    t[side][w] += got[w]
+                for w, got in run_ways(args, ways, r, {args.ab: side}):
+                    t[side][w] += got
         for side in ("0", "1"):
             print_times(args.model, ways, t[side], tag=" %s=%s" % (args.ab, side))
         if not args.no_breakdown:
@@ -232,8 +241,10 @@ def main():
                                ["--breakdown-only"])["breakdown"]
                 print_breakdown(bd, tag=" %s=%s" % (args.ab, side))
     else:
-        times, _ = measure(args.model, ways, args.runs, args.steps or MODELS[args.model][3],
-                           args.warmup)
+        times = {w: [] for w in ways}
+        for r in range(args.runs):
+            for w, got in run_ways(args, ways, r, {}):
+                times[w] += got
         print_times(args.model, ways, times)
         if not args.no_breakdown:
             bd = run_child(args, {"LAZYTPU_PROFILE": "1"}, ["--breakdown-only"])["breakdown"]

@@ -161,3 +161,42 @@ def test_accelerate_loop_eight_cores(tmp_path, launch):
                                              "SyncCause::optimizer_step"))
          for c in (half, trained)]
     assert b[1] - b[0] >= CORE_STEPS // 2, (half, trained)
+
+
+@pytest.mark.parametrize("model", ["gpt2", "bert"])
+def test_trainer_eight_cores(tmp_path, model):
+    """An unchanged Trainer script on 8 cores, started as Hugging Face's
+    xla_spawn.py starts one on a TPU (``xmp.spawn`` of a function that builds
+    and runs the Trainer): per-core batch 1 against the CPU's Trainer with
+    the global batch of 8 and the same arguments. Trainer's sampler draws one
+    permutation on every core and gives core k every 8th batch of it, so a
+    step sees the CPU step's samples; its loss log is the mean over the cores
+    and its optimizer step averages the gradients (gradient clipping of the
+    reduced gradients included): losses, weights and the eval loss within
+    1e-4, the saved model evaluates on the CPU as the CPU-trained one.
+    BERT runs with average_tokens_across_devices=False: transformers' default
+    scales BERT's loss by the process count on 8 processes (hf_common.py),
+    on a TPU as here, which no one-process run reproduces."""
+    cpu = run(tmp_path, model, "trainer", False,
+              ["--batch", "8", "--steps", str(CORE_STEPS), "--optim", "adamw_torch"])
+    out = str(tmp_path / ("%s-trainer-8.pt" % model))
+    cmd = [sys.executable, "-m", "lazytpu", XLA_SCRIPT, "--launch", "xmp", "--way", "trainer",
+           "--model", model, "--steps", str(CORE_STEPS), "--batch", "1", "--out", out]
+    if model == "bert":
+        cmd.append("--no-average-tokens")
+    p = subprocess.run(cmd, env=env_for(True), capture_output=True, text=True, timeout=900,
+                       cwd=str(tmp_path))
+    assert p.returncode == 0, "%s failed:\n%s\n%s" % (" ".join(cmd), p.stdout[-3000:],
+                                                     p.stderr[-6000:])
+    dev = torch.load(out, weights_only=False)
+    assert dev["world"] == 8 and dev["device"] == "xla:0", (dev["world"], dev["device"])
+    assert len(cpu["losses"]) == len(dev["losses"]) == CORE_STEPS
+    for i, (a, b) in enumerate(zip(cpu["losses"], dev["losses"])):
+        assert abs(a - b) <= 1e-4 * max(1.0, abs(a)), "loss %d: cpu %r 8 cores %r" % (i, a, b)
+    for name, w in cpu["params"].items():
+        torch.testing.assert_close(dev["params"][name], w, atol=1e-4, rtol=1e-4,
+                                   msg=lambda m: name + ": " + m)
+    assert abs(dev["eval_loss"] - cpu["eval_loss"]) <= 1e-4 * abs(cpu["eval_loss"])
+    assert abs(dev["cpu_eval_loss"] - cpu["cpu_eval_loss"]) <= 1e-4 * abs(cpu["eval_loss"])
+    assert dev["end"]["fallbacks"] == {}, dev["end"]["fallbacks"]
+    assert dev["trained"]["UncachedCompile"] >= dev["half"]["UncachedCompile"] > 0

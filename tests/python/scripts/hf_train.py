@@ -15,8 +15,6 @@ when the run used the device (compiles after the first half of the steps
 and at the end, CPU fallbacks).
 """
 import argparse
-import os
-import sys
 import time
 
 parser = argparse.ArgumentParser()
@@ -37,67 +35,11 @@ if args.enable:
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-transformers.logging.set_verbosity_error()
-SEQ, VOCAB, BATCH = 16, 96, args.batch
+from hf_common import Data, build_model, counters, cpu_eval_loss, training_args  # noqa: E402
 
-
-def build_model():
-    torch.manual_seed(0)
-    if args.model == "gpt2":
-        cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=VOCAB,
-                                      n_positions=SEQ, bos_token_id=0, eos_token_id=0,
-                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-        return transformers.GPT2LMHeadModel(cfg)
-    cfg = transformers.BertConfig(num_hidden_layers=2, num_attention_heads=2, hidden_size=32,
-                                  intermediate_size=64, vocab_size=VOCAB,
-                                  max_position_embeddings=SEQ, num_labels=3,
-                                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    return transformers.BertForSequenceClassification(cfg)
-
-
-class Data(torch.utils.data.Dataset):
-    def __init__(self, n, seed):
-        g = torch.Generator().manual_seed(seed)
-        self.x = torch.randint(1, VOCAB, (n, SEQ), generator=g)
-        self.y = torch.randint(0, 3, (n,), generator=g)
-
-    def __len__(self):
-        return len(self.x)
-
-    def __getitem__(self, i):
-        if args.model == "gpt2":
-            return {"input_ids": self.x[i], "labels": self.x[i]}
-        return {"input_ids": self.x[i], "attention_mask": torch.ones(SEQ, dtype=torch.long),
-                "labels": self.y[i]}
-
-
-def counters():
-    if "lazytpu" not in sys.modules:
-        return None
-    import lazytpu.metrics as met
-    names = ["UncachedCompile", "CachedCompile", "SyncCause::optimizer_step"]
-    out = {n: met.counter_value(n) or 0 for n in names}
-    out["fallbacks"] = {n: met.counter_value(n) for n in met.executed_fallback_ops()}
-    out["syncs"] = {n: met.counter_value(n) for n in met.counter_names()
-                    if n.startswith("SyncCause::") or n == "MarkStep"}
-    return out
-
-
-def cpu_eval_loss(path, data):
-    """The saved model loaded on the CPU (a fresh process would do the same)."""
-    cls = type(model)
-    m = cls.from_pretrained(path).eval()
-    losses = []
-    with torch.no_grad():
-        for i in range(0, len(data), BATCH):
-            batch = {k: torch.stack([data[j][k] for j in range(i, min(i + BATCH, len(data)))])
-                     for k in data[0]}
-            losses.append(m(**batch).loss)
-    return torch.stack(losses).mean().item()
-
-
-model = build_model()
-train, evald = Data(BATCH * args.steps, 1), Data(BATCH * 3, 2)
+BATCH = args.batch
+model = build_model(args.model)
+train, evald = Data(BATCH * args.steps, 1, args.model), Data(BATCH * 3, 2, args.model)
 out_dir = args.out + ".model"
 result = {"losses": [], "half": None}
 
@@ -107,12 +49,7 @@ if args.way == "trainer":
             if state.global_step == args.steps // 2:
                 result["half"] = counters()
 
-    targs = transformers.TrainingArguments(
-        output_dir=out_dir, per_device_train_batch_size=BATCH, per_device_eval_batch_size=BATCH,
-        max_steps=args.steps, logging_steps=1, report_to=[], save_strategy="no",
-        learning_rate=1e-3, lr_scheduler_type="linear",
-        warmup_steps=2, seed=0, dataloader_num_workers=0, disable_tqdm=True,
-        **({"optim": args.optim} if args.optim else {}))
+    targs = training_args(out_dir, BATCH, args.steps, args.optim)
     trainer = transformers.Trainer(model=model, args=targs, train_dataset=train,
                                    eval_dataset=evald, callbacks=[Record()])
     t0 = time.perf_counter()
@@ -150,7 +87,7 @@ else:
     result["eval_loss"] = torch.cat(el).mean().item()
     acc.unwrap_model(model).save_pretrained(out_dir)
 
-result["cpu_eval_loss"] = cpu_eval_loss(out_dir, evald)
+result["cpu_eval_loss"] = cpu_eval_loss(type(model), out_dir, evald, BATCH)
 result["params"] = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
 result["end"] = counters()
 torch.save(result, args.out)

@@ -1,9 +1,11 @@
-"""An Accelerate training loop started the torch_xla way, for
-tests/python/test_hf_xla.py: ``xmp.spawn(main)`` (one process per TPU core),
+"""An Accelerate training loop or a Trainer run started the torch_xla way,
+for tests/python/test_hf_xla.py: ``xmp.spawn(main)`` (one process per TPU core),
 ``accelerate.notebook_launcher(main, num_processes=8)`` as on a Kaggle /
 Colab TPU, or ``accelerate launch --tpu`` (which imports this file and calls
-``main``). The loop is hf_train.py's Accelerate loop, unchanged: the same
-tiny model and data (hf_train.build_model / Data).
+``main``). The loop is hf_train.py's Accelerate loop, unchanged; ``--way
+trainer`` (with ``--launch xmp``, as Hugging Face's xla_spawn.py starts a
+Trainer script) is hf_train.py's Trainer run: the same tiny model, data and
+arguments (hf_common.py).
 
     python -m lazytpu hf_xla_train.py --launch xmp --model gpt2 --steps 4 --out r.pt
 
@@ -15,14 +17,15 @@ global mean loss per step, the final parameters, the eval loss, the eval
 loss of the saved model reloaded on the CPU, and process 0's counters.
 """
 import argparse
-import os
-import sys
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--launch", choices=["xmp", "notebook", "accelerate"], default="accelerate")
 parser.add_argument("--model", choices=["gpt2", "bert"], default="gpt2")
+parser.add_argument("--way", choices=["accelerate", "trainer"], default="accelerate")
 parser.add_argument("--steps", type=int, default=4)
 parser.add_argument("--batch", type=int, default=1)
+parser.add_argument("--no-average-tokens", action="store_true",
+                    help="TrainingArguments(average_tokens_across_devices=False)")
 parser.add_argument("--out", required=True)
 args = None   # parsed in main(): `accelerate launch` imports this file, then sets sys.argv
 
@@ -37,58 +40,55 @@ def parse_args():
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-transformers.logging.set_verbosity_error()
-SEQ, VOCAB = 16, 96
+from hf_common import Data, build_model, counters, cpu_eval_loss, training_args  # noqa: E402
 
 
-def build_model():
-    torch.manual_seed(0)
-    if args.model == "gpt2":
-        cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=VOCAB,
-                                      n_positions=SEQ, bos_token_id=0, eos_token_id=0,
-                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-        return transformers.GPT2LMHeadModel(cfg)
-    cfg = transformers.BertConfig(num_hidden_layers=2, num_attention_heads=2, hidden_size=32,
-                                  intermediate_size=64, vocab_size=VOCAB,
-                                  max_position_embeddings=SEQ, num_labels=3,
-                                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    return transformers.BertForSequenceClassification(cfg)
+def main_trainer():
+    """hf_train.py's Trainer run on this process's core: Trainer shards the
+    data over the cores (per-core batch --batch), logs the mean loss over the
+    cores, averages the gradients in its optimizer step and saves from
+    process 0."""
+    import torch_xla.runtime as xr
+    world = xr.world_size()
+    glob = args.batch * world
+    model = build_model(args.model)
+    train, evald = Data(glob * args.steps, 1, args.model), Data(glob * 3, 2, args.model)
+    out_dir = args.out + ".model"
+    result = {"half": None, "world": world}
 
+    class Record(transformers.TrainerCallback):
+        def on_step_end(self, a, state, control, **kw):
+            if state.global_step == args.steps // 2:
+                result["half"] = counters()
 
-class Data(torch.utils.data.Dataset):
-    """hf_train.py's data: the same samples for the same (n, seed)."""
-    def __init__(self, n, seed):
-        g = torch.Generator().manual_seed(seed)
-        self.x = torch.randint(1, VOCAB, (n, SEQ), generator=g)
-        self.y = torch.randint(0, 3, (n,), generator=g)
-
-    def __len__(self):
-        return len(self.x)
-
-    def __getitem__(self, i):
-        if args.model == "gpt2":
-            return {"input_ids": self.x[i], "labels": self.x[i]}
-        return {"input_ids": self.x[i], "attention_mask": torch.ones(SEQ, dtype=torch.long),
-                "labels": self.y[i]}
-
-
-def counters():
-    import lazytpu.metrics as met
-    out = {n: met.counter_value(n) or 0 for n in ["UncachedCompile", "CachedCompile"]}
-    out["fallbacks"] = {n: met.counter_value(n) for n in met.executed_fallback_ops()}
-    out["syncs"] = {n: met.counter_value(n) for n in met.counter_names()
-                    if n.startswith("SyncCause::") or n == "MarkStep"}
-    return out
+    targs = training_args(out_dir, args.batch, args.steps, "adamw_torch",
+                          average_tokens=not args.no_average_tokens)
+    trainer = transformers.Trainer(model=model, args=targs, train_dataset=train,
+                                   eval_dataset=evald, callbacks=[Record()])
+    trainer.train()
+    result["trained"] = counters()
+    result["losses"] = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    result["device"] = str(targs.device)
+    result["eval_loss"] = trainer.evaluate()["eval_loss"]
+    trainer.save_model(out_dir)
+    if xr.global_ordinal() == 0:
+        result["params"] = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
+        result["cpu_eval_loss"] = cpu_eval_loss(type(model), out_dir, evald, glob)
+        result["end"] = counters()
+        torch.save(result, args.out)
+        print("done", result["device"], world, result["losses"][-1], result["eval_loss"])
 
 
 def main(index=None):
     parse_args()
+    if args.way == "trainer":
+        return main_trainer()
     import accelerate
     acc = accelerate.Accelerator()
     world = acc.num_processes
-    model = build_model()
+    model = build_model(args.model)
     glob = args.batch * world
-    train, evald = Data(glob * args.steps, 1), Data(glob * 3, 2)
+    train, evald = Data(glob * args.steps, 1, args.model), Data(glob * 3, 2, args.model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     loader = torch.utils.data.DataLoader(train, batch_size=args.batch, shuffle=False)
     eloader = torch.utils.data.DataLoader(evald, batch_size=args.batch)
@@ -116,11 +116,8 @@ def main(index=None):
     acc.wait_for_everyone()
     if acc.is_main_process:
         result["params"] = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
-        m = type(acc.unwrap_model(model)).from_pretrained(out_dir).eval()
-        with torch.no_grad():
-            ls = [m(**{k: torch.stack([evald[j][k] for j in range(i, i + glob)])
-                       for k in evald[0]}).loss for i in range(0, len(evald), glob)]
-        result["cpu_eval_loss"] = torch.stack(ls).mean().item()
+        result["cpu_eval_loss"] = cpu_eval_loss(type(acc.unwrap_model(model)), out_dir, evald,
+                                                glob)
         result["end"] = counters()
         torch.save(result, args.out)
         print("done", result["device"], world, result["losses"][-1], result["eval_loss"])
