@@ -183,13 +183,21 @@ static int rule(xs *x, int i)
     const lt_shape *O = &n->shape;
     switch (lt_spmd_rule_of(op)) {
     case LT_SPMD_EW:
-        for (int od = 0; od < O->ndim; od++)
-            for (int k = 0; k < nin && !T->ax[od]; k++) {
-                const lt_node *y = Nin(x, i, k);
-                int d = od - (O->ndim - y->shape.ndim);
-                if (d >= 0 && y->shape.dims[d] == O->dims[od]) T->ax[od] = Tin(x, i, k)->ax[d];
-            }
-        lay_fix(x, O, T);
+        /* an annotated elementwise value takes its annotation (GSPMD's
+         * sharding constraint): the inputs are brought to it */
+        if ((n->flags & LT_NODE_SHARD_ANNOT) && n->shard && n->shard->n_dev == x->m->n_dev &&
+            n->shard->mesh_ndim == x->m->mesh_ndim) {
+            for (int d = 0; d < O->ndim && d < n->shard->ndim; d++) T->ax[d] = n->shard->axes[d];
+            lay_fix(x, O, T);
+        } else {
+            for (int od = 0; od < O->ndim; od++)
+                for (int k = 0; k < nin && !T->ax[od]; k++) {
+                    const lt_node *y = Nin(x, i, k);
+                    int d = od - (O->ndim - y->shape.ndim);
+                    if (d >= 0 && y->shape.dims[d] == O->dims[od]) T->ax[od] = Tin(x, i, k)->ax[d];
+                }
+            lay_fix(x, O, T);
+        }
         for (int k = 0; k < nin; k++) {
             const lt_node *y = Nin(x, i, k);
             for (int d = 0; d < y->shape.ndim; d++) {
