@@ -136,10 +136,10 @@ def test_partitioned_forward_values_and_sharded_results():
     torch.testing.assert_close(mu.cpu(), ref.mean(), atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(soft.cpu(), torch.log_softmax(ref, 1), atol=1e-5, rtol=1e-5)
     assert xs.sharding_spec_text(h).startswith("{devices=[8,1]")
-    shards = xs.wrap_as_sharded_tensor(h).local_shards if hasattr(xs, "wrap_as_sharded_tensor") \
-        else None
-    if shards is not None:
-        assert len(shards) == 8
+    shards = xs.XLAShardedTensor(h).local_shards        # read from the assembled value
+    assert len(shards) == 8
+    for k, sh in enumerate(shards):
+        torch.testing.assert_close(sh.data, ref[2 * k:2 * k + 2], atol=1e-5, rtol=1e-5)
 
 
 def test_switch_off_runs_whole():
@@ -228,3 +228,18 @@ def test_fsdpv2_stack_equals_one_core(monkeypatch):
     _check_close(by_order(spmd), by_order(one), by_order(eager))
     assert any(xs.sharding_spec_text(p).startswith("{devices=[8")
                for p in model.parameters())          # the parameters stay sharded
+
+
+def test_uneven_dim_is_replicated_not_wrong():
+    """20 rows over 8 cores do not divide: the dim is not split (computed
+    whole on every core), the values stay exact."""
+    dev = lazytpu.device()
+    mesh = xs.Mesh(np.arange(N), (N,), ("data",))
+    x = torch.randn(20, 6)
+    xd = x.to(dev)
+    xs.mark_sharding(xd, mesh, ("data", None))
+    met.clear_all()
+    out = (xd * 2 + 1).sum(0)
+    lazytpu.mark_step()
+    assert (met.counter_value("SpmdPartitionedExecute") or 0) == 1
+    torch.testing.assert_close(out.cpu(), (x * 2 + 1).sum(0), atol=1e-5, rtol=1e-5)
