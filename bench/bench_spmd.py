@@ -12,9 +12,11 @@ lazytpu.loader.MpDeviceLoader (input_sharding= for SPMD). Both runs use the
 same batches; the parameters after the run are compared (max abs diff).
 The two runs alternate `repeat` times; the best images/s of each count.
 
-What runs: the SPMD step still executes unpartitioned on core 0
-(docs/spmd.md): the figure measures the cost of the annotations, the
-propagation and the partition plan per step, not per-core programs. Target (issue 23): SPMD >= 0.8x one core.
+What runs: the SPMD run sets LAZYTPU_SPMD_PARTITION=1 (--unpartitioned:
+0): each step runs partitioned over the 8 cores (per-core programs on local
+shapes, the gradients' all-reduce in-process; docs/spmd.md); "partitioned"
+in the output is read from the SpmdPartitionedExecute counter. Target
+(issue 23): SPMD >= 0.8x one core.
 """
 import argparse
 import json
@@ -28,6 +30,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import lazytpu  # noqa: E402
+import lazytpu.metrics as met  # noqa: E402
 import lazytpu.spmd as xs  # noqa: E402
 from lazytpu.loader import MpDeviceLoader  # noqa: E402
 
@@ -41,6 +44,9 @@ def _batches(n, batch):
             for _ in range(n)]
 
 
+PARTITION = True
+
+
 def run(model_cls, batches, warmup, spmd):
     dev = lazytpu.device()
     torch.manual_seed(0)
@@ -50,6 +56,7 @@ def run(model_cls, batches, warmup, spmd):
     if spmd:
         mesh = xs.get_1d_mesh("data")
         kw["input_sharding"] = xs.ShardingSpec(mesh, ("data", None, None, None))
+    os.environ["LAZYTPU_SPMD_PARTITION"] = "1" if spmd and PARTITION else "0"
     t0 = None
     n = 0
     for k, (x, y) in enumerate(MpDeviceLoader(batches, dev, **kw)):
@@ -75,13 +82,17 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--unpartitioned", action="store_true")
     a = ap.parse_args()
+    global PARTITION
+    PARTITION = not a.unpartitioned
     xs.use_spmd()
     res = {}
     for name in (["mlp", "cnn"] if a.model == "both" else [a.model]):
         cls = MLP if name == "mlp" else CNN
         batches = _batches(a.warmup + a.steps, a.batch)
         one = sp = 0.0
+        runs0 = met.counter_value("SpmdPartitionedExecute") or 0
         for _ in range(a.repeat):       # interleaved, best of each: a loaded machine
             r1, p1 = run(cls, batches, a.warmup, spmd=False)
             r8, p8 = run(cls, batches, a.warmup, spmd=True)
@@ -89,10 +100,10 @@ def main():
         diff = max(float((p1[k] - p8[k]).abs().max()) for k in p1)
         res[name] = {"one_core_img_s": one, "spmd8_img_s": sp, "ratio": sp / one,
                      "max_param_diff": diff,
-                     "partitioned": False}
+                     "partitioned_steps": (met.counter_value("SpmdPartitionedExecute") or 0) - runs0}
         print("%s: one core %.0f img/s, SPMD 8-way DP %.0f img/s, ratio %.2fx, "
-              "max param diff %.1e (batch %d, %d steps)"
-              % (name, one, sp, sp / one, diff, a.batch, a.steps))
+              "max param diff %.1e (batch %d, %d steps, %d steps ran partitioned)"
+              % (name, one, sp, sp / one, diff, a.batch, a.steps, res[name]["partitioned_steps"]))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)

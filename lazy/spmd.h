@@ -16,11 +16,14 @@
  * graph key. After a sync each output's data node keeps the root's sharding,
  * so a parameter updated every step stays sharded.
  *
- * Execution: a graph with shardings runs unpartitioned on its core (the
- * values are the ones the partitioned program must give); at each compile
- * lt_spmd_plan works out the partition (layouts, collectives, per-core
- * memory) and the report's "== sharding ==" section shows it and says that
- * the step was not partitioned.
+ * Execution: by default a graph with shardings runs unpartitioned on its
+ * core (the values are the ones the partitioned program must give); at
+ * each compile lt_spmd_plan works out the partition (layouts, collectives,
+ * per-core memory) and the report's "== sharding ==" section shows it and
+ * says that the step was not partitioned. With LAZYTPU_SPMD_PARTITION=1
+ * the sync hands the graph to lt_spmd_execute (spmd_exec.c): per-core
+ * programs with local shapes on every core of the mesh, layout changes
+ * (all-reduce, all-gather, ...) between them.
  */
 #ifndef LT_SPMD_H
 #define LT_SPMD_H
@@ -106,8 +109,26 @@ typedef struct lt_spmd_plan_out {
  * SpmdPlannedCollectives, SpmdReplicatedOps. *res is zeroed (n_sharded 0)
  * when nothing in g is sharded; free it with lt_spmd_plan_free. */
 lt_status lt_spmd_plan(const lt_graph *g, lt_spmd_plan_out *res, int report);
+/* report = 2: the same lines, the first saying the graph ran partitioned
+ * (SpmdUnpartitionedGraphs not counted). */
 void lt_spmd_plan_free(lt_spmd_plan_out *res);
 /* Output k's data node `out` takes its planned layout (sync step 6). */
 void lt_spmd_set_output(lt_node *out, const lt_spmd_plan_out *res, int k);
+
+/* Runs g partitioned over the mesh of its first sharded value
+ * (spmd_exec.c): layouts per value, per-core programs with local shapes on
+ * every core of the mesh (compiled through the compile cache, run on the
+ * calling thread as each core after the mesh's cores are idle), layout
+ * changes between them on the host. On LT_OK with *ran = 1, out_bufs[k]
+ * (g->n_outputs entries, zeroed by the caller) holds a new reference to
+ * output k's global value on g->core, SpmdPartitionedExecute and
+ * SpmdExecutedCollectives are counted and, when a per-core program was
+ * compiled, the report's sharding section has the plan (mode 2) and the
+ * executed collectives. *ran = 0 with LT_OK: g has no sharding or cannot
+ * be partitioned here (the reason is in the report): run it whole. An
+ * error (OOM on a core naming it, a kernel's failure) leaves out_bufs
+ * empty. */
+lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *frame,
+                          struct lt_buffer **out_bufs, int *ran);
 
 #endif

@@ -488,10 +488,16 @@ lt_status lt_spmd_plan(const lt_graph *g, lt_spmd_plan_out *res, int report)
         for (int q = 0; q < mesh->mesh_ndim && len < sizeof m; q++)
             len += (size_t)snprintf(m + len, sizeof m - len, "%s%lld", q ? "x" : "",
                                     (long long)mesh->mesh_shape[q]);
-        snprintf(line, sizeof line,
-                 "graph %016llx: mesh %s, %d of %d values sharded (%d annotated in the graph); "
-                 "NOT partitioned: the step ran whole on core %d",
-                 (unsigned long long)g->key, m, sharded, g->n_nodes, annotated, g->core);
+        if (report == 2)
+            snprintf(line, sizeof line,
+                     "graph %016llx: mesh %s, %d of %d values sharded (%d annotated in the graph); "
+                     "partitioned (LAZYTPU_SPMD_PARTITION=1): see the executed lines below",
+                     (unsigned long long)g->key, m, sharded, g->n_nodes, annotated);
+        else
+            snprintf(line, sizeof line,
+                     "graph %016llx: mesh %s, %d of %d values sharded (%d annotated in the graph); "
+                     "NOT partitioned: the step ran whole on core %d",
+                     (unsigned long long)g->key, m, sharded, g->n_nodes, annotated, g->core);
         lt_metrics_note("sharding", line);
         snprintf(line, sizeof line,
                  "  plan per core: peak %s (params %s); unpartitioned: peak %s (params %s); "
@@ -521,7 +527,7 @@ lt_status lt_spmd_plan(const lt_graph *g, lt_spmd_plan_out *res, int report)
             lt_metrics_note("sharding", line);
         }
         lt_counter_inc_name("SpmdGraphs", 1);
-        lt_counter_inc_name("SpmdUnpartitionedGraphs", 1);
+        if (report != 2) lt_counter_inc_name("SpmdUnpartitionedGraphs", 1);
         lt_counter_inc_name("SpmdPlannedCollectives", p->n_coll);
         lt_counter_inc_name("SpmdReplicatedOps", p->n_replicated);
     }

@@ -30,6 +30,7 @@
 #include "trace_events.h"
 #include "exec_guard.h"
 #include "spmd.h"
+#include "options.h"
 #include "profile.h"
 #include "step_time.h"
 
@@ -84,6 +85,59 @@ static lt_status sync_nothing(int core, int wait, int report)
 {
     if (wait) return lt_core_wait(core, 0, report);
     return report ? lt_submit_bound(core, 0, 1) : LT_OK;
+}
+
+/* Step 2b (LAZYTPU_SPMD_PARTITION=1): a graph holding shardings runs
+ * partitioned over its mesh (lt_spmd_execute, synchronously); its roots
+ * then take data nodes of the assembled results, with their layouts.
+ * *ran = 0: nothing was run, the caller runs g whole. */
+static lt_status sync_spmd(int core, lt_graph *g, lt_tensor **rts, lt_node **roots, int nr,
+                           lt_sync_cause cause, int *ran)
+{
+    *ran = 0;
+    int nout = g->n_outputs;
+    lt_buffer **ob = calloc((size_t)(nout ? nout : 1), sizeof *ob);
+    lt_node **outn = calloc((size_t)(nout ? nout : 1), sizeof *outn);
+    lt_node **old = calloc((size_t)(nr ? nr : 1), sizeof *old);
+    if (!ob || !outn || !old) {
+        free(ob);
+        free(outn);
+        free(old);
+        return lt_set_error(LT_ERR_INTERNAL, "sync: out of host memory");
+    }
+    lt_status st = lt_spmd_execute(g, cause, lt_caller_frame(), ob, ran);
+    if (st == LT_OK && *ran) {
+        lt_spmd_plan_out sp;
+        lt_spmd_plan(g, &sp, 0);
+        for (int k = 0; k < nout; k++) {
+            const lt_node *rn = g->nodes[g->output_pos[k]];
+            outn[k] = lt_node_new_data(ob[k], &rn->shape, (lt_dtype)rn->dtype, core);
+            ob[k] = NULL;
+            if (!outn[k]) st = LT_ERR_INTERNAL;
+            else if (sp.n_sharded) lt_spmd_set_output(outn[k], &sp, k);
+        }
+        lt_spmd_plan_free(&sp);
+        if (st == LT_OK) {
+            lt_live_lock(core);
+            for (int i = 0; i < nr; i++) {
+                lt_node *nv = outn[g->root_out[i]];
+                if (rts[i]->value == roots[i]) {
+                    old[i] = rts[i]->value;
+                    rts[i]->value = lt_node_retain(nv);
+                }
+            }
+            lt_live_unlock(core);
+        }
+    }
+    for (int i = 0; i < nr; i++) lt_node_release(old[i]);
+    for (int k = 0; k < nout; k++) {
+        lt_buffer_release(ob[k]);
+        lt_node_release(outn[k]);
+    }
+    free(ob);
+    free(outn);
+    free(old);
+    return st;
 }
 
 static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
@@ -150,6 +204,17 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
     lt_exec_log_graph(g.key);
     PHASE(LT_PHASE_CAPTURE);
     if (lt_graph_dump_enabled()) lt_graph_dump_sync(&g, cause, lt_caller_frame());
+
+    /* 2b SPMD: run partitioned over the mesh (LAZYTPU_SPMD_PARTITION=1) */
+    if (lt_opt_int(LT_OPT_SPMD_PARTITION)) {
+        int ran = 0;
+        st = sync_spmd(core, &g, rts, roots, nr, cause, &ran);
+        if (st != LT_OK || ran) {
+            free(rts);
+            fail_cleanup(st, &g, NULL, &args, roots, nr);
+            return st != LT_OK ? st : sync_nothing(core, wait, report);
+        }
+    }
 
     /* 3 program */
     int compiled = 0;

@@ -262,7 +262,8 @@ def test_graph_dump_shows_shardings(dev):
     assert "exp(" in text and "sharding={devices=[4,1,2]" in text, text
 
 
-def test_report_says_the_step_was_not_partitioned(dev):
+def test_report_says_the_step_was_not_partitioned(dev, monkeypatch):
+    monkeypatch.setenv("LAZYTPU_SPMD_PARTITION", "0")   # partitioned: test_spmd_partition.py
     x = torch.randn(16, 8).to(dev)
     xs.mark_sharding(x, xs.get_1d_mesh("d"), ("d", None))
     (x * 5 - 2).sum().cpu()

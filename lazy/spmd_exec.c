@@ -1,0 +1,873 @@
+/*
+ * lazy/spmd_exec.c — partitioned execution of a sharded graph over the
+ * cores of its mesh (LAZYTPU_SPMD_PARTITION=1; spmd.h, docs/spmd.md).
+ *
+ * Layouts. Every computed value gets a layout: per dim the packed mesh axes
+ * that split it, plus the mesh axes over which it is a partial sum (each
+ * core holds an addend; a mean's addends carry a scale). Leaves are stored
+ * whole on the graph's core, so any layout of a leaf is a free local slice;
+ * a leaf's annotation only seeds the layouts of its consumers. Per op:
+ *   ew        output split as its first full-size input; inputs brought to
+ *             it (broadcast dims whole), partial inputs reduced
+ *   mm/addmm  M from a, N from b; K split alike -> partial sum (mm only)
+ *   sum/mean  kept dims keep their split; a reduced split dim -> partial
+ *   softmax family: the normalised dim whole
+ *   permute, reshape keeping a split dim 0, expand, slice/select of a
+ *             whole dim: layouts follow (partials pass through the linear
+ *             views)
+ *   anything else (and any op whose local shape is not the expected one):
+ *             replicated — inputs gathered, every core runs it whole
+ *             (counted, reported)
+ * A dim that its mesh axes do not divide is not split (the value is
+ * replicated there instead).
+ *
+ * Execution: one level per chain of layout changes. level(node) = the
+ * highest level of its inputs, +1 over an input whose layout must change
+ * (leaves never bump). For each level, each core of the mesh gets a local
+ * graph (the level's nodes with local shapes; inputs from earlier levels as
+ * data leaves of that core's buffers), compiled through the normal compile
+ * cache (one program serves every core: the same local graph) and run on
+ * the calling thread as that core (lt_program_run, the core's helper
+ * threads and HBM budget). Between levels the layout changes run on the
+ * host over the per-core buffers: all-reduce / reduce-scatter (sum of the
+ * addends), all-gather (concatenation), all-to-all, local slices. The
+ * graph's outputs are assembled whole on the graph's core (a host read sees
+ * the global value; the sharding stays an attribute of the result).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "spmd.h"
+#include "tensor.h"
+#include "device.h"
+#include "submit.h"
+#include "compile.h"
+#include "shape.h"
+#include "registry.h"
+
+#define LT_MAX_ARITY_SPMD 64   /* a graph with a wider node runs whole */
+
+enum { K_GATHER = 0, K_REDUCE, K_SCATTER, K_TO_ALL, K_SLICE, K_NUM };
+static const char *kname[K_NUM] = {"all-gather", "all-reduce", "reduce-scatter", "all-to-all",
+                                   "local slice"};
+
+typedef struct lay {
+    int64_t ax[LT_MAX_DIMS];
+    unsigned partial;
+    double pscale;             /* the sum of the addends times this */
+} lay;
+
+typedef struct conv {          /* a value brought to another layout */
+    int j;
+    lay w;
+    lt_buffer **buf;           /* per mesh position */
+    struct conv *next;
+} conv;
+
+typedef struct xs {
+    const lt_graph *g;
+    const lt_sharding *m;
+    int nd;
+    int coord[LT_SPMD_MAX_DEVICES][LT_MAX_DIMS];
+    lay *T;                    /* per node */
+    lay *W;                    /* per edge (in_pos index) */
+    char *bump;                /* per edge: layout change before the consumer */
+    int *level;
+    char *repl;                /* per node: run replicated (no rule) */
+    lt_buffer ***val;          /* per node: per-position buffers, layout T */
+    conv *convs;
+    int n_levels;
+    int count[K_NUM];
+    double bytes[K_NUM];
+    int replicated[LT_NUM_OPS];
+    int n_replicated;
+    int compiled;              /* a per-core program was compiled this step */
+} xs;
+
+static unsigned amask(int64_t code)
+{
+    unsigned mk = 0;
+    for (int k = 0, n = lt_spmd_axes_count(code); k < n; k++) mk |= 1u << lt_spmd_axes_get(code, k);
+    return mk;
+}
+
+static int64_t nshards(const xs *x, int64_t code)
+{
+    int64_t n = 1;
+    for (int k = 0, c = lt_spmd_axes_count(code); k < c; k++)
+        n *= x->m->mesh_shape[lt_spmd_axes_get(code, k)];
+    return n;
+}
+
+/* index of position q's block along a dim split over `code` */
+static int64_t shard_idx(const xs *x, int q, int64_t code)
+{
+    int64_t idx = 0;
+    for (int k = 0, c = lt_spmd_axes_count(code); k < c; k++) {
+        int a = lt_spmd_axes_get(code, k);
+        idx = idx * x->m->mesh_shape[a] + x->coord[q][a];
+    }
+    return idx;
+}
+
+static void local_shape(const xs *x, const lt_shape *s, const lay *l, lt_shape *out)
+{
+    *out = *s;
+    for (int d = 0; d < s->ndim; d++) out->dims[d] = s->dims[d] / nshards(x, l->ax[d]);
+}
+
+static int lay_same(const lay *a, const lay *b, int ndim)
+{
+    if (a->partial != b->partial) return 0;
+    for (int d = 0; d < ndim; d++)
+        if (a->ax[d] != b->ax[d]) return 0;
+    return 1;
+}
+
+static int lay_split(const lay *l, int ndim)
+{
+    for (int d = 0; d < ndim; d++)
+        if (l->ax[d]) return 1;
+    return 0;
+}
+
+/* Drops splits that do not divide their dim or reuse a mesh axis. */
+static void lay_fix(const xs *x, const lt_shape *s, lay *l)
+{
+    unsigned used = l->partial;
+    for (int d = 0; d < s->ndim; d++) {
+        if (!l->ax[d]) continue;
+        if (s->dims[d] % nshards(x, l->ax[d]) || (amask(l->ax[d]) & used)) l->ax[d] = 0;
+        else used |= amask(l->ax[d]);
+    }
+    for (int d = s->ndim; d < LT_MAX_DIMS; d++) l->ax[d] = 0;
+}
+
+static int partial_ok(const lt_node *n)
+{
+    return n->dtype == LT_F32 || n->dtype == LT_F64;
+}
+
+/* ----------------------------------------------------------- layout rules */
+
+static const lay *Tin(const xs *x, int i, int k) { return &x->T[x->g->in_pos[x->g->in_off[i] + k]]; }
+static const lt_node *Nin(const xs *x, int i, int k) { return x->g->nodes[x->g->in_pos[x->g->in_off[i] + k]]; }
+
+static void set_replicated(xs *x, int i)
+{
+    const lt_graph *g = x->g;
+    memset(&x->T[i], 0, sizeof x->T[i]);
+    x->T[i].pscale = 1;
+    for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++) {
+        memset(&x->W[e], 0, sizeof x->W[e]);
+        x->W[e].pscale = 1;
+    }
+    x->repl[i] = 1;
+}
+
+/* Decides T[i] and W of i's inputs; returns 0 when the op has no rule. */
+static int rule(xs *x, int i)
+{
+    const lt_graph *g = x->g;
+    const lt_node *n = g->nodes[i];
+    int nin = g->in_off[i + 1] - g->in_off[i];
+    lay *T = &x->T[i];
+    lay *W = &x->W[g->in_off[i]];
+    memset(T, 0, sizeof *T);
+    T->pscale = 1;
+    for (int k = 0; k < nin; k++) {
+        memset(&W[k], 0, sizeof W[k]);
+        W[k].pscale = 1;
+    }
+    lt_op op = (lt_op)n->op;
+    const lt_shape *O = &n->shape;
+    switch (lt_spmd_rule_of(op)) {
+    case LT_SPMD_EW:
+        /* an annotated elementwise value takes its annotation (GSPMD's
+         * sharding constraint): the inputs are brought to it */
+        if ((n->flags & LT_NODE_SHARD_ANNOT) && n->shard && n->shard->n_dev == x->m->n_dev &&
+            n->shard->mesh_ndim == x->m->mesh_ndim) {
+            for (int d = 0; d < O->ndim && d < n->shard->ndim; d++) T->ax[d] = n->shard->axes[d];
+            lay_fix(x, O, T);
+        } else {
+            for (int od = 0; od < O->ndim; od++)
+                for (int k = 0; k < nin && !T->ax[od]; k++) {
+                    const lt_node *y = Nin(x, i, k);
+                    int d = od - (O->ndim - y->shape.ndim);
+                    if (d >= 0 && y->shape.dims[d] == O->dims[od]) T->ax[od] = Tin(x, i, k)->ax[d];
+                }
+            lay_fix(x, O, T);
+        }
+        for (int k = 0; k < nin; k++) {
+            const lt_node *y = Nin(x, i, k);
+            for (int d = 0; d < y->shape.ndim; d++) {
+                int od = d + (O->ndim - y->shape.ndim);
+                if (od >= 0 && y->shape.dims[d] == O->dims[od]) W[k].ax[d] = T->ax[od];
+            }
+        }
+        return 1;
+    case LT_SPMD_CONTRACT: {
+        if (op != LT_OP_mm && op != LT_OP_addmm) return 0;
+        int base = op == LT_OP_addmm ? 1 : 0;
+        const lay *A = Tin(x, i, base), *B = Tin(x, i, base + 1);
+        int64_t M = A->ax[0], K = A->ax[1] ? A->ax[1] : B->ax[0], N = B->ax[1];
+        if (op == LT_OP_addmm || !partial_ok(n)) K = 0;
+        if (amask(M) & amask(K)) K = 0;
+        if (amask(N) & (amask(M) | amask(K))) N = 0;
+        W[base].ax[0] = M;
+        W[base].ax[1] = K;
+        W[base + 1].ax[0] = K;
+        W[base + 1].ax[1] = N;
+        T->ax[0] = M;
+        T->ax[1] = N;
+        T->partial = amask(K);
+        lay_fix(x, O, T);
+        if (T->ax[0] != M || T->ax[1] != N) return 0;
+        if (base) {
+            const lt_node *b = Nin(x, i, 0);
+            for (int d = 0; d < b->shape.ndim; d++) {
+                int od = d + (2 - b->shape.ndim);
+                if (b->shape.dims[d] == O->dims[od]) W[0].ax[d] = T->ax[od];
+            }
+        }
+        return 1;
+    }
+    case LT_SPMD_REDUCE: {
+        /* other reductions (attrs of their own): replicated */
+        if ((op != LT_OP_sum && op != LT_OP_mean) || n->attrs.n < 1) return 0;
+        const lay *A = Tin(x, i, 0);
+        const lt_node *y = Nin(x, i, 0);
+        uint64_t mask = (uint64_t)n->attrs.i[0];
+        int keep = n->attrs.n >= 2 ? n->attrs.i[1] != 0 : 0;
+        int linear = (op == LT_OP_sum || op == LT_OP_mean) && partial_ok(n);
+        int od = 0;
+        T->pscale = 1;
+        for (int d = 0; d < y->shape.ndim; d++) {
+            int red = (int)((mask >> d) & 1);
+            if (red) {
+                if (A->ax[d] && linear) {
+                    W[0].ax[d] = A->ax[d];
+                    T->partial |= amask(A->ax[d]);
+                    if (op == LT_OP_mean) T->pscale /= (double)nshards(x, A->ax[d]);
+                }
+                if (keep) od++;
+            } else {
+                W[0].ax[d] = A->ax[d];
+                T->ax[od++] = A->ax[d];
+            }
+        }
+        if (linear && A->partial) {
+            W[0].partial = A->partial;
+            W[0].pscale = A->pscale;
+            T->partial |= A->partial;
+            T->pscale *= A->pscale;
+        }
+        if (od != O->ndim) return 0;
+        return 1;
+    }
+    case LT_SPMD_NORM: {
+        if (op != LT_OP_softmax && op != LT_OP_log_softmax && op != LT_OP_softmax_backward &&
+            op != LT_OP_log_softmax_backward)
+            return 0;
+        int dim = (int)n->attrs.i[0];
+        if (dim < 0) dim += O->ndim;
+        if (dim < 0 || dim >= O->ndim) return 0;
+        /* per dim the first input splitting it (a replicated gradient is
+         * sliced locally rather than the output gathered) */
+        for (int d = 0; d < O->ndim; d++)
+            for (int k = 0; k < nin && d != dim && !T->ax[d]; k++)
+                if (lt_shape_equal(&Nin(x, i, k)->shape, O)) T->ax[d] = Tin(x, i, k)->ax[d];
+        lay_fix(x, O, T);
+        for (int k = 0; k < nin; k++)
+            if (lt_shape_equal(&Nin(x, i, k)->shape, O)) memcpy(W[k].ax, T->ax, sizeof T->ax);
+            else return 0;
+        return 1;
+    }
+    case LT_SPMD_CONV: {
+        /* the batch dim (0) split; a convolution's weight whole */
+        int weight = op == LT_OP_conv2d || op == LT_OP_conv3d || op == LT_OP_conv2d_backward_input ||
+                     op == LT_OP_conv3d_backward_input;
+        if (O->ndim < 1) return 0;
+        for (int k = 0; k < nin && !T->ax[0]; k++) {
+            const lt_node *y = Nin(x, i, k);
+            if (!(weight && k == 1) && y->shape.ndim >= 1 && y->shape.dims[0] == O->dims[0])
+                T->ax[0] = Tin(x, i, k)->ax[0];
+        }
+        lay_fix(x, O, T);
+        for (int k = 0; k < nin; k++) {
+            const lt_node *y = Nin(x, i, k);
+            if (!(weight && k == 1) && y->shape.ndim >= 1 && y->shape.dims[0] == O->dims[0])
+                W[k].ax[0] = T->ax[0];
+        }
+        return 1;
+    }
+    case LT_SPMD_VIEW: {
+        const lay *A = Tin(x, i, 0);
+        const lt_node *y = Nin(x, i, 0);
+        if (op == LT_OP_permute) {
+            if (n->attrs.n != O->ndim || O->ndim != y->shape.ndim) return 0;
+            for (int od = 0; od < O->ndim; od++) {
+                if (n->attrs.i[od] < 0 || n->attrs.i[od] >= y->shape.ndim) return 0;
+                T->ax[od] = A->ax[n->attrs.i[od]];
+            }
+            memcpy(W[0].ax, A->ax, sizeof A->ax);
+        } else if (op == LT_OP_reshape) {
+            for (int d = 1; d < y->shape.ndim; d++)
+                if (A->ax[d]) return 0;
+            if (A->ax[0] && (O->ndim < 1 || O->dims[0] != y->shape.dims[0])) return 0;
+            if (O->ndim >= 1) T->ax[0] = A->ax[0];
+            W[0].ax[0] = A->ax[0];
+        } else if (op == LT_OP_expand) {
+            for (int d = 0; d < y->shape.ndim; d++) {
+                int od = d + (O->ndim - y->shape.ndim);
+                if (y->shape.dims[d] == O->dims[od]) T->ax[od] = W[0].ax[d] = A->ax[d];
+            }
+        } else if (op == LT_OP_slice || op == LT_OP_select) {
+            int dim = (int)n->attrs.i[0];
+            if (dim < 0 || dim >= y->shape.ndim) return 0;
+            for (int d = 0, od = 0; d < y->shape.ndim; d++) {
+                if (d == dim) {
+                    if (op == LT_OP_slice) T->ax[od++] = 0;
+                    continue;
+                }
+                T->ax[od++] = W[0].ax[d] = A->ax[d];
+            }
+        } else {
+            return 0;
+        }
+        lay_fix(x, O, T);
+        if (A->partial) {           /* linear: the addends pass through */
+            W[0].partial = T->partial = A->partial;
+            W[0].pscale = T->pscale = A->pscale;
+        }
+        return 1;
+    }
+    default:
+        if ((op == LT_OP_conv2d_backward_weight || op == LT_OP_conv3d_backward_weight) &&
+            partial_ok(n)) {
+            /* (grad, x) split alike on the batch: each core's weight
+             * gradient is an addend */
+            int64_t b = Tin(x, i, 0)->ax[0] ? Tin(x, i, 0)->ax[0] : Tin(x, i, 1)->ax[0];
+            if (!b || Nin(x, i, 0)->shape.dims[0] % nshards(x, b)) return 0;
+            W[0].ax[0] = W[1].ax[0] = b;
+            T->partial = amask(b);
+            return 1;
+        }
+        return 0;
+    }
+}
+
+/* The attrs of i's local op (sizes written in them made local). */
+static void local_attrs(const xs *x, int i, lt_attrs *a)
+{
+    const lt_node *n = x->g->nodes[i];
+    *a = n->attrs;
+    if (n->op == LT_OP_reshape || n->op == LT_OP_expand) {
+        for (int d = 0; d < n->shape.ndim && d < a->n; d++)
+            if (x->T[i].ax[d]) a->i[d] = n->shape.dims[d] / nshards(x, x->T[i].ax[d]);
+    }
+}
+
+/* 1 when the local op on the wanted input layouts gives T's local shape. */
+static int local_shape_ok(const xs *x, int i)
+{
+    const lt_graph *g = x->g;
+    const lt_node *n = g->nodes[i];
+    int nin = g->in_off[i + 1] - g->in_off[i];
+    lt_shape ls[LT_MAX_ARITY_SPMD];
+    lt_operand in[LT_MAX_ARITY_SPMD];
+    if (nin > LT_MAX_ARITY_SPMD) return 0;
+    for (int k = 0; k < nin; k++) {
+        const lt_node *y = Nin(x, i, k);
+        local_shape(x, &y->shape, &x->W[g->in_off[i] + k], &ls[k]);
+        in[k].shape = &ls[k];
+        in[k].dtype = (lt_dtype)y->dtype;
+        in[k].wrapped = (y->flags & LT_NODE_WRAPPED) != 0;
+    }
+    lt_attrs a;
+    local_attrs(x, i, &a);
+    lt_shape got, want;
+    lt_dtype dt;
+    if (lt_infer((lt_op)n->op, in, nin, &a, &got, &dt) != LT_OK) return 0;
+    local_shape(x, &n->shape, &x->T[i], &want);
+    return lt_shape_equal(&got, &want);
+}
+
+static void plan_layouts(xs *x)
+{
+    const lt_graph *g = x->g;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const lt_node *n = g->nodes[i];
+        memset(&x->T[i], 0, sizeof x->T[i]);
+        x->T[i].pscale = 1;
+        if (!lt_node_is_pending(n)) {
+            if (n->shard && n->shard->n_dev == x->m->n_dev && n->shard->mesh_ndim == x->m->mesh_ndim)
+                for (int d = 0; d < n->shape.ndim && d < n->shard->ndim; d++)
+                    x->T[i].ax[d] = n->shard->axes[d];
+            lay_fix(x, &n->shape, &x->T[i]);
+            x->level[i] = -1;
+            continue;
+        }
+        int nin = g->in_off[i + 1] - g->in_off[i];
+        if (nin == 0 || !rule(x, i) || !local_shape_ok(x, i)) {
+            int gathered = 0;
+            for (int k = 0; k < nin; k++)
+                if (lt_node_is_pending(Nin(x, i, k)))
+                    gathered |= lay_split(Tin(x, i, k), Nin(x, i, k)->shape.ndim) ||
+                                Tin(x, i, k)->partial;
+            set_replicated(x, i);
+            if (gathered) {
+                x->replicated[n->op]++;
+                x->n_replicated++;
+            }
+        }
+        int lv = 0;
+        for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++) {
+            int j = g->in_pos[e];
+            const lt_node *y = g->nodes[j];
+            if (!lt_node_is_pending(y)) {
+                x->bump[e] = 0;
+                continue;
+            }
+            x->bump[e] = !lay_same(&x->T[j], &x->W[e], y->shape.ndim);
+            int l = x->level[j] + x->bump[e];
+            if (l > lv) lv = l;
+        }
+        x->level[i] = lv;
+        if (lv + 1 > x->n_levels) x->n_levels = lv + 1;
+    }
+}
+
+/* ----------------------------------------------------- host-side movement */
+
+/* mode 0: L = block of G at off; 1: block of G = L; 2: block of G += L */
+static void block(char *G, const lt_shape *gs, char *L, const lt_shape *ls, const int64_t *off,
+                  size_t es, int mode, lt_dtype dt)
+{
+    int nd = ls->ndim;
+    int64_t rows = 1, run = nd ? ls->dims[nd - 1] : 1;
+    for (int d = 0; d + 1 < nd; d++) rows *= ls->dims[d];
+    int64_t idx[LT_MAX_DIMS] = {0};
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t go = 0;
+        for (int d = 0; d < nd; d++) go = go * gs->dims[d] + off[d] + (d + 1 < nd ? idx[d] : 0);
+        char *gp = G + (size_t)go * es, *lp = L + (size_t)(r * run) * es;
+        if (mode == 0) memcpy(lp, gp, (size_t)run * es);
+        else if (mode == 1) memcpy(gp, lp, (size_t)run * es);
+        else if (dt == LT_F32)
+            for (int64_t t = 0; t < run; t++) ((float *)gp)[t] += ((float *)lp)[t];
+        else
+            for (int64_t t = 0; t < run; t++) ((double *)gp)[t] += ((double *)lp)[t];
+        for (int d = nd - 2; d >= 0; d--) {
+            if (++idx[d] < ls->dims[d]) break;
+            idx[d] = 0;
+        }
+    }
+}
+
+static void offsets(const xs *x, int q, const lt_shape *s, const lay *l, int64_t *off)
+{
+    for (int d = 0; d < s->ndim; d++) {
+        int64_t k = nshards(x, l->ax[d]);
+        off[d] = shard_idx(x, q, l->ax[d]) * (s->dims[d] / k);
+    }
+}
+
+/* The global value of per-position buffers in layout A, into G. */
+static lt_status assemble(const xs *x, const lt_node *n, const lay *A, lt_buffer **bufs, char *G)
+{
+    size_t es = lt_dtype_size((lt_dtype)n->dtype);
+    int64_t numel = lt_shape_numel(&n->shape);
+    unsigned used = A->partial;
+    for (int d = 0; d < n->shape.ndim; d++) used |= amask(A->ax[d]);
+    if (A->partial) memset(G, 0, (size_t)numel * es);
+    lt_shape ls;
+    local_shape(x, &n->shape, A, &ls);
+    for (int q = 0; q < x->nd; q++) {
+        int rep = 1;
+        for (int a = 0; a < x->m->mesh_ndim; a++)
+            if (!(used >> a & 1) && x->coord[q][a]) rep = 0;
+        if (!rep) continue;
+        lt_status st = lt_buffer_wait(bufs[q]);
+        if (st != LT_OK) return st;
+        int64_t off[LT_MAX_DIMS];
+        offsets(x, q, &n->shape, A, off);
+        block(G, &n->shape, bufs[q]->data, &ls, off, es, A->partial ? 2 : 1, (lt_dtype)n->dtype);
+    }
+    if (A->partial && A->pscale != 1) {
+        for (int64_t t = 0; t < numel; t++) {
+            if (n->dtype == LT_F32) ((float *)G)[t] = (float)(((float *)G)[t] * A->pscale);
+            else ((double *)G)[t] *= A->pscale;
+        }
+    }
+    return LT_OK;
+}
+
+/* Per-position buffers of the global G in layout B (on each position's core). */
+static lt_status distribute(const xs *x, const lt_node *n, const lay *B, char *G, lt_buffer **out)
+{
+    size_t es = lt_dtype_size((lt_dtype)n->dtype);
+    lt_shape ls;
+    local_shape(x, &n->shape, B, &ls);
+    for (int q = 0; q < x->nd; q++) {
+        lt_status st = lt_buffer_alloc(x->m->dev[q], (lt_dtype)n->dtype, lt_shape_numel(&ls), &out[q]);
+        if (st != LT_OK) return st;
+        int64_t off[LT_MAX_DIMS];
+        offsets(x, q, &n->shape, B, off);
+        block(G, &n->shape, out[q]->data, &ls, off, es, 0, (lt_dtype)n->dtype);
+    }
+    return LT_OK;
+}
+
+static int kind_of(const lay *A, const lay *B, int ndim)
+{
+    if (A->partial) {
+        for (int d = 0; d < ndim; d++)
+            if (B->ax[d] && (amask(B->ax[d]) & A->partial)) return K_SCATTER;
+        return K_REDUCE;
+    }
+    int gather = 0, split = 0;
+    for (int d = 0; d < ndim; d++) {
+        if (A->ax[d] && A->ax[d] != B->ax[d]) gather = 1;
+        if (B->ax[d] && A->ax[d] != B->ax[d]) split = 1;
+    }
+    return gather ? (split ? K_TO_ALL : K_GATHER) : K_SLICE;
+}
+
+/* Buffers of value j in layout w (per position; borrowed from x). */
+static lt_status value_in(xs *x, int j, const lay *w, lt_buffer ***out)
+{
+    const lt_node *n = x->g->nodes[j];
+    int pending = lt_node_is_pending(n);
+    if (pending && lay_same(&x->T[j], w, n->shape.ndim)) {
+        *out = x->val[j];
+        return LT_OK;
+    }
+    for (conv *c = x->convs; c; c = c->next)
+        if (c->j == j && lay_same(&c->w, w, n->shape.ndim)) {
+            for (int d = 0; d < n->shape.ndim; d++)
+                if (c->w.ax[d] != w->ax[d]) goto next;
+            *out = c->buf;
+            return LT_OK;
+        next:;
+        }
+    conv *c = calloc(1, sizeof *c);
+    if (!c) return lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+    c->buf = calloc((size_t)x->nd, sizeof *c->buf);
+    if (!c->buf) {
+        free(c);
+        return lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+    }
+    c->j = j;
+    c->w = *w;
+    c->next = x->convs;
+    x->convs = c;
+    *out = c->buf;
+    lt_status st = LT_OK;
+    if (!pending) {
+        lt_status s0 = lt_buffer_wait(n->buf);
+        if (s0 != LT_OK) return s0;
+        if (!lay_split(w, n->shape.ndim)) {
+            for (int q = 0; q < x->nd; q++) c->buf[q] = lt_buffer_retain(n->buf);  /* shared, read-only */
+        } else {
+            st = distribute(x, n, w, n->buf->data, c->buf);
+        }
+    } else {
+        size_t bytes = (size_t)lt_shape_numel(&n->shape) * lt_dtype_size((lt_dtype)n->dtype);
+        char *G = malloc(bytes ? bytes : 1);
+        if (!G) return lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+        st = assemble(x, n, &x->T[j], x->val[j], G);
+        if (st == LT_OK) st = distribute(x, n, w, G, c->buf);
+        free(G);
+        int k = kind_of(&x->T[j], w, n->shape.ndim);
+        lt_shape ls;
+        local_shape(x, &n->shape, &x->T[j], &ls);
+        x->count[k]++;
+        x->bytes[k] += (double)lt_shape_numel(&ls) * (double)lt_dtype_size((lt_dtype)n->dtype);
+    }
+    return st;
+}
+
+/* ------------------------------------------------------------- one level */
+
+static lt_status run_level(xs *x, int L, int q, lt_sync_cause cause, const char *frame,
+                           const char *is_out)
+{
+    const lt_graph *g = x->g;
+    int core = x->m->dev[q];
+    int nn = g->n_nodes;
+    lt_node **ln = calloc((size_t)nn, sizeof *ln);
+    int *roots_i = malloc((size_t)nn * sizeof *roots_i);
+    lt_node **roots = malloc((size_t)nn * sizeof *roots);
+    lt_status st = LT_OK;
+    int nr = 0;
+    lt_graph lg;
+    memset(&lg, 0, sizeof lg);
+    lt_program *p = NULL;
+    lt_exec_args args;
+    memset(&args, 0, sizeof args);
+    if (!ln || !roots_i || !roots) {
+        st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+        goto out;
+    }
+    for (int i = 0; i < nn && st == LT_OK; i++) {
+        const lt_node *n = g->nodes[i];
+        if (!lt_node_is_pending(n) || x->level[i] != L) continue;
+        int nin = g->in_off[i + 1] - g->in_off[i];
+        lt_node *in[LT_MAX_ARITY_SPMD];
+        lt_shape ls[LT_MAX_ARITY_SPMD];
+        int made = 0;
+        for (int k = 0; k < nin && st == LT_OK; k++) {
+            int e = g->in_off[i] + k, j = g->in_pos[e];
+            const lt_node *y = g->nodes[j];
+            if (y->op == LT_OP_scalar) {
+                in[k] = lt_node_new_scalar(y->value, (lt_dtype)y->dtype, core, y->flags);
+            } else if (lt_node_is_pending(y) && x->level[j] == L && !x->bump[e]) {
+                in[k] = lt_node_retain(ln[j]);
+            } else {
+                lt_buffer **b;
+                st = value_in(x, j, &x->W[e], &b);
+                if (st != LT_OK) break;
+                local_shape(x, &y->shape, &x->W[e], &ls[k]);
+                in[k] = lt_node_new_data(lt_buffer_retain(b[q]), &ls[k], (lt_dtype)y->dtype, core);
+            }
+            if (!in[k]) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+            else made = k + 1;
+        }
+        if (st == LT_OK) {
+            lt_attrs a;
+            local_attrs(x, i, &a);
+            lt_shape os;
+            local_shape(x, &n->shape, &x->T[i], &os);
+            ln[i] = lt_node_new((lt_op)n->op, in, nin, &a, &os, (lt_dtype)n->dtype, core,
+                                n->flags & ~LT_NODE_SHARD_ANNOT);
+            if (!ln[i]) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+        }
+        for (int k = 0; k < made; k++) lt_node_release(in[k]);
+        if (st == LT_OK && is_out[i]) {
+            roots_i[nr] = i;
+            roots[nr++] = ln[i];
+        }
+    }
+    if (st != LT_OK || nr == 0) goto out;
+    st = lt_graph_capture(roots, nr, &lg);
+    if (st != LT_OK) goto out;
+    int compiled = 0;
+    st = lt_submit_program(&lg, LT_SUBMIT_RECORD, cause, NULL, &p, &compiled);
+    x->compiled |= compiled;
+    if (st != LT_OK) goto out;
+    args.n_params = lg.n_params;
+    args.n_outputs = lg.n_outputs;
+    args.param_bufs = calloc((size_t)(lg.n_params ? lg.n_params : 1), sizeof *args.param_bufs);
+    args.param_values = calloc((size_t)(lg.n_params ? lg.n_params : 1), sizeof *args.param_values);
+    args.out_bufs = calloc((size_t)(lg.n_outputs ? lg.n_outputs : 1), sizeof *args.out_bufs);
+    char *fresh = calloc((size_t)(lg.n_outputs ? lg.n_outputs : 1), 1);
+    if (!args.param_bufs || !args.param_values || !args.out_bufs || !fresh) {
+        free(fresh);
+        st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+        goto out;
+    }
+    for (int j = 0; j < lg.n_params; j++) {
+        lt_node *pn = lg.nodes[lg.param_pos[j]];
+        if (pn->op == LT_OP_data) args.param_bufs[j] = lt_buffer_retain(pn->buf);
+        else args.param_values[j] = pn->value;
+    }
+    st = lt_submit_outputs(core, p, &args, fresh);
+    free(fresh);
+    if (st != LT_OK) goto out;
+    args.nodes = lg.nodes;
+    args.n_nodes = lg.n_nodes;
+    args.sync_frame = frame;
+    args.cause = cause;
+    st = lt_program_run(p, &args, core, NULL);
+    if (st != LT_OK) goto out;
+    for (int r = 0; r < nr; r++) {
+        int i = roots_i[r];
+        if (!x->val[i]) x->val[i] = calloc((size_t)x->nd, sizeof *x->val[i]);
+        if (!x->val[i]) {
+            st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+            goto out;
+        }
+        x->val[i][q] = lt_buffer_retain(args.out_bufs[lg.root_out[r]]);
+    }
+out:
+    lt_exec_args_free(&args);
+    if (p) lt_program_release(p);
+    if (lg.nodes) lt_graph_free(&lg);
+    if (ln)
+        for (int i = 0; i < nn; i++) lt_node_release(ln[i]);
+    free(ln);
+    free(roots_i);
+    free(roots);
+    return st;
+}
+
+/* ------------------------------------------------------------ the report */
+
+static void report(const xs *x, const char *why)
+{
+    const lt_graph *g = x->g;
+    char line[640], m[48], b[32];
+    size_t len = 0;
+    m[0] = 0;
+    for (int q = 0; q < x->m->mesh_ndim && len < sizeof m; q++)
+        len += (size_t)snprintf(m + len, sizeof m - len, "%s%lld", q ? "x" : "",
+                                (long long)x->m->mesh_shape[q]);
+    if (why) {
+        snprintf(line, sizeof line, "graph %016llx: mesh %s: NOT partitioned (%s): the step ran whole on core %d",
+                 (unsigned long long)g->key, m, why, g->core);
+        lt_metrics_note("sharding", line);
+        return;
+    }
+    snprintf(line, sizeof line,
+             "graph %016llx: mesh %s: ran PARTITIONED over %d cores (%d levels, per-core programs "
+             "with local shapes)",
+             (unsigned long long)g->key, m, x->nd, x->n_levels);
+    lt_metrics_note("sharding", line);
+    for (int k = 0; k < K_NUM; k++) {
+        if (!x->count[k]) continue;
+        snprintf(line, sizeof line, "  executed %-14s x%-4d %10s per core", kname[k], x->count[k],
+                 lt_fmt_bytes(x->bytes[k], b, sizeof b));
+        lt_metrics_note("sharding", line);
+    }
+    if (x->n_replicated) {
+        len = (size_t)snprintf(line, sizeof line, "  executed replicated (inputs gathered):");
+        for (int op = 0; op < LT_NUM_OPS && len < sizeof line; op++)
+            if (x->replicated[op])
+                len += (size_t)snprintf(line + len, sizeof line - len, " %s x%d",
+                                        lt_op_name((lt_op)op), x->replicated[op]);
+        lt_metrics_note("sharding", line);
+    }
+}
+
+/* ------------------------------------------------------------- entry point */
+
+lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *frame,
+                          lt_buffer **out_bufs, int *ran)
+{
+    *ran = 0;
+    const lt_sharding *m = NULL;
+    for (int i = 0; i < g->n_nodes && !m; i++) m = g->nodes[i]->shard;
+    if (!m) return LT_OK;
+    int n_cores = lt_devices_count();
+    const char *why = NULL;
+    for (int q = 0; q < m->n_dev; q++)
+        if (m->dev[q] >= n_cores || m->dev[q] < 0) why = "the mesh names cores this process does not have";
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->in_off[i + 1] - g->in_off[i] > LT_MAX_ARITY_SPMD) why = "an op with more than 64 inputs";
+    if (why) {
+        xs y;
+        memset(&y, 0, sizeof y);
+        y.g = g;
+        y.m = m;
+        report(&y, why);
+        return LT_OK;
+    }
+    /* every core of the mesh idle: their buffers are complete and their
+     * helper threads free for the programs run here */
+    for (int q = 0; q < m->n_dev; q++) {
+        lt_status st = lt_core_wait(m->dev[q], 0, 0);
+        if (st != LT_OK) return st;
+    }
+    xs *x = calloc(1, sizeof *x);
+    if (!x) return lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+    int nn = g->n_nodes, ne = g->in_off[nn];
+    x->g = g;
+    x->m = m;
+    x->nd = m->n_dev;
+    for (int q = 0; q < m->n_dev; q++)
+        for (int a = m->mesh_ndim - 1, r = q; a >= 0; a--) {
+            x->coord[q][a] = (int)(r % m->mesh_shape[a]);
+            r /= (int)m->mesh_shape[a];
+        }
+    x->T = calloc((size_t)nn, sizeof *x->T);
+    x->W = calloc((size_t)(ne ? ne : 1), sizeof *x->W);
+    x->bump = calloc((size_t)(ne ? ne : 1), 1);
+    x->level = calloc((size_t)nn, sizeof *x->level);
+    x->repl = calloc((size_t)nn, 1);
+    x->val = calloc((size_t)nn, sizeof *x->val);
+    char *is_out = calloc((size_t)nn, 1);
+    lt_status st = LT_OK;
+    if (!x->T || !x->W || !x->bump || !x->level || !x->repl || !x->val || !is_out) {
+        st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+        goto out;
+    }
+    plan_layouts(x);
+    /* a level's outputs: values used at a later level or by the step */
+    for (int i = 0; i < nn; i++)
+        for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++) {
+            int j = g->in_pos[e];
+            if (lt_node_is_pending(g->nodes[j]) && (x->bump[e] || x->level[j] != x->level[i]))
+                is_out[j] = 1;
+        }
+    for (int k = 0; k < g->n_outputs; k++) is_out[g->output_pos[k]] = 1;
+    for (int L = 0; L < x->n_levels && st == LT_OK; L++)
+        for (int q = 0; q < x->nd && st == LT_OK; q++) st = run_level(x, L, q, cause, frame, is_out);
+    /* the step's results, whole on the graph's core */
+    for (int k = 0; k < g->n_outputs && st == LT_OK; k++) {
+        int j = g->output_pos[k];
+        const lt_node *n = g->nodes[j];
+        if (!lt_node_is_pending(n)) {
+            if (n->op != LT_OP_data) {
+                st = lt_set_error(LT_ERR_INTERNAL, "spmd: a scalar output");
+                break;
+            }
+            out_bufs[k] = lt_buffer_retain(n->buf);
+            continue;
+        }
+        const lay *A = &x->T[j];
+        if (!A->partial && !lay_split(A, n->shape.ndim) && x->val[j][0]->core == g->core) {
+            out_bufs[k] = lt_buffer_retain(x->val[j][0]);
+            continue;
+        }
+        st = lt_buffer_alloc(g->core, (lt_dtype)n->dtype, lt_shape_numel(&n->shape), &out_bufs[k]);
+        if (st == LT_OK) st = assemble(x, n, A, x->val[j], out_bufs[k]->data);
+        if (A->partial) {
+            lt_shape ls;
+            local_shape(x, &n->shape, A, &ls);
+            x->count[K_REDUCE]++;
+            x->bytes[K_REDUCE] += (double)lt_shape_numel(&ls) * (double)lt_dtype_size((lt_dtype)n->dtype);
+        }
+    }
+    if (st == LT_OK) {
+        *ran = 1;
+        lt_counter_inc_name("SpmdPartitionedExecute", 1);
+        int nc = 0;
+        for (int k = 0; k < K_NUM; k++)
+            if (k != K_SLICE) nc += x->count[k];
+        lt_counter_inc_name("SpmdExecutedCollectives", nc);
+        if (x->compiled) {
+            lt_spmd_plan_out sp;
+            lt_spmd_plan(g, &sp, 2);
+            lt_spmd_plan_free(&sp);
+            report(x, NULL);
+        }
+    } else {
+        for (int k = 0; k < g->n_outputs; k++) {
+            lt_buffer_release(out_bufs[k]);
+            out_bufs[k] = NULL;
+        }
+    }
+out:
+    for (int i = 0; i < nn && x->val; i++)
+        if (x->val[i]) {
+            for (int q = 0; q < x->nd; q++) lt_buffer_release(x->val[i][q]);
+            free(x->val[i]);
+        }
+    while (x->convs) {
+        conv *c = x->convs;
+        x->convs = c->next;
+        for (int q = 0; q < x->nd; q++) lt_buffer_release(c->buf[q]);
+        free(c->buf);
+        free(c);
+    }
+    free(is_out);
+    free(x->T);
+    free(x->W);
+    free(x->bump);
+    free(x->level);
+    free(x->repl);
+    free(x->val);
+    free(x);
+    return st;
+}
