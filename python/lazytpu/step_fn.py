@@ -30,6 +30,7 @@ LAZYTPU_TRACE each call is a span named after the function.
 """
 import functools
 import json
+import threading
 import weakref
 
 import torch
@@ -38,6 +39,24 @@ from . import _C
 from .core import _caller, mark_step
 
 __all__ = ["compile_step"]
+
+# the name of the graph a compile_step's step boundary is syncing on this
+# thread ("<name>_clear_pending" for the one before the function, as
+# torch_xla.compile), None outside them: graph_name()
+_syncing = threading.local()
+
+
+def graph_name():
+    """The name of the compile_step graph this thread is syncing, or None."""
+    return getattr(_syncing, "name", None)
+
+
+def _named_mark_step(name):
+    _syncing.name = name
+    try:
+        mark_step()
+    finally:
+        _syncing.name = None
 
 _LATEST = 2 ** 64 - 1          # synced_graphs(_LATEST): just the latest number
 _MAX_KEPT = 4096               # distinct graph signatures remembered per function
@@ -172,7 +191,7 @@ class _Region:
         self._with = []         # tokens of the open ``with`` blocks
 
     def begin(self, args, kwargs):
-        mark_step()                              # the pending work is not the function's
+        _named_mark_step(self.label + "_clear_pending")   # the pending work is not the function's
         since, _ = _C.synced_graphs(_LATEST)
         t0 = _C.now_ns() if _C.trace_enabled() else 0
         prev = _C.set_no_execution(self.owner) if self.full_graph else None
@@ -184,7 +203,7 @@ class _Region:
             _C.set_no_execution(prev)
         if t0:
             _C.trace_event(self.label, "compile_step", t0, _C.now_ns() - t0, _C.TRACE_TID_HOST)
-        mark_step()                              # compile (or fetch) and run the step
+        _named_mark_step(self.label)             # compile (or fetch) and run the step
         self.session.calls += 1
         _C.counter_inc("CompiledStep::" + self.label, 1)
         if ok:
