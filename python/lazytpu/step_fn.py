@@ -146,7 +146,7 @@ def _name_of(f, name):
 
 
 def compile_step(fn=None, full_graph=False, name=None, max_different_graphs=None,
-                 _api="lazytpu.compile_step"):
+                 _api="lazytpu.compile_step", _refused=None):
     """fn traced lazily as one step (see the module docstring). Without fn:
     a context manager (``with compile_step(full_graph=True): ...``), a new
     graph count for each ``with``. As a decorator: ``@compile_step`` or
@@ -162,7 +162,7 @@ def compile_step(fn=None, full_graph=False, name=None, max_different_graphs=None
     if fn is None:      # a context manager, or a decorator: @compile_step(full_graph=True)
         region.decorate = functools.partial(compile_step, full_graph=full_graph, name=name,
                                             max_different_graphs=max_different_graphs,
-                                            _api=_api)
+                                            _api=_api, _refused=_refused)
         return region
 
     @functools.wraps(fn)
@@ -172,6 +172,11 @@ def compile_step(fn=None, full_graph=False, name=None, max_different_graphs=None
         try:
             out = fn(*args, **kwargs)
             ok = True
+        except RuntimeError as e:
+            # full_graph's refusal, in the words of the API (_refused first)
+            if _refused and full_graph and str(e).startswith(region.owner):
+                raise RuntimeError("%s\n%s" % (_refused, e)) from None
+            raise
         finally:
             region.end(token, ok)
         return out
