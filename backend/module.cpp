@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "lazytpu.h"
+#include "lazytpu_events.h"
 #include "lt_shim.h"
 #include "world_py.h"
 #include "constants_py.h"
@@ -374,6 +375,48 @@ PyObject *py_caller(PyObject *, PyObject *) {
   return PyUnicode_FromString(python_caller().c_str());
 }
 
+/* ------------------------------------------------------------ graph hook */
+
+/* The Python callable given to set_graph_hook (owned), or NULL. */
+PyObject *g_graph_hook = nullptr;
+
+/* lt_graph_hook_fn: calls the Python hook with one tuple (kind, core,
+ * cause, replay, key, n_params, n_outputs, input_bytes, output_bytes,
+ * aliased_bytes, scratch_bytes, n_kernels) on the syncing thread, its
+ * Python frames above (the hook reads them). A hook that raises is
+ * reported as unraisable: a debugging aid never fails the program. */
+void graph_hook_trampoline(const lt_graph_event *ev) {
+  if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
+  PyGILState_STATE g = PyGILState_Ensure();
+  PyObject *fn = g_graph_hook;
+  if (fn) {
+    Py_INCREF(fn);
+    PyObject *r = PyObject_CallFunction(
+        fn, "((iiiiKiiLLLLi))", ev->kind, ev->core, ev->cause, ev->replay,
+        (unsigned long long)ev->key, ev->n_params, ev->n_outputs,
+        (long long)ev->input_bytes, (long long)ev->output_bytes,
+        (long long)ev->aliased_bytes, (long long)ev->scratch_bytes, ev->n_kernels);
+    if (!r) PyErr_WriteUnraisable(fn);
+    Py_XDECREF(r);
+    Py_DECREF(fn);
+  }
+  PyGILState_Release(g);
+}
+
+PyObject *py_set_graph_hook(PyObject *, PyObject *args) {
+  PyObject *fn;
+  if (!PyArg_ParseTuple(args, "O", &fn)) return nullptr;
+  if (fn != Py_None && !PyCallable_Check(fn)) {
+    PyErr_SetString(PyExc_TypeError, "set_graph_hook: expected a callable or None");
+    return nullptr;
+  }
+  PyObject *old = g_graph_hook;
+  g_graph_hook = fn == Py_None ? nullptr : (Py_INCREF(fn), fn);
+  lt_set_graph_hook(g_graph_hook ? graph_hook_trampoline : nullptr);
+  Py_XDECREF(old);
+  Py_RETURN_NONE;
+}
+
 /* ------------------------------------------------------------ diagnosis */
 
 PyObject *py_fallback_report(PyObject *, PyObject *) { return take_cstr(lt_fallback_report()); }
@@ -457,6 +500,9 @@ PyMethodDef methods[] = {
     {"option_state", lazytpu_py_option_state, METH_VARARGS,
      "option_state(name) -> 1 set, 0 unset, -1 malformed."},
     {"fallback_report", py_fallback_report, METH_NOARGS, "The fallback section text."},
+    {"set_graph_hook", py_set_graph_hook, METH_VARARGS,
+     "set_graph_hook(fn or None): fn(event tuple) before each program is queued "
+     "(include/lazytpu_events.h)."},
     {"take_warnings", py_take_warnings, METH_NOARGS, "Debug warnings since the last call."},
     {"debug_enabled", py_debug_enabled, METH_NOARGS, "True when step warnings are on."},
     {"debug_set", py_debug_set, METH_VARARGS, "debug_set(mode): 0 off, 1 stderr, 2 quiet."},
@@ -512,6 +558,11 @@ extern "C" PyMODINIT_FUNC PyInit__C(void) {
   PyObject *m = PyModule_Create(&moddef);
   if (!m) return nullptr;
   if (lazytpu_py_add_constants(m) < 0) {  /* the core's enums (constants_py.h) */
+    Py_DECREF(m);
+    return nullptr;
+  }
+  if (PyModule_AddIntConstant(m, "GRAPH_COMPILE", LT_GRAPH_COMPILE) < 0 ||
+      PyModule_AddIntConstant(m, "GRAPH_EXECUTE", LT_GRAPH_EXECUTE) < 0) {
     Py_DECREF(m);
     return nullptr;
   }

@@ -44,6 +44,7 @@
 #include "fault.h"
 #include "trace_events.h"
 #include "options.h"
+#include "graph_events.h"
 
 enum { SRC_INPUT = 0, SRC_CONST_BUF, SRC_SCALAR };
 
@@ -377,8 +378,10 @@ lt_status lt_replay_record(lt_tensor *const *inputs, int n_in,
 
     /* program: the same path as lazy syncs */
     lt_program *p = NULL;
-    st = lt_submit_program(&g, LT_SUBMIT_RECORD, LT_SYNC_EXPLICIT, NULL, &p, NULL);
+    int compiled = 0;
+    st = lt_submit_program(&g, LT_SUBMIT_RECORD, LT_SYNC_EXPLICIT, NULL, &p, &compiled);
     if (st != LT_OK) return record_fail(r, &g, roots, n_out, st);
+    if (lt_graph_events_on()) lt_graph_events_program(&g, p, LT_SYNC_EXPLICIT, compiled, 1);
     r->prog = p;
     lt_counter_add(rm()->record, 1);
     lt_graph_free(&g);
@@ -556,6 +559,7 @@ lt_status lt_replay_run(lt_replay *r, lt_tensor *const *inputs, int n_in,
      * step: it runs while the host traces the rest of the step (leaving it
      * for the step's wait measured slower: bench/step_latency.py) */
     job->job.wake = LT_WAKE_NOW;
+    if (lt_graph_events_on()) lt_graph_events_replay(core, r->key, p);
     uint64_t seq = lt_submit_queue(core, job, fresh);
     free(fresh);
 

@@ -33,6 +33,7 @@
 #include "options.h"
 #include "profile.h"
 #include "step_time.h"
+#include "graph_events.h"
 
 const char *lt_sync_cause_name(lt_sync_cause c)
 {
@@ -224,6 +225,7 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
         free(rts);
         return fail_cleanup(st, &g, NULL, &args, roots, nr);
     }
+    if (lt_graph_events_on()) lt_graph_events_program(&g, p, cause, compiled, 0);
 
     PHASE(LT_PHASE_PROGRAM);
 

@@ -154,9 +154,14 @@ class _LazytpuGraph:
             _C.counter_inc("CompiledGraphLazy", 1)
             _note("%s graph of %d ops runs lazily: %s" % (self.kind, self.n_nodes, reason))
             return outs
-        # this call's results are the traced ones (mutated inputs were
-        # assigned by the traced run already); later calls replay
-        self.recs[key] = _Recording(rid, tensor_idx, template, mutated)
+        rec = self.recs[key] = _Recording(rid, tensor_idx, template, mutated)
+        if not mutated:
+            # this call runs the recorded program too, as every later call
+            # does (as torch_xla's bridge executes the graph it compiled);
+            # the traced, still pending, outputs are dropped
+            return self._run(rec, args)
+        # mutated inputs were assigned by the traced run already: this
+        # call's results are the traced ones; later calls replay
         return outs
 
 

@@ -30,6 +30,7 @@ LAZYTPU_TRACE each call is a span named after the function.
 """
 import functools
 import json
+import threading
 import weakref
 
 import torch
@@ -38,6 +39,24 @@ from . import _C
 from .core import _caller, mark_step
 
 __all__ = ["compile_step"]
+
+# the name of the graph a compile_step's step boundary is syncing on this
+# thread ("<name>_clear_pending" for the one before the function, as
+# torch_xla.compile), None outside them: graph_name()
+_syncing = threading.local()
+
+
+def graph_name():
+    """The name of the compile_step graph this thread is syncing, or None."""
+    return getattr(_syncing, "name", None)
+
+
+def _named_mark_step(name):
+    _syncing.name = name
+    try:
+        mark_step()
+    finally:
+        _syncing.name = None
 
 _LATEST = 2 ** 64 - 1          # synced_graphs(_LATEST): just the latest number
 _MAX_KEPT = 4096               # distinct graph signatures remembered per function
@@ -127,7 +146,7 @@ def _name_of(f, name):
 
 
 def compile_step(fn=None, full_graph=False, name=None, max_different_graphs=None,
-                 _api="lazytpu.compile_step"):
+                 _api="lazytpu.compile_step", _refused=None):
     """fn traced lazily as one step (see the module docstring). Without fn:
     a context manager (``with compile_step(full_graph=True): ...``), a new
     graph count for each ``with``. As a decorator: ``@compile_step`` or
@@ -143,7 +162,7 @@ def compile_step(fn=None, full_graph=False, name=None, max_different_graphs=None
     if fn is None:      # a context manager, or a decorator: @compile_step(full_graph=True)
         region.decorate = functools.partial(compile_step, full_graph=full_graph, name=name,
                                             max_different_graphs=max_different_graphs,
-                                            _api=_api)
+                                            _api=_api, _refused=_refused)
         return region
 
     @functools.wraps(fn)
@@ -153,6 +172,11 @@ def compile_step(fn=None, full_graph=False, name=None, max_different_graphs=None
         try:
             out = fn(*args, **kwargs)
             ok = True
+        except RuntimeError as e:
+            # full_graph's refusal, in the words of the API (_refused first)
+            if _refused and full_graph and str(e).startswith(region.owner):
+                raise RuntimeError("%s\n%s" % (_refused, e)) from None
+            raise
         finally:
             region.end(token, ok)
         return out
@@ -172,7 +196,7 @@ class _Region:
         self._with = []         # tokens of the open ``with`` blocks
 
     def begin(self, args, kwargs):
-        mark_step()                              # the pending work is not the function's
+        _named_mark_step(self.label + "_clear_pending")   # the pending work is not the function's
         since, _ = _C.synced_graphs(_LATEST)
         t0 = _C.now_ns() if _C.trace_enabled() else 0
         prev = _C.set_no_execution(self.owner) if self.full_graph else None
@@ -184,7 +208,7 @@ class _Region:
             _C.set_no_execution(prev)
         if t0:
             _C.trace_event(self.label, "compile_step", t0, _C.now_ns() - t0, _C.TRACE_TID_HOST)
-        mark_step()                              # compile (or fetch) and run the step
+        _named_mark_step(self.label)             # compile (or fetch) and run the step
         self.session.calls += 1
         _C.counter_inc("CompiledStep::" + self.label, 1)
         if ok:

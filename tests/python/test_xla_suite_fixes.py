@@ -230,3 +230,47 @@ def test_single_process_names_as_2_9(tmp_path):
         print("NAMES OK")
     """, "names.py", PJRT_DEVICE="CPU", XLA_METRICS_FILE=str(metrics))
     assert "NAMES OK" in out
+
+
+def test_compile_full_graph_refusal_says_2_9s_words(tmp_path):
+    # torch_xla 2.9 refuses an execution inside torch_xla.compile(full_graph=True)
+    # with RuntimeError "Unexpected execution happens inside the compiled
+    # function, exiting"; lazytpu says the same first, then what and where
+    out = _run(tmp_path, """
+        import torch, torch_xla
+
+        def branchy(t):
+            if t[0][0] > 0:           # a value read while traced
+                return torch.sin(t)
+            return torch.cos(t)
+
+        t = torch.randn(5, 5, device=torch_xla.device())
+        try:
+            torch_xla.compile(branchy, full_graph=True)(t)
+        except RuntimeError as e:
+            msg = str(e)
+        lines = msg.splitlines()
+        assert lines[0] == "Unexpected execution happens inside the compiled function, exiting"
+        assert "branchy" in lines[1] and "full_graph=True" in lines[1], msg
+        # without full_graph the same function runs (the read syncs)
+        r = torch_xla.compile(branchy)(t)
+        want = torch.sin(t.cpu()) if t.cpu()[0][0] > 0 else torch.cos(t.cpu())
+        assert torch.allclose(r.cpu(), want)
+        print("OK")
+    """, "full_graph.py", PJRT_DEVICE="CPU")
+    assert "OK" in out
+
+
+def test_placeholder_tensor_refused_by_name(tmp_path):
+    # torch_xla.core.xla_builder.create_placeholder_tensor imports (pytorch/xla's
+    # test_placeholder.py imports it at the top) and refuses loudly when called
+    out = _run(tmp_path, """
+        import torch, torch_xla
+        from torch_xla.core.xla_builder import create_placeholder_tensor
+        try:
+            create_placeholder_tensor((2, 3), torch.bfloat16)
+        except NotImplementedError as e:
+            assert "create_placeholder_tensor((2, 3), torch.bfloat16)" in str(e), e
+            print("OK")
+    """, "placeholder.py", PJRT_DEVICE="CPU")
+    assert "OK" in out

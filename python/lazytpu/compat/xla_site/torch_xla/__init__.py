@@ -25,6 +25,10 @@ from .core import xla_model as _xla_model  # noqa: E402,F401
 from .utils import utils as _utils  # noqa: E402,F401
 from ._internal import tpu as _tpu  # noqa: E402,F401
 from ._dynamo import dynamo_bridge as _dynamo_bridge  # noqa: E402,F401  (openxla backend)
+# PT_XLA_DEBUG / PT_XLA_DEBUG_LEVEL: torch_xla's compilation and execution analysis
+from lazytpu.compat import debug_analysis as _debug_analysis  # noqa: E402
+
+_debug_analysis.install()
 # 2.9's `from .torch_xla import *` (no __all__) also exports the module
 # aliases its torch_xla.py imports: torch_xla.xm, xr, xu, xenv, xmp
 from .core import xla_model as xm, xla_env_vars as xenv  # noqa: E402,F401

@@ -30,9 +30,14 @@ def compile(f=None, full_graph=False, name=None, max_different_graphs=None):
     CPU fallback, a step boundary inside raises RuntimeError naming it and
     the line). max_different_graphs=N: RuntimeError once f has made more
     than N distinct graphs. name: the counters and the "compiled steps"
-    section of the metrics report (default f.__name__)."""
+    section of the metrics report (default f.__name__). A refused execution
+    under full_graph=True raises RuntimeError with 2.9's first line,
+    "Unexpected execution happens inside the compiled function, exiting",
+    then lazytpu's (what would run, and the line)."""
     return compile_step(f, full_graph=full_graph, name=name,
-                        max_different_graphs=max_different_graphs, _api="torch_xla.compile")
+                        max_different_graphs=max_different_graphs, _api="torch_xla.compile",
+                        _refused="Unexpected execution happens inside the compiled "
+                                 "function, exiting")
 
 
 def launch(fn, args=(), start_method="spawn", debug_single_process=False):
