@@ -431,6 +431,11 @@ PyObject *py_debug_set(PyObject *, PyObject *args) {
 }
 
 PyObject *py_now_ns(PyObject *, PyObject *) { return PyLong_FromLongLong(lt_now_ns()); }
+PyObject *py_set_eager_op_scope(PyObject *, PyObject *args) {
+  int on;
+  if (!PyArg_ParseTuple(args, "p", &on)) return nullptr;
+  return PyBool_FromLong(lt_set_eager_op_scope(on));
+}
 PyObject *py_trace_enabled(PyObject *, PyObject *) { return PyBool_FromLong(lt_trace_enabled()); }
 
 PyObject *py_trace_flush(PyObject *, PyObject *) {
@@ -507,6 +512,9 @@ PyMethodDef methods[] = {
     {"debug_enabled", py_debug_enabled, METH_NOARGS, "True when step warnings are on."},
     {"debug_set", py_debug_set, METH_VARARGS, "debug_set(mode): 0 off, 1 stderr, 2 quiet."},
     {"now_ns", py_now_ns, METH_NOARGS, "The core's monotonic clock (ns)."},
+    {"set_eager_op_scope", py_set_eager_op_scope, METH_VARARGS,
+     "set_eager_op_scope(on): this thread's programs count as eager ops (no ExecuteTime); "
+     "returns the previous setting."},
     {"trace_enabled", py_trace_enabled, METH_NOARGS, "True with LAZYTPU_TRACE."},
     {"trace_flush", py_trace_flush, METH_NOARGS, "Write buffered trace events."},
     {"trace_event", py_trace_event, METH_VARARGS,

@@ -416,6 +416,12 @@ LT_API lt_status lt_wait(int core);
  * it a host that traces faster than its core runs queues steps without
  * limit, each holding its output buffers. LT_ERR_DEVICE for a bad core. */
 LT_API lt_status lt_limit_inflight(int core, int depth);
+/* Eager-op scope of the calling thread (torch_xla's eager mode): while on
+ * (on != 0), programs this thread queues are counted as eager operations,
+ * not in the ExecuteTime metric (torch_xla 2.9 counts an eager op's run in
+ * EagerOpExecuteTime only, which its caller records). Returns the previous
+ * setting. Never fails. */
+LT_API int lt_set_eager_op_scope(int on);
 
 /* Execution guard, for code that must trace as one graph (a step function
  * compiled with full_graph=True: torch_xla.compile, lazytpu.compile_step).

@@ -500,6 +500,7 @@ lt_status lt_replay_run(lt_replay *r, lt_tensor *const *inputs, int n_in,
     lt_submit_job *job = lt_submit_job_new();
     lt_node **outn = calloc((size_t)no, sizeof *outn);
     char *fresh = calloc((size_t)no, 1);
+    if (job) job->eager_op = 0;    /* a compiled graph, even in eager mode */
     if (!job || !outn || !fresh) {
         free(job);
         free(outn);

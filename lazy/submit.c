@@ -106,7 +106,7 @@ static lt_status job_run(lt_job *job, int core)
     int64_t t0 = lt_now_ns();
     lt_status st = lt_program_run(j->prog, &j->args, core, &job->cause);
     int64_t t1 = lt_now_ns();
-    lt_metric_add(lt_fe_metrics_get()->execute_time, (double)(t1 - t0));
+    if (!j->eager_op) lt_metric_add(lt_fe_metrics_get()->execute_time, (double)(t1 - t0));
     if (lt_profile_on()) lt_step_time_add(LT_PHASE_EXECUTE, t1 - t0);
     if (lt_trace_enabled()) {
         char a[64];
@@ -146,10 +146,20 @@ void lt_submit_job_free(lt_submit_job *j)
 
 static void job_done(lt_job *job) { lt_submit_job_free((lt_submit_job *)job); }
 
+static _Thread_local int tl_eager_op;
+
+int lt_set_eager_op_scope(int on)
+{
+    int was = tl_eager_op;
+    tl_eager_op = on != 0;
+    return was;
+}
+
 lt_submit_job *lt_submit_job_new(void)
 {
     lt_submit_job *j = calloc(1, sizeof *j);
     if (!j) lt_set_error(LT_ERR_INTERNAL, "submit: out of host memory");
+    else j->eager_op = tl_eager_op;
     return j;
 }
 

@@ -70,9 +70,12 @@ typedef struct lt_submit_job {
     int n_nodes;
     char *frame;                   /* the sync's caller frame (messages), or NULL */
     int failed_node;               /* lt_exec_args.failed_node */
+    int eager_op;                  /* made in an eager-op scope (lt_submit_job_new):
+                                      not counted in ExecuteTime; 0 for a replay */
 } lt_submit_job;
 
-/* A zeroed job; NULL with LT_ERR_INTERNAL set when out of host memory. */
+/* A zeroed job (eager_op: the calling thread's eager-op scope); NULL with
+ * LT_ERR_INTERNAL set when out of host memory. */
 lt_submit_job *lt_submit_job_new(void);
 /* Frees a job that was never queued, with everything it owns. NULL is a
  * no-op. */

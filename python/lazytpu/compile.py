@@ -19,6 +19,7 @@ Dynamo recompiles (with the guard that failed) and graph breaks (with their
 reason) are noted in the metrics report too (DynamoRecompile,
 DynamoGraphBreak, DynamoGraph).
 """
+import sys
 import threading
 
 import torch
@@ -71,6 +72,15 @@ class _LazytpuGraph:
         self.n_nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
 
     def __call__(self, args):
+        # torch_xla's eager mode (when compatibility mode loaded it) stays off
+        # while a compiled graph runs: one program, as torch_xla runs it
+        eager = sys.modules.get("lazytpu.compat.eager")
+        if eager is None or not eager.is_enabled():
+            return self._call(args)
+        with eager.suspended():
+            return self._call(args)
+
+    def _call(self, args):
         key = tuple(a for a in args if not isinstance(a, torch.Tensor))
         rec = self.recs.get(key)
         if rec.__class__ is _Recording:

@@ -30,6 +30,7 @@ LAZYTPU_TRACE each call is a span named after the function.
 """
 import functools
 import json
+import sys
 import threading
 import weakref
 
@@ -200,10 +201,18 @@ class _Region:
         since, _ = _C.synced_graphs(_LATEST)
         t0 = _C.now_ns() if _C.trace_enabled() else 0
         prev = _C.set_no_execution(self.owner) if self.full_graph else None
-        return since, t0, prev, args, kwargs
+        # torch_xla's eager mode (when compatibility mode loaded it) stays
+        # off inside: the function is traced as one graph, as in torch_xla
+        eager = sys.modules.get("lazytpu.compat.eager")
+        quiet = eager.suspended() if eager is not None else None
+        if quiet is not None:
+            quiet.__enter__()
+        return since, t0, prev, quiet, args, kwargs
 
     def end(self, token, ok):
-        since, t0, prev, args, kwargs = token
+        since, t0, prev, quiet, args, kwargs = token
+        if quiet is not None:
+            quiet.__exit__(None, None, None)
         if self.full_graph:
             _C.set_no_execution(prev)
         if t0:

@@ -274,3 +274,35 @@ def test_placeholder_tensor_refused_by_name(tmp_path):
             print("OK")
     """, "placeholder.py", PJRT_DEVICE="CPU")
     assert "OK" in out
+
+
+def test_eager_mode_ops_count_as_eager_not_execute_time(tmp_path):
+    # torch_xla 2.9's eager mode: each eager op's run is one EagerOpExecuteTime
+    # sample and no ExecuteTime sample; a torch_xla.compile'd function run in
+    # eager mode is one ExecuteTime sample per call and no eager op
+    out = _run(tmp_path, """
+        import torch, torch_xla
+        import torch_xla.core.xla_model as xm
+        import torch_xla.debug.metrics as met
+        torch_xla.experimental.eager_mode(True)
+        dev = torch_xla.device()
+        a = torch.arange(6.0).to(dev)
+        met.clear_all()
+        b = (a * 2 + 1).sum()
+        xm.wait_device_ops()
+        assert met.metric_data("EagerOpExecuteTime")[0] >= 2, met.metric_data("EagerOpExecuteTime")
+        assert "ExecuteTime" not in met.metric_names(), met.metric_data("ExecuteTime")
+        assert b.item() == 36.0
+        met.clear_all()
+        f = torch_xla.compile(lambda x: (x * 3).cos())
+        y = f(a)
+        xm.wait_device_ops()      # ExecuteTime is recorded when the program ends
+        assert met.metric_data("ExecuteTime")[0] == 1, met.metric_data("ExecuteTime")
+        assert "EagerOpExecuteTime" not in met.metric_names()
+        assert torch.allclose(y.cpu(), (torch.arange(6.0) * 3).cos())
+        y2 = f(a)
+        xm.wait_device_ops()
+        assert met.metric_data("ExecuteTime")[0] == 2
+        print("ok")
+    """, "eager_metrics.py")
+    assert "ok" in out

@@ -45,9 +45,15 @@ def _acc(name):
 class _EagerMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
         if getattr(_state, "suspended", 0) or torch.compiler.is_compiling():
-            return out
+            return func(*args, **(kwargs or {}))
+        # what the op itself runs (a value read inside allclose, item, ...)
+        # is eager work too: not counted in ExecuteTime
+        was = _C.set_eager_op_scope(True)
+        try:
+            out = func(*args, **(kwargs or {}))
+        finally:
+            _C.set_eager_op_scope(was)
         if _has_device_tensor(out) or func is torch.Tensor.backward or \
                 getattr(func, "__name__", "").endswith("_"):
             run_pending()
@@ -61,7 +67,11 @@ def run_pending():
     cached, uncached = _count("CachedCompile"), _count("UncachedCompile")
     compile_ns = _acc("CompileTime")
     t0 = _C.now_ns()
-    _C.sync(-1, _C.SYNC_EXPLICIT, 0)
+    was = _C.set_eager_op_scope(True)
+    try:
+        _C.sync(-1, _C.SYNC_EXPLICIT, 0)
+    finally:
+        _C.set_eager_op_scope(was)
     dt = _C.now_ns() - t0
     new = _count("UncachedCompile") - uncached
     graphs = new + _count("CachedCompile") - cached
