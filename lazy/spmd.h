@@ -73,6 +73,11 @@ int lt_spmd_axes_count(int64_t code);
 int lt_spmd_axes_get(int64_t code, int k);
 /* Shards of a tensor dim split over the packed axes `code` of s's mesh. */
 int64_t lt_spmd_dim_shards(const lt_sharding *s, int d);
+/* Bit k set for each mesh axis k packed in code. */
+unsigned lt_spmd_axes_mask(int64_t code);
+/* Shards of a dim split over the packed axes `code` of a mesh whose axis
+ * sizes are mesh_shape (the product of those axes' sizes; 1 for code 0). */
+int64_t lt_spmd_code_shards(const int64_t *mesh_shape, int64_t code);
 
 /* The sharding of the op's output computed from its inputs' shardings by
  * the op's rule class, or NULL (no input sharded, the rule gives none, or

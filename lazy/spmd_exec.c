@@ -84,19 +84,9 @@ typedef struct xs {
     int compiled;              /* a per-core program was compiled this step */
 } xs;
 
-static unsigned amask(int64_t code)
-{
-    unsigned mk = 0;
-    for (int k = 0, n = lt_spmd_axes_count(code); k < n; k++) mk |= 1u << lt_spmd_axes_get(code, k);
-    return mk;
-}
-
 static int64_t nshards(const xs *x, int64_t code)
 {
-    int64_t n = 1;
-    for (int k = 0, c = lt_spmd_axes_count(code); k < c; k++)
-        n *= x->m->mesh_shape[lt_spmd_axes_get(code, k)];
-    return n;
+    return lt_spmd_code_shards(x->m->mesh_shape, code);
 }
 
 /* index of position q's block along a dim split over `code` */
@@ -137,8 +127,8 @@ static void lay_fix(const xs *x, const lt_shape *s, lay *l)
     unsigned used = l->partial;
     for (int d = 0; d < s->ndim; d++) {
         if (!l->ax[d]) continue;
-        if (s->dims[d] % nshards(x, l->ax[d]) || (amask(l->ax[d]) & used)) l->ax[d] = 0;
-        else used |= amask(l->ax[d]);
+        if (s->dims[d] % nshards(x, l->ax[d]) || (lt_spmd_axes_mask(l->ax[d]) & used)) l->ax[d] = 0;
+        else used |= lt_spmd_axes_mask(l->ax[d]);
     }
     for (int d = s->ndim; d < LT_MAX_DIMS; d++) l->ax[d] = 0;
 }
@@ -212,15 +202,15 @@ static int rule(xs *x, int i)
         const lay *A = Tin(x, i, base), *B = Tin(x, i, base + 1);
         int64_t M = A->ax[0], K = A->ax[1] ? A->ax[1] : B->ax[0], N = B->ax[1];
         if (op == LT_OP_addmm || !partial_ok(n)) K = 0;
-        if (amask(M) & amask(K)) K = 0;
-        if (amask(N) & (amask(M) | amask(K))) N = 0;
+        if (lt_spmd_axes_mask(M) & lt_spmd_axes_mask(K)) K = 0;
+        if (lt_spmd_axes_mask(N) & (lt_spmd_axes_mask(M) | lt_spmd_axes_mask(K))) N = 0;
         W[base].ax[0] = M;
         W[base].ax[1] = K;
         W[base + 1].ax[0] = K;
         W[base + 1].ax[1] = N;
         T->ax[0] = M;
         T->ax[1] = N;
-        T->partial = amask(K);
+        T->partial = lt_spmd_axes_mask(K);
         lay_fix(x, O, T);
         if (T->ax[0] != M || T->ax[1] != N) return 0;
         if (base) {
@@ -247,7 +237,7 @@ static int rule(xs *x, int i)
             if (red) {
                 if (A->ax[d] && linear) {
                     W[0].ax[d] = A->ax[d];
-                    T->partial |= amask(A->ax[d]);
+                    T->partial |= lt_spmd_axes_mask(A->ax[d]);
                     if (op == LT_OP_mean) T->pscale /= (double)nshards(x, A->ax[d]);
                 }
                 if (keep) od++;
@@ -350,7 +340,7 @@ static int rule(xs *x, int i)
             int64_t b = Tin(x, i, 0)->ax[0] ? Tin(x, i, 0)->ax[0] : Tin(x, i, 1)->ax[0];
             if (!b || Nin(x, i, 0)->shape.dims[0] % nshards(x, b)) return 0;
             W[0].ax[0] = W[1].ax[0] = b;
-            T->partial = amask(b);
+            T->partial = lt_spmd_axes_mask(b);
             return 1;
         }
         return 0;
@@ -479,7 +469,7 @@ static lt_status assemble(const xs *x, const lt_node *n, const lay *A, lt_buffer
     size_t es = lt_dtype_size((lt_dtype)n->dtype);
     int64_t numel = lt_shape_numel(&n->shape);
     unsigned used = A->partial;
-    for (int d = 0; d < n->shape.ndim; d++) used |= amask(A->ax[d]);
+    for (int d = 0; d < n->shape.ndim; d++) used |= lt_spmd_axes_mask(A->ax[d]);
     if (A->partial) memset(G, 0, (size_t)numel * es);
     lt_shape ls;
     local_shape(x, &n->shape, A, &ls);
@@ -523,7 +513,7 @@ static int kind_of(const lay *A, const lay *B, int ndim)
 {
     if (A->partial) {
         for (int d = 0; d < ndim; d++)
-            if (B->ax[d] && (amask(B->ax[d]) & A->partial)) return K_SCATTER;
+            if (B->ax[d] && (lt_spmd_axes_mask(B->ax[d]) & A->partial)) return K_SCATTER;
         return K_REDUCE;
     }
     int gather = 0, split = 0;
@@ -625,7 +615,7 @@ static lt_status run_level(xs *x, int L, int q, lt_sync_cause cause, const char 
             } else if (lt_node_is_pending(y) && x->level[j] == L && !x->bump[e]) {
                 in[k] = lt_node_retain(ln[j]);
             } else {
-                lt_buffer **b;
+                lt_buffer **b = NULL;
                 st = value_in(x, j, &x->W[e], &b);
                 if (st != LT_OK) break;
                 local_shape(x, &y->shape, &x->W[e], &ls[k]);

@@ -75,20 +75,9 @@ typedef struct plan {
     int n_replicated;
 } plan;
 
-static unsigned axes_mask(int64_t code)
-{
-    unsigned m = 0;
-    for (int k = 0, n = lt_spmd_axes_count(code); k < n; k++)
-        m |= 1u << lt_spmd_axes_get(code, k);
-    return m;
-}
-
 static int64_t shards_of(const plan *p, int64_t code)
 {
-    int64_t n = 1;
-    for (int k = 0, c = lt_spmd_axes_count(code); k < c; k++)
-        n *= p->mesh->mesh_shape[lt_spmd_axes_get(code, k)];
-    return n;
+    return lt_spmd_code_shards(p->mesh->mesh_shape, code);
 }
 
 /* Bytes of node i on one core with layout ax (NULL: unsplit). */
@@ -144,7 +133,7 @@ static void bring(plan *p, int i, int j, const int64_t *want, unsigned want_spli
     int to_all = 0;
     for (int d = 0; d < x->shape.ndim; d++) {
         if (have[d] && have[d] != want[d]) {
-            gather |= axes_mask(have[d]);
+            gather |= lt_spmd_axes_mask(have[d]);
             if (want[d]) to_all = 1;
         }
     }
@@ -169,7 +158,7 @@ static void plan_node(plan *p, int i)
     int nin = g->in_off[i + 1] - g->in_off[i];
     int64_t *out = p->ax[i];
     unsigned out_split = 0;
-    for (int d = 0; d < n->shape.ndim; d++) out_split |= axes_mask(out[d]);
+    for (int d = 0; d < n->shape.ndim; d++) out_split |= lt_spmd_axes_mask(out[d]);
     if (nin == 0) return;
     switch (lt_spmd_rule_of((lt_op)n->op)) {
     case LT_SPMD_EW:
@@ -195,15 +184,15 @@ static void plan_node(plan *p, int i)
         /* K split on one operand only, over an axis the output splits: that
          * operand is gathered (an FSDP weight) rather than the output made
          * a partial sum and scattered */
-        if ((!ka || !kb) && (axes_mask(k) & out_split)) k = 0;
-        unsigned kmask = axes_mask(k);
+        if ((!ka || !kb) && (lt_spmd_axes_mask(k) & out_split)) k = 0;
+        unsigned kmask = lt_spmd_axes_mask(k);
         memcpy(o, out, sizeof o);
         /* output dims split over K's axes: computed whole as a partial sum,
          * then reduce-scattered to the output's layout (FSDP's gradient) */
         int scatter = (kmask & out_split) != 0;
         if (scatter)
             for (int d = 0; d < n->shape.ndim; d++)
-                if (axes_mask(o[d]) & kmask) o[d] = 0;
+                if (lt_spmd_axes_mask(o[d]) & kmask) o[d] = 0;
         if (nd == 3) wa[0] = wb[0] = o[0];
         wa[nd - 2] = o[nd - 2];
         wa[nd - 1] = k;
@@ -240,7 +229,7 @@ static void plan_node(plan *p, int i)
             want[d] = p->ax[j][d];
             if (((mask >> d) & 1) && want[d]) {
                 if (arg) want[d] = 0;
-                else part |= axes_mask(want[d]);
+                else part |= lt_spmd_axes_mask(want[d]);
             }
         }
         if (p->partial[j] && linear) {
@@ -271,7 +260,7 @@ static void plan_node(plan *p, int i)
         } else {
             /* keep the input's split dims whose axes the output still uses */
             for (int d = 0; d < x->shape.ndim; d++)
-                if (p->ax[j][d] && (axes_mask(p->ax[j][d]) & out_split)) want[d] = p->ax[j][d];
+                if (p->ax[j][d] && (lt_spmd_axes_mask(p->ax[j][d]) & out_split)) want[d] = p->ax[j][d];
             if (rule == LT_SPMD_GATHER && n->op == LT_OP_index_select) {
                 int dim = (int)n->attrs.i[0];
                 if (dim >= 0 && dim < x->shape.ndim) want[dim] = 0;
@@ -450,7 +439,7 @@ lt_status lt_spmd_plan(const lt_graph *g, lt_spmd_plan_out *res, int report)
         int j = g->output_pos[k];
         if (!p->partial[j]) continue;
         unsigned split = 0;
-        for (int d = 0; d < g->nodes[j]->shape.ndim; d++) split |= axes_mask(p->ax[j][d]);
+        for (int d = 0; d < g->nodes[j]->shape.ndim; d++) split |= lt_spmd_axes_mask(p->ax[j][d]);
         add(p, (split & p->partial[j]) == p->partial[j] && split ? C_REDUCE_SCATTER : C_ALL_REDUCE,
             p->partial[j], j, local_bytes(p, j, p->ax[j]));
     }

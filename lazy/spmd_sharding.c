@@ -36,13 +36,26 @@ int lt_spmd_axes_get(int64_t code, int k)
     return (int)((code >> (4 * k)) & 0xF) - 1;
 }
 
-int64_t lt_spmd_dim_shards(const lt_sharding *s, int d)
+unsigned lt_spmd_axes_mask(int64_t code)
+{
+    unsigned m = 0;
+    for (int k = 0, n = lt_spmd_axes_count(code); k < n; k++)
+        m |= 1u << lt_spmd_axes_get(code, k);
+    return m;
+}
+
+int64_t lt_spmd_code_shards(const int64_t *mesh_shape, int64_t code)
 {
     int64_t n = 1;
-    if (!s || d < 0 || d >= s->ndim) return 1;
-    for (int k = 0, c = lt_spmd_axes_count(s->axes[d]); k < c; k++)
-        n *= s->mesh_shape[lt_spmd_axes_get(s->axes[d], k)];
+    for (int k = 0, c = lt_spmd_axes_count(code); k < c; k++)
+        n *= mesh_shape[lt_spmd_axes_get(code, k)];
     return n;
+}
+
+int64_t lt_spmd_dim_shards(const lt_sharding *s, int d)
+{
+    if (!s || d < 0 || d >= s->ndim) return 1;
+    return lt_spmd_code_shards(s->mesh_shape, s->axes[d]);
 }
 
 static uint64_t sharding_hash(const lt_sharding *s)

@@ -108,6 +108,25 @@ XLA_SCRIPT = os.path.join(HERE, "scripts", "hf_xla_train.py")
 CORE_STEPS = 4
 
 
+def compare_eight_cores(cpu, out):
+    """The 8-core run's result (written to out by process 0) against the CPU
+    run with the global batch (given --steps CORE_STEPS: run()'s STEPS does
+    not apply): per-step losses, weights, eval loss and the saved model's
+    eval loss on the CPU within 1e-4, no CPU fallback. Returns the result."""
+    dev = torch.load(out, weights_only=False)
+    assert dev["world"] == 8 and dev["device"] == "xla:0", (dev["world"], dev["device"])
+    assert len(cpu["losses"]) == len(dev["losses"]) == CORE_STEPS
+    for i, (a, b) in enumerate(zip(cpu["losses"], dev["losses"])):
+        assert abs(a - b) <= 1e-4 * max(1.0, abs(a)), "loss %d: cpu %r 8 cores %r" % (i, a, b)
+    for name, w in cpu["params"].items():
+        torch.testing.assert_close(dev["params"][name], w, atol=1e-4, rtol=1e-4,
+                                   msg=lambda m: name + ": " + m)
+    assert abs(dev["eval_loss"] - cpu["eval_loss"]) <= 1e-4 * abs(cpu["eval_loss"])
+    assert abs(dev["cpu_eval_loss"] - cpu["cpu_eval_loss"]) <= 1e-4 * abs(cpu["eval_loss"])
+    assert dev["end"]["fallbacks"] == {}, dev["end"]["fallbacks"]
+    return dev
+
+
 @pytest.mark.parametrize("launch", ["xmp", "notebook", "accelerate"])
 def test_accelerate_loop_eight_cores(tmp_path, launch):
     """The Accelerate loop on 8 cores, started as torch_xla users start it:
@@ -143,18 +162,7 @@ def test_accelerate_loop_eight_cores(tmp_path, launch):
                        cwd=str(tmp_path))
     assert p.returncode == 0, "%s failed:\n%s\n%s" % (" ".join(cmd), p.stdout[-3000:],
                                                      p.stderr[-6000:])
-    dev = torch.load(out, weights_only=False)
-    assert dev["world"] == 8 and dev["device"] == "xla:0", (dev["world"], dev["device"])
-    # run()'s STEPS does not apply: the CPU run was given --steps CORE_STEPS
-    assert len(cpu["losses"]) == len(dev["losses"]) == CORE_STEPS
-    for i, (a, b) in enumerate(zip(cpu["losses"], dev["losses"])):
-        assert abs(a - b) <= 1e-4 * max(1.0, abs(a)), "loss %d: cpu %r 8 cores %r" % (i, a, b)
-    for name, w in cpu["params"].items():
-        torch.testing.assert_close(dev["params"][name], w, atol=1e-4, rtol=1e-4,
-                                   msg=lambda m: name + ": " + m)
-    assert abs(dev["eval_loss"] - cpu["eval_loss"]) <= 1e-4 * abs(cpu["eval_loss"])
-    assert abs(dev["cpu_eval_loss"] - cpu["cpu_eval_loss"]) <= 1e-4 * abs(cpu["eval_loss"])
-    assert dev["end"]["fallbacks"] == {}, dev["end"]["fallbacks"]
+    dev = compare_eight_cores(cpu, out)
     half, trained = dev["half"], dev["trained"]
     assert trained["UncachedCompile"] == half["UncachedCompile"] > 0, (half, trained)
     b = [sum(c["syncs"].get(k, 0) for k in ("SyncCause::loader_step", "SyncCause::mark_step",
@@ -188,15 +196,5 @@ def test_trainer_eight_cores(tmp_path, model):
                        cwd=str(tmp_path))
     assert p.returncode == 0, "%s failed:\n%s\n%s" % (" ".join(cmd), p.stdout[-3000:],
                                                      p.stderr[-6000:])
-    dev = torch.load(out, weights_only=False)
-    assert dev["world"] == 8 and dev["device"] == "xla:0", (dev["world"], dev["device"])
-    assert len(cpu["losses"]) == len(dev["losses"]) == CORE_STEPS
-    for i, (a, b) in enumerate(zip(cpu["losses"], dev["losses"])):
-        assert abs(a - b) <= 1e-4 * max(1.0, abs(a)), "loss %d: cpu %r 8 cores %r" % (i, a, b)
-    for name, w in cpu["params"].items():
-        torch.testing.assert_close(dev["params"][name], w, atol=1e-4, rtol=1e-4,
-                                   msg=lambda m: name + ": " + m)
-    assert abs(dev["eval_loss"] - cpu["eval_loss"]) <= 1e-4 * abs(cpu["eval_loss"])
-    assert abs(dev["cpu_eval_loss"] - cpu["cpu_eval_loss"]) <= 1e-4 * abs(cpu["eval_loss"])
-    assert dev["end"]["fallbacks"] == {}, dev["end"]["fallbacks"]
+    dev = compare_eight_cores(cpu, out)
     assert dev["trained"]["UncachedCompile"] >= dev["half"]["UncachedCompile"] > 0
