@@ -78,6 +78,9 @@ unsigned lt_spmd_axes_mask(int64_t code);
 /* Shards of a dim split over the packed axes `code` of a mesh whose axis
  * sizes are mesh_shape (the product of those axes' sizes; 1 for code 0). */
 int64_t lt_spmd_code_shards(const int64_t *mesh_shape, int64_t code);
+/* Adds the report line `head` followed by " <op> xN" for every op with a
+ * nonzero count (counts: LT_NUM_OPS entries) to the "sharding" section. */
+void lt_spmd_note_replicated(const char *head, const int *counts);
 
 /* The sharding of the op's output computed from its inputs' shardings by
  * the op's rule class, or NULL (no input sharded, the rule gives none, or

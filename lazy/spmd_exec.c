@@ -720,14 +720,8 @@ static void report(const xs *x, const char *why)
                  lt_fmt_bytes(x->bytes[k], b, sizeof b));
         lt_metrics_note("sharding", line);
     }
-    if (x->n_replicated) {
-        len = (size_t)snprintf(line, sizeof line, "  executed replicated (inputs gathered):");
-        for (int op = 0; op < LT_NUM_OPS && len < sizeof line; op++)
-            if (x->replicated[op])
-                len += (size_t)snprintf(line + len, sizeof line - len, " %s x%d",
-                                        lt_op_name((lt_op)op), x->replicated[op]);
-        lt_metrics_note("sharding", line);
-    }
+    if (x->n_replicated)
+        lt_spmd_note_replicated("  executed replicated (inputs gathered):", x->replicated);
 }
 
 /* ------------------------------------------------------------- entry point */

@@ -75,6 +75,17 @@ typedef struct plan {
     int n_replicated;
 } plan;
 
+void lt_spmd_note_replicated(const char *head, const int *counts)
+{
+    char line[1024];
+    size_t len = (size_t)snprintf(line, sizeof line, "%s", head);
+    for (int op = 0; op < LT_NUM_OPS && len < sizeof line; op++)
+        if (counts[op])
+            len += (size_t)snprintf(line + len, sizeof line - len, " %s x%d",
+                                    lt_op_name((lt_op)op), counts[op]);
+    lt_metrics_note("sharding", line);
+}
+
 static int64_t shards_of(const plan *p, int64_t code)
 {
     return lt_spmd_code_shards(p->mesh->mesh_shape, code);
@@ -507,14 +518,8 @@ lt_status lt_spmd_plan(const lt_graph *g, lt_spmd_plan_out *res, int report)
             if (w->frame) strncat(line, ")", sizeof line - strlen(line) - 1);
             lt_metrics_note("sharding", line);
         }
-        if (p->n_replicated) {
-            len = (size_t)snprintf(line, sizeof line, "  replicated (no rule: inputs gathered):");
-            for (int op = 0; op < LT_NUM_OPS && len < sizeof line; op++)
-                if (p->replicated[op])
-                    len += (size_t)snprintf(line + len, sizeof line - len, " %s x%d",
-                                            lt_op_name((lt_op)op), p->replicated[op]);
-            lt_metrics_note("sharding", line);
-        }
+        if (p->n_replicated)
+            lt_spmd_note_replicated("  replicated (no rule: inputs gathered):", p->replicated);
         lt_counter_inc_name("SpmdGraphs", 1);
         if (report != 2) lt_counter_inc_name("SpmdUnpartitionedGraphs", 1);
         lt_counter_inc_name("SpmdPlannedCollectives", p->n_coll);
