@@ -652,6 +652,7 @@ static void test_chain_fused_equals_separate(void **state)
         assert_float_equal(of[i], want, 1e-6);
         assert_float_equal(os[i], want, 1e-6);
     }
+    lt_fused_free(f);
     free(x); free(y); free(of); free(os);
 }
 
