@@ -23,9 +23,11 @@ Ways:
                wait_device_ops per step: nothing of step N+1 overlaps step
                N); eager and inductor are synchronous already
 
-For one model every way is built and warmed up first (compiles), then the
-timed runs go round-robin over the ways (run r of each way back to back), so
-that load on the machine hits all ways alike. Each run is `steps` steps and
+For one model every way is built and warmed up first (compiles), each in a
+process of its own (ways sharing a process handicap each other: after
+torch.compile has run in a process, its eager CPU ops run slower), then the
+timed runs go round-robin over the ways (run r of each way back to back, the
+order alternating), so that load on the machine hits all ways alike. Each run is `steps` steps and
 ends waiting for the device. Reported per way: the median ms/step over the
 runs, the worst run / median ("spread"), and the ratios of medians. Then the
 8-core data-parallel throughput against 1 core (bench/bench_multicore.py, MLP)
@@ -174,25 +176,71 @@ class Way:
         return (time.perf_counter() - t0) / steps, loss
 
 
+class Child:
+    """A way of a model in a process of its own (`--child`): built and warmed
+    up once, then one timed run per request. One process per way: in a
+    process where torch.compile has run, eager CPU ops run slower (measured:
+    the transformer's eager step 62 ms beside the compile way, 35 ms alone),
+    so ways sharing a process would handicap each other."""
+
+    def __init__(self, name, way, warmup):
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--ways", way,
+               "--warmup", str(warmup)]
+        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  text=True, bufsize=1)
+        self.warm = self.reply()["warmup_s"]
+
+    def reply(self):
+        line = self.p.stdout.readline()
+        if not line:
+            self.p.wait()
+            sys.exit("bench child failed (exit %s)" % self.p.returncode)
+        return json.loads(line)
+
+    def run(self, steps):
+        self.p.stdin.write("run %d\n" % steps)
+        return self.reply()["s_per_step"]
+
+    def close(self):
+        self.p.stdin.write("quit\n")
+        self.p.stdin.close()
+        self.p.wait()
+
+
+def child_main(name, way, warmup):
+    """`--child`: build one way, warm it up, then answer `run N` with the
+    mean s/step of N steps (ending with the device's wait) until `quit`."""
+    t0 = time.perf_counter()
+    w = Way(name, way)
+    for _ in range(warmup):
+        w.step()
+    w.wait()
+    print(json.dumps({"warmup_s": time.perf_counter() - t0}), flush=True)
+    loss = None
+    for line in sys.stdin:
+        cmd = line.split()
+        if cmd[0] == "quit":
+            break
+        dt, loss = w.run(int(cmd[1]))
+        print(json.dumps({"s_per_step": dt}), flush=True)
+    if loss is not None:
+        float(loss.detach().cpu())      # the steps really ran
+
+
 def bench_model(name, ways, runs, steps, warmup):
+    """Every way in its own process (Child), built one after the other; then
+    `runs` rounds, each one run of every way, the order alternating from round
+    to round, so that load on the machine hits all ways alike."""
     built = {}
     for w in ways:
-        torch._dynamo.reset() if w == "inductor" else None
-        t0 = time.perf_counter()
-        built[w] = Way(name, w)
-        for _ in range(warmup):
-            built[w].step()
-        built[w].wait()
-        print("  %-12s %-9s warm-up %.1fs" % (name, w, time.perf_counter() - t0), flush=True)
+        built[w] = Child(name, w, warmup)
+        print("  %-12s %-12s warm-up %.1fs" % (name, w, built[w].warm), flush=True)
     times = {w: [] for w in ways}
-    losses = {}
-    for _ in range(runs):
-        for w in ways:
-            dt, loss = built[w].run(steps)
-            times[w].append(dt)
-            losses[w] = loss
+    for r in range(runs):
+        for w in (ways if r % 2 == 0 else ways[::-1]):
+            times[w].append(built[w].run(steps))
     for w in ways:
-        float(losses[w].detach().cpu())      # the steps really ran
+        built[w].close()
     return times
 
 
@@ -268,7 +316,11 @@ def main():
     p.add_argument("--no-multicore", action="store_true")
     p.add_argument("--plot", default=os.path.join(HERE, "..", "docs", "benchmarks.png"))
     p.add_argument("--json")
+    p.add_argument("--child", metavar="MODEL", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.child:
+        child_main(args.child, args.ways, args.warmup)
+        return
     ways = args.ways.split(",")
     load0 = os.getloadavg()[0]
     print("torch %s, %d threads, load average %.2f" % (torch.__version__,
@@ -282,7 +334,7 @@ def main():
             med = statistics.median(times[w])
             r[w] = {"median": med, "spread": max(times[w]) / med, "runs": times[w]}
         for w in ways:
-            line = "%-12s %-9s %9.2f ms/step  worst/median %.2f  vs eager %.2fx" % (
+            line = "%-12s %-12s %9.2f ms/step  worst/median %.2f  vs eager %.2fx" % (
                 name, w, r[w]["median"] * 1e3, r[w]["spread"],
                 r[w]["median"] / r["eager"]["median"] if "eager" in r else float("nan"))
             if "inductor" in r:
