@@ -7,6 +7,7 @@
 #include "lt_guard.h"
 
 #include <ATen/FunctionalTensorWrapper.h>
+#include <c10/core/AutogradState.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
@@ -282,9 +283,24 @@ void note_core_used(int core) {
 }
 uint32_t used_cores_mask(void) { return g_used_cores.load(); }
 
+/* The first device tensor a thread makes turns autograd's multithreading
+ * off for that thread (LAZYTPU_BACKWARD_ON_CALLER): its backward() then
+ * traces on the calling thread instead of handing the graph to the device's
+ * autograd thread and sleeping until it ends (backward of CPU tensors runs on
+ * the caller either way). Once per thread: a user's own
+ * set_multithreading_enabled later wins. */
+static void backward_on_caller_once(void) {
+  static thread_local bool done = false;
+  if (done) return;
+  done = true;
+  if (lt_opt_int(LT_OPT_BACKWARD_ON_CALLER))
+    c10::AutogradState::get_tls_state().set_multithreading_enabled(false);
+}
+
 at::Tensor wrap(Ref r) {
   TORCH_CHECK(r, "lazytpu: internal: wrapping a null tensor");
   note_core_used(r.core());
+  backward_on_caller_once();
   return at::Tensor(c10::make_intrusive<LtTensorImpl>(r.release()));
 }
 
