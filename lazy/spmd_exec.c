@@ -59,6 +59,7 @@ typedef struct lay {
 
 typedef struct conv {          /* a value brought to another layout */
     int j;
+    int last;                  /* freed after this level */
     lay w;
     lt_buffer **buf;           /* per mesh position */
     struct conv *next;
@@ -82,6 +83,11 @@ typedef struct xs {
     int replicated[LT_NUM_OPS];
     int n_replicated;
     int compiled;              /* a per-core program was compiled this step */
+    int *last_use;             /* per node: the last level reading its value */
+    size_t held[LT_SPMD_MAX_DEVICES];   /* per position: bytes on its core before the step */
+    size_t peak[LT_SPMD_MAX_DEVICES];   /* and the step's high-water mark */
+    int n_parts;               /* results kept as per-core shards */
+    int cur_level;             /* the level being run */
 } xs;
 
 static int64_t nshards(const xs *x, int64_t code)
@@ -131,6 +137,18 @@ static void lay_fix(const xs *x, const lt_shape *s, lay *l)
         else used |= lt_spmd_axes_mask(l->ax[d]);
     }
     for (int d = s->ndim; d < LT_MAX_DIMS; d++) l->ax[d] = 0;
+}
+
+/* Names layout l of an ndim value over x's mesh (lt_buffer_parts.layout_key). */
+static uint64_t lay_key(const xs *x, const lay *l, int ndim)
+{
+    uint64_t h = 0x4c41594f5554ULL;   /* "LAYOUT" */
+    h = lt_hash_mix(h, (uint64_t)x->m->mesh_ndim);
+    for (int a = 0; a < x->m->mesh_ndim; a++) h = lt_hash_mix(h, (uint64_t)x->m->mesh_shape[a]);
+    for (int q = 0; q < x->m->n_dev; q++) h = lt_hash_mix(h, (uint64_t)x->m->dev[q]);
+    h = lt_hash_mix(h, (uint64_t)ndim);
+    for (int d = 0; d < ndim; d++) h = lt_hash_mix(h, (uint64_t)l->ax[d]);
+    return h | 1;
 }
 
 static int partial_ok(const lt_node *n)
@@ -302,11 +320,22 @@ static int rule(xs *x, int i)
             }
             memcpy(W[0].ax, A->ax, sizeof A->ax);
         } else if (op == LT_OP_reshape) {
-            for (int d = 1; d < y->shape.ndim; d++)
-                if (A->ax[d]) return 0;
-            if (A->ax[0] && (O->ndim < 1 || O->dims[0] != y->shape.dims[0])) return 0;
-            if (O->ndim >= 1) T->ax[0] = A->ax[0];
-            W[0].ax[0] = A->ax[0];
+            /* a split dim survives when a dim of the output has its size
+             * and the same number of elements before it */
+            for (int d = 0; d < y->shape.ndim; d++) {
+                if (!A->ax[d]) continue;
+                int64_t before = 1, ob = 1;
+                for (int e = 0; e < d; e++) before *= y->shape.dims[e];
+                int found = 0;
+                for (int od = 0; od < O->ndim && !found; od++) {
+                    if (ob == before && O->dims[od] == y->shape.dims[d]) {
+                        T->ax[od] = W[0].ax[d] = A->ax[d];
+                        found = 1;
+                    }
+                    ob *= O->dims[od];
+                }
+                if (!found) return 0;
+            }
         } else if (op == LT_OP_expand) {
             for (int d = 0; d < y->shape.ndim; d++) {
                 int od = d + (O->ndim - y->shape.ndim);
@@ -383,6 +412,8 @@ static int local_shape_ok(const xs *x, int i)
     return lt_shape_equal(&got, &want);
 }
 
+static int kind_of(const lay *A, const lay *B, int ndim);
+
 static void plan_layouts(xs *x)
 {
     const lt_graph *g = x->g;
@@ -411,18 +442,27 @@ static void plan_layouts(xs *x)
                 x->n_replicated++;
             }
         }
-        int lv = 0;
+        int lv = 0, gather = 0;
         for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++) {
             int j = g->in_pos[e];
             const lt_node *y = g->nodes[j];
             if (!lt_node_is_pending(y)) {
                 x->bump[e] = 0;
+                const lt_buffer_parts *P = y->buf ? y->buf->parts : NULL;
+                if (P && P->layout_key != lay_key(x, &x->W[e], y->shape.ndim)) gather = 1;
                 continue;
             }
             x->bump[e] = !lay_same(&x->T[j], &x->W[e], y->shape.ndim);
+            if (x->bump[e]) {
+                int k = kind_of(&x->T[j], &x->W[e], y->shape.ndim);
+                if (k == K_GATHER || k == K_TO_ALL) gather = 1;
+            }
             int l = x->level[j] + x->bump[e];
             if (l > lv) lv = l;
         }
+        /* a gathered input (an FSDP weight) starts a level after every level
+         * so far: gathered values live one level, as FSDP gathers one layer */
+        if (gather && lv < x->n_levels) lv = x->n_levels;
         x->level[i] = lv;
         if (lv + 1 > x->n_levels) x->n_levels = lv + 1;
     }
@@ -550,11 +590,28 @@ static lt_status value_in(xs *x, int j, const lay *w, lt_buffer ***out)
     }
     c->j = j;
     c->w = *w;
+    c->last = x->cur_level;
     c->next = x->convs;
     x->convs = c;
     *out = c->buf;
     lt_status st = LT_OK;
-    if (!pending) {
+    const lt_buffer_parts *P = pending ? NULL : n->buf->parts;
+    if (P && P->n == x->nd && P->layout_key == lay_key(x, w, n->shape.ndim)) {
+        for (int q = 0; q < x->nd; q++) c->buf[q] = lt_buffer_retain(P->part[q]);   /* its own shard */
+    } else if (P) {
+        /* held per core in another layout: gathered from the shards */
+        size_t es = lt_dtype_size((lt_dtype)n->dtype);
+        char *G = malloc(n->buf->numel ? (size_t)n->buf->numel * es : 1);
+        if (!G) return lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+        lt_buffer_parts_assemble(P, es, G);
+        st = distribute(x, n, w, G, c->buf);
+        free(G);
+        int k = lay_split(w, n->shape.ndim) ? K_TO_ALL : K_GATHER;
+        int64_t ln = 1;
+        for (int d = 0; d < P->ndim; d++) ln *= P->ldims[d];
+        x->count[k]++;
+        x->bytes[k] += (double)ln * (double)es;
+    } else if (!pending) {
         lt_status s0 = lt_buffer_wait(n->buf);
         if (s0 != LT_OK) return s0;
         if (!lay_split(w, n->shape.ndim)) {
@@ -576,6 +633,122 @@ static lt_status value_in(xs *x, int j, const lay *w, lt_buffer ***out)
         x->bytes[k] += (double)lt_shape_numel(&ls) * (double)lt_dtype_size((lt_dtype)n->dtype);
     }
     return st;
+}
+
+/* Output j (layout A split, not partial; per-position buffers bufs) kept as
+ * per-core shards: a buffer of the graph's core holding parts. */
+static lt_status keep_parts(xs *x, int j, const lay *A, lt_buffer **bufs, lt_buffer **out)
+{
+    const lt_node *n = x->g->nodes[j];
+    lt_buffer_parts *P = lt_buffer_parts_new(x->nd);
+    if (!P) return lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+    unsigned used = 0;
+    for (int d = 0; d < n->shape.ndim; d++) used |= lt_spmd_axes_mask(A->ax[d]);
+    lt_shape ls;
+    local_shape(x, &n->shape, A, &ls);
+    P->ndim = n->shape.ndim;
+    for (int d = 0; d < n->shape.ndim; d++) {
+        P->dims[d] = n->shape.dims[d];
+        P->ldims[d] = ls.dims[d];
+    }
+    P->layout_key = lay_key(x, A, n->shape.ndim);
+    for (int q = 0; q < x->nd; q++) {
+        P->part[q] = lt_buffer_retain(bufs[q]);
+        offsets(x, q, &n->shape, A, P->off[q]);
+        P->owner[q] = 1;
+        for (int a = 0; a < x->m->mesh_ndim; a++)
+            if (!(used >> a & 1) && x->coord[q][a]) P->owner[q] = 0;
+    }
+    x->n_parts++;
+    return lt_buffer_new_parts(x->g->core, (lt_dtype)n->dtype, lt_shape_numel(&n->shape), P, out);
+}
+
+/* The layout a partial result j is kept in: split over the axes it is
+ * partial on, on its first dim they divide; 0 when there is none. */
+static int out_layout(const xs *x, int j, lay *B)
+{
+    const lt_node *n = x->g->nodes[j];
+    const lay *A = &x->T[j];
+    memset(B, 0, sizeof *B);
+    B->pscale = 1;
+    int64_t code = 0;
+    for (int a = 0, k = 0; a < x->m->mesh_ndim; a++)
+        if (A->partial >> a & 1) code |= (int64_t)(a + 1) << (4 * k++);
+    if (!code) return 0;
+    for (int d = 0; d < n->shape.ndim; d++)
+        if (n->shape.dims[d] % nshards(x, code) == 0) {
+            B->ax[d] = code;
+            return 1;
+        }
+    return 0;
+}
+
+/* Partial values whose every reader (consumers and the step's results)
+ * wants one reduce-scattered layout get it at the end of their level (the
+ * full-size addends are freed at once, as FSDP reduce-scatters each layer's
+ * gradients): eg[j] = 1 and eg_w[j] that layout. */
+static void plan_eager(xs *x, const char *is_gout, char *eg, lay *eg_w)
+{
+    const lt_graph *g = x->g;
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++) {
+            int j = g->in_pos[e];
+            const lt_node *y = g->nodes[j];
+            if (!lt_node_is_pending(y) || !x->T[j].partial || eg[j] == 2) continue;
+            if (!x->bump[e] || kind_of(&x->T[j], &x->W[e], y->shape.ndim) != K_SCATTER) eg[j] = 2;
+            else if (!eg[j]) {
+                eg[j] = 1;
+                eg_w[j] = x->W[e];
+            } else if (!lay_same(&eg_w[j], &x->W[e], y->shape.ndim)) {
+                eg[j] = 2;
+            }
+        }
+    /* a result read by no consumer in a new layout is kept as out_layout
+     * gives; one that is (eg 1) is kept in the consumers' layout */
+    for (int k = 0; k < g->n_outputs; k++) {
+        int j = g->output_pos[k];
+        lay B;
+        if (!lt_node_is_pending(g->nodes[j]) || !x->T[j].partial || eg[j]) continue;
+        if (out_layout(x, j, &B)) {
+            eg[j] = 1;
+            eg_w[j] = B;
+        }
+    }
+    (void)is_gout;
+}
+
+/* The layout partial result j is kept in (as its consumers read it when
+ * they all read it reduce-scattered alike); 0: assembled whole. */
+static int result_layout(const xs *x, int j, const char *eg, const lay *eg_w, lay *B)
+{
+    if (eg[j] == 1) {
+        *B = eg_w[j];
+        return 1;
+    }
+    return out_layout(x, j, B);
+}
+
+/* After level L: the layout changes made for it and the values no later
+ * level reads are freed (a later level re-gathers what it needs). */
+static void free_after_level(xs *x, int L, const char *keep_val)
+{
+    for (conv **pc = &x->convs; *pc;) {
+        conv *c = *pc;
+        if (c->last > L) {
+            pc = &c->next;
+            continue;
+        }
+        *pc = c->next;
+        for (int q = 0; q < x->nd; q++) lt_buffer_release(c->buf[q]);
+        free(c->buf);
+        free(c);
+    }
+    for (int i = 0; i < x->g->n_nodes; i++)
+        if (x->val[i] && !keep_val[i] && x->last_use[i] <= L) {
+            for (int q = 0; q < x->nd; q++) lt_buffer_release(x->val[i][q]);
+            free(x->val[i]);
+            x->val[i] = NULL;
+        }
 }
 
 /* ------------------------------------------------------------- one level */
@@ -714,6 +887,17 @@ static void report(const xs *x, const char *why)
              "with local shapes)",
              (unsigned long long)g->key, m, x->nd, x->n_levels);
     lt_metrics_note("sharding", line);
+    int qp = 0;
+    for (int q = 1; q < x->nd; q++)
+        if (x->peak[q] > x->peak[qp]) qp = q;
+    char b2[32];
+    snprintf(line, sizeof line,
+             "  per core (measured this step): peak %s on core %d (held before the step %s), "
+             "%d results kept as per-core shards; metrics SpmdCorePeakBytes / SpmdCoreHeldBytes "
+             "every step",
+             lt_fmt_bytes((double)x->peak[qp], b, sizeof b), x->m->dev[qp],
+             lt_fmt_bytes((double)x->held[qp], b2, sizeof b2), x->n_parts);
+    lt_metrics_note("sharding", line);
     for (int k = 0; k < K_NUM; k++) {
         if (!x->count[k]) continue;
         snprintf(line, sizeof line, "  executed %-14s x%-4d %10s per core", kname[k], x->count[k],
@@ -770,9 +954,15 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
     x->level = calloc((size_t)nn, sizeof *x->level);
     x->repl = calloc((size_t)nn, 1);
     x->val = calloc((size_t)nn, sizeof *x->val);
+    x->last_use = calloc((size_t)nn, sizeof *x->last_use);
     char *is_out = calloc((size_t)nn, 1);
+    char *is_gout = calloc((size_t)nn, 1);
+    char *eg = calloc((size_t)nn, 1);
+    char *keep_val = calloc((size_t)nn, 1);   /* a result read from x->val */
+    lay *eg_w = calloc((size_t)nn, sizeof *eg_w);
     lt_status st = LT_OK;
-    if (!x->T || !x->W || !x->bump || !x->level || !x->repl || !x->val || !is_out) {
+    if (!x->T || !x->W || !x->bump || !x->level || !x->repl || !x->val || !x->last_use ||
+        !is_out || !is_gout || !eg || !eg_w || !keep_val) {
         st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
         goto out;
     }
@@ -784,9 +974,40 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
             if (lt_node_is_pending(g->nodes[j]) && (x->bump[e] || x->level[j] != x->level[i]))
                 is_out[j] = 1;
         }
-    for (int k = 0; k < g->n_outputs; k++) is_out[g->output_pos[k]] = 1;
-    for (int L = 0; L < x->n_levels && st == LT_OK; L++)
+    for (int k = 0; k < g->n_outputs; k++)
+        is_out[g->output_pos[k]] = is_gout[g->output_pos[k]] = keep_val[g->output_pos[k]] = 1;
+    for (int i = 0; i < nn; i++)
+        for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++)
+            if (x->level[i] > x->last_use[g->in_pos[e]]) x->last_use[g->in_pos[e]] = x->level[i];
+    for (int q = 0; q < x->nd; q++) {
+        x->held[q] = lt_core_bytes_in_use(m->dev[q]);
+        lt_core_peak_mark(m->dev[q]);
+    }
+    plan_eager(x, is_gout, eg, eg_w);
+    for (int L = 0; L < x->n_levels && st == LT_OK; L++) {
+        x->cur_level = L;
         for (int q = 0; q < x->nd && st == LT_OK; q++) st = run_level(x, L, q, cause, frame, is_out);
+        /* partial values reduce-scattered as soon as they are complete */
+        for (int j = 0; j < nn && st == LT_OK; j++) {
+            if (x->level[j] != L || !x->val[j] || !x->T[j].partial) continue;
+            lay B;
+            if (!result_layout(x, j, eg, eg_w, &B)) continue;
+            if (eg[j] != 1 && !is_gout[j]) continue;
+            lt_buffer **b = NULL;
+            st = value_in(x, j, &B, &b);
+            if (st != LT_OK) break;
+            for (conv *c = x->convs; c; c = c->next)
+                if (c->j == j && c->buf == b) c->last = is_gout[j] ? x->n_levels : x->last_use[j];
+            if (eg[j] == 1) {          /* no reader wants the addends */
+                for (int q = 0; q < x->nd; q++) lt_buffer_release(x->val[j][q]);
+                free(x->val[j]);
+                x->val[j] = NULL;
+            } else {
+                keep_val[j] = 0;       /* the result is the conversion */
+            }
+        }
+        free_after_level(x, L, keep_val);
+    }
     /* the step's results, whole on the graph's core */
     for (int k = 0; k < g->n_outputs && st == LT_OK; k++) {
         int j = g->output_pos[k];
@@ -804,6 +1025,19 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
             out_bufs[k] = lt_buffer_retain(x->val[j][0]);
             continue;
         }
+        if (!A->partial && lay_split(A, n->shape.ndim)) {
+            st = keep_parts(x, j, A, x->val[j], &out_bufs[k]);   /* each core keeps its shard */
+            continue;
+        }
+        lay B;
+        if (A->partial && result_layout(x, j, eg, eg_w, &B)) {
+            /* a sum of addends (a gradient): reduce-scattered over the axes
+             * it is partial on, each core keeps its shard */
+            lt_buffer **b = NULL;
+            st = value_in(x, j, &B, &b);
+            if (st == LT_OK) st = keep_parts(x, j, &B, b, &out_bufs[k]);
+            continue;
+        }
         st = lt_buffer_alloc(g->core, (lt_dtype)n->dtype, lt_shape_numel(&n->shape), &out_bufs[k]);
         if (st == LT_OK) st = assemble(x, n, A, x->val[j], out_bufs[k]->data);
         if (A->partial) {
@@ -813,6 +1047,7 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
             x->bytes[K_REDUCE] += (double)lt_shape_numel(&ls) * (double)lt_dtype_size((lt_dtype)n->dtype);
         }
     }
+    for (int q = 0; q < x->nd; q++) x->peak[q] = lt_core_peak_since_mark(m->dev[q]);
     if (st == LT_OK) {
         *ran = 1;
         lt_counter_inc_name("SpmdPartitionedExecute", 1);
@@ -820,6 +1055,13 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
         for (int k = 0; k < K_NUM; k++)
             if (k != K_SLICE) nc += x->count[k];
         lt_counter_inc_name("SpmdExecutedCollectives", nc);
+        size_t pk = 0, hd = 0;
+        for (int q = 0; q < x->nd; q++) {
+            if (x->peak[q] > pk) pk = x->peak[q];
+            if (x->held[q] > hd) hd = x->held[q];
+        }
+        lt_metric_add(lt_metric_get("SpmdCorePeakBytes", LT_UNIT_BYTES), (double)pk);
+        lt_metric_add(lt_metric_get("SpmdCoreHeldBytes", LT_UNIT_BYTES), (double)hd);
         if (x->compiled) {
             lt_spmd_plan_out sp;
             lt_spmd_plan(g, &sp, 2);
@@ -846,6 +1088,11 @@ out:
         free(c);
     }
     free(is_out);
+    free(is_gout);
+    free(eg);
+    free(keep_val);
+    free(eg_w);
+    free(x->last_use);
     free(x->T);
     free(x->W);
     free(x->bump);
