@@ -23,16 +23,28 @@
  *
  * Execution: one level per chain of layout changes. level(node) = the
  * highest level of its inputs, +1 over an input whose layout must change
- * (leaves never bump). For each level, each core of the mesh gets a local
+ * (leaves never bump); a node that gathers an input (an FSDP weight, a
+ * leaf held per core in another layout) starts a level after every level
+ * so far, so gathered values live one level. For each level one local
  * graph (the level's nodes with local shapes; inputs from earlier levels as
- * data leaves of that core's buffers), compiled through the normal compile
- * cache (one program serves every core: the same local graph) and run on
- * the calling thread as that core (lt_program_run, the core's helper
- * threads and HBM budget). Between levels the layout changes run on the
- * host over the per-core buffers: all-reduce / reduce-scatter (sum of the
- * addends), all-gather (concatenation), all-to-all, local slices. The
- * graph's outputs are assembled whole on the graph's core (a host read sees
- * the global value; the sharding stays an attribute of the result).
+ * data leaves) is compiled through the normal compile cache (one program
+ * serves every core) and queued on every core of the mesh with that core's
+ * buffers: the cores run it in parallel on their workers (their helper
+ * threads, their HBM budgets); the host waits for the level before the
+ * next. Between levels the layout changes run on the host over the
+ * per-core buffers: all-reduce (into one buffer every core reads),
+ * reduce-scatter (sum of the addends), all-gather (concatenation),
+ * all-to-all, local slices; a partial value every reader wants
+ * reduce-scattered (a gradient) is converted as soon as its level is done
+ * and its full-size addends freed.
+ *
+ * Results: a result whose layout splits it stays per core
+ * (lt_buffer_parts: each core keeps its shard; a host read or a whole-graph
+ * program assembles it, lt_buffer_whole); a partial result is
+ * reduce-scattered (or kept whole when a consumer all-reduces it); others
+ * are whole on the graph's core. A leaf held per core is read in place
+ * when a consumer wants its layout, gathered from the shards otherwise.
+ * The sharding stays an attribute of the result.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -620,12 +632,22 @@ static lt_status value_in(xs *x, int j, const lay *w, lt_buffer ***out)
             st = distribute(x, n, w, n->buf->data, c->buf);
         }
     } else {
-        size_t bytes = (size_t)lt_shape_numel(&n->shape) * lt_dtype_size((lt_dtype)n->dtype);
-        char *G = malloc(bytes ? bytes : 1);
-        if (!G) return lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
-        st = assemble(x, n, &x->T[j], x->val[j], G);
-        if (st == LT_OK) st = distribute(x, n, w, G, c->buf);
-        free(G);
+        if (!lay_split(w, n->shape.ndim) && !w->partial) {
+            /* wanted whole on every core: assembled once into a buffer of
+             * the graph's core that every core reads (read-only) */
+            lt_buffer *wb = NULL;
+            st = lt_buffer_alloc(x->g->core, (lt_dtype)n->dtype, lt_shape_numel(&n->shape), &wb);
+            if (st == LT_OK) st = assemble(x, n, &x->T[j], x->val[j], wb->data);
+            for (int q = 0; q < x->nd && wb; q++) c->buf[q] = lt_buffer_retain(wb);
+            lt_buffer_release(wb);
+        } else {
+            size_t bytes = (size_t)lt_shape_numel(&n->shape) * lt_dtype_size((lt_dtype)n->dtype);
+            char *G = malloc(bytes ? bytes : 1);
+            if (!G) return lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+            st = assemble(x, n, &x->T[j], x->val[j], G);
+            if (st == LT_OK) st = distribute(x, n, w, G, c->buf);
+            free(G);
+        }
         int k = kind_of(&x->T[j], w, n->shape.ndim);
         lt_shape ls;
         local_shape(x, &n->shape, &x->T[j], &ls);
@@ -687,14 +709,16 @@ static int out_layout(const xs *x, int j, lay *B)
  * wants one reduce-scattered layout get it at the end of their level (the
  * full-size addends are freed at once, as FSDP reduce-scatters each layer's
  * gradients): eg[j] = 1 and eg_w[j] that layout. */
-static void plan_eager(xs *x, const char *is_gout, char *eg, lay *eg_w)
+static void plan_eager(xs *x, const char *is_gout, char *eg, lay *eg_w, char *whole)
 {
     const lt_graph *g = x->g;
     for (int i = 0; i < g->n_nodes; i++)
         for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++) {
             int j = g->in_pos[e];
             const lt_node *y = g->nodes[j];
-            if (!lt_node_is_pending(y) || !x->T[j].partial || eg[j] == 2) continue;
+            if (!lt_node_is_pending(y) || !x->T[j].partial) continue;
+            if (x->bump[e] && !x->W[e].partial && !lay_split(&x->W[e], y->shape.ndim)) whole[j] = 1;
+            if (eg[j] == 2) continue;
             if (!x->bump[e] || kind_of(&x->T[j], &x->W[e], y->shape.ndim) != K_SCATTER) eg[j] = 2;
             else if (!eg[j]) {
                 eg[j] = 1;
@@ -704,11 +728,12 @@ static void plan_eager(xs *x, const char *is_gout, char *eg, lay *eg_w)
             }
         }
     /* a result read by no consumer in a new layout is kept as out_layout
-     * gives; one that is (eg 1) is kept in the consumers' layout */
+     * gives; one that is (eg 1) is kept in the consumers' layout; one that a
+     * consumer reads whole (all-reduced) is kept whole (whole[j]) */
     for (int k = 0; k < g->n_outputs; k++) {
         int j = g->output_pos[k];
         lay B;
-        if (!lt_node_is_pending(g->nodes[j]) || !x->T[j].partial || eg[j]) continue;
+        if (!lt_node_is_pending(g->nodes[j]) || !x->T[j].partial || eg[j] || whole[j]) continue;
         if (out_layout(x, j, &B)) {
             eg[j] = 1;
             eg_w[j] = B;
@@ -719,8 +744,14 @@ static void plan_eager(xs *x, const char *is_gout, char *eg, lay *eg_w)
 
 /* The layout partial result j is kept in (as its consumers read it when
  * they all read it reduce-scattered alike); 0: assembled whole. */
-static int result_layout(const xs *x, int j, const char *eg, const lay *eg_w, lay *B)
+static int result_layout(const xs *x, int j, const char *eg, const lay *eg_w, const char *whole,
+                         lay *B)
 {
+    if (whole[j]) {
+        memset(B, 0, sizeof *B);
+        B->pscale = 1;
+        return 1;
+    }
     if (eg[j] == 1) {
         *B = eg_w[j];
         return 1;
@@ -753,23 +784,29 @@ static void free_after_level(xs *x, int L, const char *keep_val)
 
 /* ------------------------------------------------------------- one level */
 
-static lt_status run_level(xs *x, int L, int q, lt_sync_cause cause, const char *frame,
+/* Level L: one local graph (the level's nodes with local shapes; inputs
+ * from earlier levels as data leaves), built and captured once, compiled
+ * through the compile cache, then queued on every core of the mesh with
+ * that core's buffers (the cores run their programs in parallel on their
+ * workers; each core's queue keeps the levels in order, a layout change
+ * waits for the buffers it reads). */
+static lt_status run_level(xs *x, int L, lt_sync_cause cause, const char *frame,
                            const char *is_out)
 {
     const lt_graph *g = x->g;
-    int core = x->m->dev[q];
+    int core0 = x->m->dev[0];
     int nn = g->n_nodes;
     lt_node **ln = calloc((size_t)nn, sizeof *ln);
     int *roots_i = malloc((size_t)nn * sizeof *roots_i);
     lt_node **roots = malloc((size_t)nn * sizeof *roots);
+    int n_src = 0, cap_src = 64;
+    struct { lt_node *node; lt_buffer **bufs; } *src = malloc((size_t)cap_src * sizeof *src);
     lt_status st = LT_OK;
     int nr = 0;
     lt_graph lg;
     memset(&lg, 0, sizeof lg);
     lt_program *p = NULL;
-    lt_exec_args args;
-    memset(&args, 0, sizeof args);
-    if (!ln || !roots_i || !roots) {
+    if (!ln || !roots_i || !roots || !src) {
         st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
         goto out;
     }
@@ -784,7 +821,7 @@ static lt_status run_level(xs *x, int L, int q, lt_sync_cause cause, const char 
             int e = g->in_off[i] + k, j = g->in_pos[e];
             const lt_node *y = g->nodes[j];
             if (y->op == LT_OP_scalar) {
-                in[k] = lt_node_new_scalar(y->value, (lt_dtype)y->dtype, core, y->flags);
+                in[k] = lt_node_new_scalar(y->value, (lt_dtype)y->dtype, core0, y->flags);
             } else if (lt_node_is_pending(y) && x->level[j] == L && !x->bump[e]) {
                 in[k] = lt_node_retain(ln[j]);
             } else {
@@ -792,7 +829,20 @@ static lt_status run_level(xs *x, int L, int q, lt_sync_cause cause, const char 
                 st = value_in(x, j, &x->W[e], &b);
                 if (st != LT_OK) break;
                 local_shape(x, &y->shape, &x->W[e], &ls[k]);
-                in[k] = lt_node_new_data(lt_buffer_retain(b[q]), &ls[k], (lt_dtype)y->dtype, core);
+                in[k] = lt_node_new_data(lt_buffer_retain(b[0]), &ls[k], (lt_dtype)y->dtype, core0);
+                if (in[k]) {
+                    if (n_src == cap_src) {
+                        void *t = realloc(src, (size_t)(cap_src *= 2) * sizeof *src);
+                        if (!t) {
+                            lt_node_release(in[k]);
+                            in[k] = NULL;
+                            break;
+                        }
+                        src = t;
+                    }
+                    src[n_src].node = in[k];
+                    src[n_src++].bufs = b;
+                }
             }
             if (!in[k]) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
             else made = k + 1;
@@ -802,7 +852,7 @@ static lt_status run_level(xs *x, int L, int q, lt_sync_cause cause, const char 
             local_attrs(x, i, &a);
             lt_shape os;
             local_shape(x, &n->shape, &x->T[i], &os);
-            ln[i] = lt_node_new((lt_op)n->op, in, nin, &a, &os, (lt_dtype)n->dtype, core,
+            ln[i] = lt_node_new((lt_op)n->op, in, nin, &a, &os, (lt_dtype)n->dtype, core0,
                                 n->flags & ~LT_NODE_SHARD_ANNOT);
             if (!ln[i]) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
         }
@@ -819,42 +869,69 @@ static lt_status run_level(xs *x, int L, int q, lt_sync_cause cause, const char 
     st = lt_submit_program(&lg, LT_SUBMIT_RECORD, cause, NULL, &p, &compiled);
     x->compiled |= compiled;
     if (st != LT_OK) goto out;
-    args.n_params = lg.n_params;
-    args.n_outputs = lg.n_outputs;
-    args.param_bufs = calloc((size_t)(lg.n_params ? lg.n_params : 1), sizeof *args.param_bufs);
-    args.param_values = calloc((size_t)(lg.n_params ? lg.n_params : 1), sizeof *args.param_values);
-    args.out_bufs = calloc((size_t)(lg.n_outputs ? lg.n_outputs : 1), sizeof *args.out_bufs);
-    char *fresh = calloc((size_t)(lg.n_outputs ? lg.n_outputs : 1), 1);
-    if (!args.param_bufs || !args.param_values || !args.out_bufs || !fresh) {
-        free(fresh);
+    /* each parameter of the local graph: the per-position buffers it came from */
+    lt_buffer ***pb = calloc((size_t)(lg.n_params ? lg.n_params : 1), sizeof *pb);
+    if (!pb) {
         st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
         goto out;
     }
-    for (int j = 0; j < lg.n_params; j++) {
-        lt_node *pn = lg.nodes[lg.param_pos[j]];
-        if (pn->op == LT_OP_data) args.param_bufs[j] = lt_buffer_retain(pn->buf);
-        else args.param_values[j] = pn->value;
+    for (int jp = 0; jp < lg.n_params; jp++) {
+        lt_node *pn = lg.nodes[lg.param_pos[jp]];
+        if (pn->op != LT_OP_data) continue;
+        for (int t = 0; t < n_src && !pb[jp]; t++)
+            if (src[t].node == pn) pb[jp] = src[t].bufs;
+        if (!pb[jp]) st = lt_set_error(LT_ERR_INTERNAL, "spmd: a parameter of a level's program without its source");
     }
-    st = lt_submit_outputs(core, p, &args, fresh);
-    free(fresh);
-    if (st != LT_OK) goto out;
-    args.nodes = lg.nodes;
-    args.n_nodes = lg.n_nodes;
-    args.sync_frame = frame;
-    args.cause = cause;
-    st = lt_program_run(p, &args, core, NULL);
-    if (st != LT_OK) goto out;
-    for (int r = 0; r < nr; r++) {
-        int i = roots_i[r];
-        if (!x->val[i]) x->val[i] = calloc((size_t)x->nd, sizeof *x->val[i]);
-        if (!x->val[i]) {
+    for (int q = 0; q < x->nd && st == LT_OK; q++) {
+        int core = x->m->dev[q];
+        lt_submit_job *job = lt_submit_job_new();
+        char *fresh = calloc((size_t)(lg.n_outputs ? lg.n_outputs : 1), 1);
+        if (!job || !fresh) {
+            free(job);
+            free(fresh);
             st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
-            goto out;
+            break;
         }
-        x->val[i][q] = lt_buffer_retain(args.out_bufs[lg.root_out[r]]);
+        job->eager_op = 0;
+        lt_exec_args *args = &job->args;
+        args->n_params = lg.n_params;
+        args->n_outputs = lg.n_outputs;
+        args->param_bufs = calloc((size_t)(lg.n_params ? lg.n_params : 1), sizeof *args->param_bufs);
+        args->param_values = calloc((size_t)(lg.n_params ? lg.n_params : 1), sizeof *args->param_values);
+        args->out_bufs = calloc((size_t)(lg.n_outputs ? lg.n_outputs : 1), sizeof *args->out_bufs);
+        if (!args->param_bufs || !args->param_values || !args->out_bufs)
+            st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+        for (int jp = 0; jp < lg.n_params && st == LT_OK; jp++) {
+            lt_node *pn = lg.nodes[lg.param_pos[jp]];
+            if (pn->op == LT_OP_data) args->param_bufs[jp] = lt_buffer_retain(pb[jp][q]);
+            else args->param_values[jp] = pn->value;
+        }
+        /* the capture's aliasing (two leaves, one buffer) must hold on this core too */
+        for (int jp = 0; jp < lg.n_params && st == LT_OK; jp++)
+            if (lg.param_alias[jp] >= 0 && args->param_bufs[jp] != args->param_bufs[lg.param_alias[jp]])
+                st = lt_set_error(LT_ERR_INTERNAL, "spmd: a level's parameters alias on one core only");
+        if (st == LT_OK) st = lt_submit_outputs(core, p, args, fresh);
+        for (int r = 0; r < nr && st == LT_OK; r++) {
+            int i = roots_i[r];
+            if (!x->val[i]) x->val[i] = calloc((size_t)x->nd, sizeof *x->val[i]);
+            if (!x->val[i]) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+            else x->val[i][q] = lt_buffer_retain(args->out_bufs[lg.root_out[r]]);
+        }
+        if (st != LT_OK) {
+            lt_submit_job_free(job);
+            free(fresh);
+            break;
+        }
+        job->prog = lt_program_retain(p);
+        job->key = lg.key;
+        args->cause = cause;
+        job->frame = frame && frame[0] ? strdup(frame) : NULL;
+        job->job.wake = LT_WAKE_NOW;
+        lt_submit_queue(core, job, fresh);
+        free(fresh);
     }
+    free(pb);
 out:
-    lt_exec_args_free(&args);
     if (p) lt_program_release(p);
     if (lg.nodes) lt_graph_free(&lg);
     if (ln)
@@ -862,6 +939,7 @@ out:
     free(ln);
     free(roots_i);
     free(roots);
+    free(src);
     return st;
 }
 
@@ -958,11 +1036,12 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
     char *is_out = calloc((size_t)nn, 1);
     char *is_gout = calloc((size_t)nn, 1);
     char *eg = calloc((size_t)nn, 1);
+    char *whole = calloc((size_t)nn, 1);
     char *keep_val = calloc((size_t)nn, 1);   /* a result read from x->val */
     lay *eg_w = calloc((size_t)nn, sizeof *eg_w);
     lt_status st = LT_OK;
     if (!x->T || !x->W || !x->bump || !x->level || !x->repl || !x->val || !x->last_use ||
-        !is_out || !is_gout || !eg || !eg_w || !keep_val) {
+        !is_out || !is_gout || !eg || !eg_w || !keep_val || !whole) {
         st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
         goto out;
     }
@@ -983,16 +1062,19 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
         x->held[q] = lt_core_bytes_in_use(m->dev[q]);
         lt_core_peak_mark(m->dev[q]);
     }
-    plan_eager(x, is_gout, eg, eg_w);
+    plan_eager(x, is_gout, eg, eg_w, whole);
     for (int L = 0; L < x->n_levels && st == LT_OK; L++) {
         x->cur_level = L;
-        for (int q = 0; q < x->nd && st == LT_OK; q++) st = run_level(x, L, q, cause, frame, is_out);
+        st = run_level(x, L, cause, frame, is_out);
+        /* the level done on every core before the next: the buffers it
+         * frees are free before the next level allocates */
+        for (int q = 0; q < x->nd && st == LT_OK; q++) lt_core_wait(m->dev[q], 0, 0);
         /* partial values reduce-scattered as soon as they are complete */
         for (int j = 0; j < nn && st == LT_OK; j++) {
             if (x->level[j] != L || !x->val[j] || !x->T[j].partial) continue;
             lay B;
-            if (!result_layout(x, j, eg, eg_w, &B)) continue;
-            if (eg[j] != 1 && !is_gout[j]) continue;
+            if (!result_layout(x, j, eg, eg_w, whole, &B)) continue;
+            if (eg[j] != 1 && !is_gout[j] && !whole[j]) continue;
             lt_buffer **b = NULL;
             st = value_in(x, j, &B, &b);
             if (st != LT_OK) break;
@@ -1007,6 +1089,11 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
             }
         }
         free_after_level(x, L, keep_val);
+    }
+    /* the cores' programs done (a failed one reports here, naming its core) */
+    for (int q = 0; q < x->nd; q++) {
+        lt_status sq = lt_core_wait(m->dev[q], 0, 1);
+        if (st == LT_OK) st = sq;
     }
     /* the step's results, whole on the graph's core */
     for (int k = 0; k < g->n_outputs && st == LT_OK; k++) {
@@ -1030,12 +1117,13 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
             continue;
         }
         lay B;
-        if (A->partial && result_layout(x, j, eg, eg_w, &B)) {
+        if (A->partial && result_layout(x, j, eg, eg_w, whole, &B)) {
             /* a sum of addends (a gradient): reduce-scattered over the axes
              * it is partial on, each core keeps its shard */
             lt_buffer **b = NULL;
             st = value_in(x, j, &B, &b);
-            if (st == LT_OK) st = keep_parts(x, j, &B, b, &out_bufs[k]);
+            if (st == LT_OK && !lay_split(&B, n->shape.ndim)) out_bufs[k] = lt_buffer_retain(b[0]);
+            else if (st == LT_OK) st = keep_parts(x, j, &B, b, &out_bufs[k]);
             continue;
         }
         st = lt_buffer_alloc(g->core, (lt_dtype)n->dtype, lt_shape_numel(&n->shape), &out_bufs[k]);
@@ -1090,6 +1178,7 @@ out:
     free(is_out);
     free(is_gout);
     free(eg);
+    free(whole);
     free(keep_val);
     free(eg_w);
     free(x->last_use);
