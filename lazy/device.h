@@ -75,6 +75,7 @@ typedef struct lt_buffer_parts {
     int64_t (*off)[LT_MAX_DIMS];      /* n rows */
     char *owner;                      /* n entries */
     uint64_t layout_key;
+    unsigned layout_axes;             /* the mesh axes that layout splits over */
 } lt_buffer_parts;
 
 /* An lt_buffer_parts of n positions with part/off/owner allocated and

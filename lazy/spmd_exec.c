@@ -92,6 +92,8 @@ typedef struct xs {
     int n_levels;
     int count[K_NUM];
     double bytes[K_NUM];
+    int ax_count[K_NUM][256];  /* per kind and mesh axes (bit k: axis k) */
+    double ax_bytes[K_NUM][256];
     int replicated[LT_NUM_OPS];
     int n_replicated;
     int compiled;              /* a per-core program was compiled this step */
@@ -231,7 +233,9 @@ static int rule(xs *x, int i)
         int base = op == LT_OP_addmm ? 1 : 0;
         const lay *A = Tin(x, i, base), *B = Tin(x, i, base + 1);
         int64_t M = A->ax[0], K = A->ax[1] ? A->ax[1] : B->ax[0], N = B->ax[1];
-        if (op == LT_OP_addmm || !partial_ok(n)) K = 0;
+        /* addmm with K split: each core adds bias / shards (the local
+         * graph scales it), so the addends sum to a @ b + bias */
+        if (!partial_ok(n)) K = 0;
         if (lt_spmd_axes_mask(M) & lt_spmd_axes_mask(K)) K = 0;
         if (lt_spmd_axes_mask(N) & (lt_spmd_axes_mask(M) | lt_spmd_axes_mask(K))) N = 0;
         W[base].ax[0] = M;
@@ -576,6 +580,25 @@ static int kind_of(const lay *A, const lay *B, int ndim)
     return gather ? (split ? K_TO_ALL : K_GATHER) : K_SLICE;
 }
 
+/* Counts an executed layout change of kind k over the mesh axes `axes`. */
+static void note(xs *x, int k, unsigned axes, double bytes)
+{
+    x->count[k]++;
+    x->bytes[k] += bytes;
+    x->ax_count[k][axes & 255]++;
+    x->ax_bytes[k][axes & 255] += bytes;
+}
+
+/* The mesh axes a change from layout A to B runs over. */
+static unsigned change_axes(const lay *A, const lay *B, int ndim)
+{
+    if (A->partial) return A->partial;
+    unsigned m = 0;
+    for (int d = 0; d < ndim; d++)
+        if (A->ax[d] != B->ax[d]) m |= lt_spmd_axes_mask(A->ax[d]) | lt_spmd_axes_mask(B->ax[d]);
+    return m;
+}
+
 /* Buffers of value j in layout w (per position; borrowed from x). */
 static lt_status value_in(xs *x, int j, const lay *w, lt_buffer ***out)
 {
@@ -621,8 +644,9 @@ static lt_status value_in(xs *x, int j, const lay *w, lt_buffer ***out)
         int k = lay_split(w, n->shape.ndim) ? K_TO_ALL : K_GATHER;
         int64_t ln = 1;
         for (int d = 0; d < P->ndim; d++) ln *= P->ldims[d];
-        x->count[k]++;
-        x->bytes[k] += (double)ln * (double)es;
+        unsigned wa = 0;
+        for (int d = 0; d < n->shape.ndim; d++) wa |= lt_spmd_axes_mask(w->ax[d]);
+        note(x, k, P->layout_axes | wa, (double)ln * (double)es);
     } else if (!pending) {
         lt_status s0 = lt_buffer_wait(n->buf);
         if (s0 != LT_OK) return s0;
@@ -651,8 +675,8 @@ static lt_status value_in(xs *x, int j, const lay *w, lt_buffer ***out)
         int k = kind_of(&x->T[j], w, n->shape.ndim);
         lt_shape ls;
         local_shape(x, &n->shape, &x->T[j], &ls);
-        x->count[k]++;
-        x->bytes[k] += (double)lt_shape_numel(&ls) * (double)lt_dtype_size((lt_dtype)n->dtype);
+        note(x, k, change_axes(&x->T[j], w, n->shape.ndim),
+             (double)lt_shape_numel(&ls) * (double)lt_dtype_size((lt_dtype)n->dtype));
     }
     return st;
 }
@@ -674,6 +698,7 @@ static lt_status keep_parts(xs *x, int j, const lay *A, lt_buffer **bufs, lt_buf
         P->ldims[d] = ls.dims[d];
     }
     P->layout_key = lay_key(x, A, n->shape.ndim);
+    P->layout_axes = used;
     for (int q = 0; q < x->nd; q++) {
         P->part[q] = lt_buffer_retain(bufs[q]);
         offsets(x, q, &n->shape, A, P->off[q]);
@@ -847,6 +872,25 @@ static lt_status run_level(xs *x, int L, lt_sync_cause cause, const char *frame,
             if (!in[k]) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
             else made = k + 1;
         }
+        if (st == LT_OK && n->op == LT_OP_addmm && x->T[i].partial && made == 3) {
+            /* the bias's share of a partial sum: bias * (1 / shards) */
+            double sh = 1;
+            for (int a = 0; a < x->m->mesh_ndim; a++)
+                if (x->T[i].partial >> a & 1) sh *= (double)x->m->mesh_shape[a];
+            lt_node *sc = lt_node_new_scalar(1.0 / sh, (lt_dtype)in[0]->dtype, core0, LT_NODE_WRAPPED);
+            lt_attrs na;
+            memset(&na, 0, sizeof na);
+            lt_node *two[2] = {in[0], sc};
+            lt_node *bs = sc ? lt_node_new(LT_OP_mul, two, 2, &na, &in[0]->shape,
+                                           (lt_dtype)in[0]->dtype, core0, 0) : NULL;
+            lt_node_release(sc);
+            if (!bs) {
+                st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+            } else {
+                lt_node_release(in[0]);
+                in[0] = bs;
+            }
+        }
         if (st == LT_OK) {
             lt_attrs a;
             local_attrs(x, i, &a);
@@ -976,12 +1020,21 @@ static void report(const xs *x, const char *why)
              lt_fmt_bytes((double)x->peak[qp], b, sizeof b), x->m->dev[qp],
              lt_fmt_bytes((double)x->held[qp], b2, sizeof b2), x->n_parts);
     lt_metrics_note("sharding", line);
-    for (int k = 0; k < K_NUM; k++) {
-        if (!x->count[k]) continue;
-        snprintf(line, sizeof line, "  executed %-14s x%-4d %10s per core", kname[k], x->count[k],
-                 lt_fmt_bytes(x->bytes[k], b, sizeof b));
-        lt_metrics_note("sharding", line);
-    }
+    for (int k = 0; k < K_NUM; k++)
+        for (unsigned ax = 0; ax < 256; ax++) {
+            if (!x->ax_count[k][ax]) continue;
+            char axes[96];
+            size_t al = 0;
+            axes[0] = 0;
+            for (int a = 0; a < x->m->mesh_ndim && al < sizeof axes; a++)
+                if (ax >> a & 1)
+                    al += (size_t)snprintf(axes + al, sizeof axes - al, "%s%d(%lld)", al ? "," : "",
+                                           a, (long long)x->m->mesh_shape[a]);
+            snprintf(line, sizeof line, "  executed %-14s x%-4d %10s per core  mesh axis %s", kname[k],
+                     x->ax_count[k][ax], lt_fmt_bytes(x->ax_bytes[k][ax], b, sizeof b),
+                     ax ? axes : "-");
+            lt_metrics_note("sharding", line);
+        }
     if (x->n_replicated)
         lt_spmd_note_replicated("  executed replicated (inputs gathered):", x->replicated);
 }
@@ -1131,8 +1184,8 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
         if (A->partial) {
             lt_shape ls;
             local_shape(x, &n->shape, A, &ls);
-            x->count[K_REDUCE]++;
-            x->bytes[K_REDUCE] += (double)lt_shape_numel(&ls) * (double)lt_dtype_size((lt_dtype)n->dtype);
+            note(x, K_REDUCE, A->partial,
+                 (double)lt_shape_numel(&ls) * (double)lt_dtype_size((lt_dtype)n->dtype));
         }
     }
     for (int q = 0; q < x->nd; q++) x->peak[q] = lt_core_peak_since_mark(m->dev[q]);

@@ -172,6 +172,17 @@ def test_2d_mesh_megatron_mlp_equals_one_core(monkeypatch):
     assert (met.counter_value("SpmdPartitionedExecute") or 0) >= 10
     sec = _sharding_section()
     assert "ran PARTITIONED over 8 cores" in sec, sec
+    # the steady step (the last graph with collectives): the row-parallel fc2 is a partial sum
+    # over 'model' (axis 1), all-reduced over that axis only; the gradients
+    # are all-reduced over 'data' (axis 0) only; nothing over both axes
+    runs = [b for b in sec.split("\ngraph ") if "ran PARTITIONED" in b and "executed" in b]
+    last = runs[-1]
+    red = re.findall(r"executed (all-reduce|reduce-scatter)\s+x(\d+)\s+\S+ per core  mesh axis (\S+)",
+                     last)
+    axes = {(k, a) for k, _, a in red}
+    assert ("all-reduce", "1(2)") in axes, last
+    assert ("all-reduce", "0(4)") in axes, last
+    assert not any("," in a for _, a in axes), last
     one, _ = _train(MLP, batches, dev)
     eager, _ = _train(MLP, batches)
     _check_close(spmd, one, eager)
