@@ -358,3 +358,48 @@ def test_fsdpv2_keeps_shards_per_core_and_reports_per_core_memory():
     for sh in xs.XLAShardedTensor(w).local_shards:
         idx = sh.indices if sh.indices is Ellipsis else tuple(sh.indices)
         torch.testing.assert_close(sh.unpadded_data, whole[idx], atol=0, rtol=0)
+
+
+def test_per_core_shards_read_by_a_whole_step(monkeypatch):
+    """Parameters held per core by partitioned steps, then a step run whole
+    (the switch off) and partitioned again: the whole step assembles them
+    and every value stays the one-core value."""
+    dev = lazytpu.device()
+    mesh = xs.Mesh(np.arange(N), (N,), ("data",))
+    batches = _batches()
+
+    def shard_rows(model, mesh):
+        xs.mark_sharding(model.fc1.weight, mesh, ("data", None))
+        xs.mark_sharding(model.fc1.bias, mesh, ("data",))
+
+    def train(device, sharded):
+        torch.manual_seed(0)
+        model = MLP()
+        if device is not None:
+            model = model.to(device)
+            if sharded:
+                shard_rows(model, mesh)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        for k in range(6):
+            if sharded:   # steps 2 and 3 whole, the others partitioned
+                monkeypatch.setenv("LAZYTPU_SPMD_PARTITION", "0" if k in (2, 3) else "1")
+            x, y = batches[k % len(batches)]
+            if device is not None:
+                x, y = x.to(device), y.to(device)
+                if sharded:
+                    xs.mark_sharding(x, mesh, ("data", None))
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            if device is not None:
+                lazytpu.mark_step()
+        runs = met.counter_value("SpmdPartitionedExecute") or 0
+        return {n: p.detach().cpu() for n, p in model.named_parameters()}, runs
+
+    met.clear_all()
+    spmd, runs = train(dev, True)
+    assert runs == 4
+    assert "results kept as per-core shards" in _sharding_section()
+    one, _ = train(dev, False)
+    eager, _ = train(None, False)
+    _check_close(spmd, one, eager)
