@@ -95,6 +95,7 @@ typedef struct lt_core {
     int n_steps;
     atomic_size_t bytes_in_use;
     atomic_size_t peak_bytes;    /* most bytes_in_use ever (lt_memory_info_get) */
+    atomic_size_t mark_peak;     /* most bytes_in_use since lt_core_peak_mark */
     atomic_llong n_buffers;      /* live buffers (lt_memory_info_get) */
     size_t budget;
     lt_par_pool *pool;           /* helper threads (worker thread only) */
@@ -303,6 +304,7 @@ lt_status lt_devices_init(void)
             pthread_cond_init(&c->cv_done, NULL);
             atomic_init(&c->bytes_in_use, 0);
             atomic_init(&c->peak_bytes, 0);
+            atomic_init(&c->mark_peak, 0);
             atomic_init(&c->n_buffers, 0);
             atomic_init(&c->used, 0);
         }
@@ -525,6 +527,10 @@ lt_status lt_buffer_alloc(int core, lt_dtype dt, int64_t numel,
     while (in_use + bytes > peak &&
            !atomic_compare_exchange_weak(&c->peak_bytes, &peak, in_use + bytes))
         ;
+    peak = atomic_load(&c->mark_peak);
+    while (in_use + bytes > peak &&
+           !atomic_compare_exchange_weak(&c->mark_peak, &peak, in_use + bytes))
+        ;
     size_t alloc = cache_class(bytes);
     if (alloc == 0)
         alloc = 64;
@@ -552,6 +558,7 @@ lt_status lt_buffer_alloc(int core, lt_dtype dt, int64_t numel,
     b->numel = numel;
     b->bytes = bytes;
     b->data = data;
+    b->parts = NULL;
     b->ready_seq = 0;
     b->fault = NULL;
     atomic_fetch_add(&c->n_buffers, 1);
@@ -572,9 +579,140 @@ void lt_buffer_release(lt_buffer *b)
         return;
     atomic_fetch_sub(&g_cores[b->core].bytes_in_use, b->bytes);
     atomic_fetch_sub(&g_cores[b->core].n_buffers, 1);
-    cache_put(&g_cores[b->core], b->data, cache_class(b->bytes));
+    if (b->data)
+        cache_put(&g_cores[b->core], b->data, cache_class(b->bytes));
+    lt_buffer_parts_free(b->parts);
     lt_fault_release(b->fault);
     free(b);
+}
+
+/* ------------------------------------------------- values held as parts */
+
+lt_buffer_parts *lt_buffer_parts_new(int n)
+{
+    lt_buffer_parts *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->n = n;
+    p->part = calloc((size_t)n, sizeof *p->part);
+    p->off = calloc((size_t)n, sizeof *p->off);
+    p->owner = calloc((size_t)n, 1);
+    if (!p->part || !p->off || !p->owner) {
+        lt_buffer_parts_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+void lt_buffer_parts_free(lt_buffer_parts *p)
+{
+    if (!p)
+        return;
+    for (int q = 0; q < p->n && p->part; q++)
+        lt_buffer_release(p->part[q]);
+    free(p->part);
+    free(p->off);
+    free(p->owner);
+    free(p);
+}
+
+lt_status lt_buffer_new_parts(int core, lt_dtype dt, int64_t numel, lt_buffer_parts *parts,
+                              lt_buffer **out)
+{
+    *out = NULL;
+    if (core < 0 || core >= LT_MAX_CORES || !g_records_ready || !parts) {
+        lt_buffer_parts_free(parts);
+        return lt_set_error(LT_ERR_DEVICE, "buffer_new_parts: invalid core %d", core);
+    }
+    lt_buffer *b = calloc(1, sizeof *b);
+    if (!b) {
+        lt_buffer_parts_free(parts);
+        return lt_set_error(LT_ERR_OOM, "core %d: host allocation failed", core);
+    }
+    atomic_init(&b->refs, 1);
+    b->core = core;
+    b->dtype = dt;
+    b->numel = numel;
+    b->parts = parts;
+    atomic_fetch_add(&g_cores[core].n_buffers, 1);
+    *out = b;
+    return LT_OK;
+}
+
+void lt_buffer_parts_assemble(const lt_buffer_parts *p, size_t es, void *dst)
+{
+    int nd = p->ndim;
+    int64_t rows = 1, run = nd ? p->ldims[nd - 1] : 1;
+    for (int d = 0; d + 1 < nd; d++)
+        rows *= p->ldims[d];
+    for (int q = 0; q < p->n; q++) {
+        if (!p->owner[q])
+            continue;
+        const char *src = p->part[q]->data;
+        int64_t idx[LT_MAX_DIMS] = {0};
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t go = 0;
+            for (int d = 0; d < nd; d++)
+                go = go * p->dims[d] + p->off[q][d] + (d + 1 < nd ? idx[d] : 0);
+            memcpy((char *)dst + (size_t)go * es, src + (size_t)(r * run) * es, (size_t)run * es);
+            for (int d = nd - 2; d >= 0; d--) {
+                if (++idx[d] < p->ldims[d])
+                    break;
+                idx[d] = 0;
+            }
+        }
+    }
+}
+
+static pthread_mutex_t g_whole_mu = PTHREAD_MUTEX_INITIALIZER;
+
+lt_status lt_buffer_whole(lt_buffer *b)
+{
+    if (!b || !b->parts)
+        return LT_OK;
+    pthread_mutex_lock(&g_whole_mu);
+    lt_status st = LT_OK;
+    if (!b->data) {
+        lt_buffer *t = NULL;
+        st = lt_buffer_alloc(b->core, b->dtype, b->numel, &t);
+        if (st == LT_OK) {
+            lt_buffer_parts_assemble(b->parts, dtype_bytes(b->dtype), t->data);
+            /* t's memory and accounting move to b */
+            b->bytes = t->bytes;
+            b->data = t->data;
+            atomic_fetch_sub(&g_cores[b->core].n_buffers, 1);
+            free(t);
+        }
+    }
+    pthread_mutex_unlock(&g_whole_mu);
+    return st;
+}
+
+lt_status lt_buffer_unpart(lt_buffer *b)
+{
+    lt_status st = lt_buffer_whole(b);
+    if (st != LT_OK || !b || !b->parts)
+        return st;
+    pthread_mutex_lock(&g_whole_mu);
+    lt_buffer_parts *p = b->parts;
+    b->parts = NULL;
+    pthread_mutex_unlock(&g_whole_mu);
+    lt_buffer_parts_free(p);
+    return LT_OK;
+}
+
+void lt_core_peak_mark(int core)
+{
+    if (core < 0 || core >= LT_MAX_CORES)
+        return;
+    atomic_store(&g_cores[core].mark_peak, atomic_load(&g_cores[core].bytes_in_use));
+}
+
+size_t lt_core_peak_since_mark(int core)
+{
+    if (core < 0 || core >= LT_MAX_CORES)
+        return 0;
+    return atomic_load(&g_cores[core].mark_peak);
 }
 
 lt_status lt_memory_info_get(int core, lt_memory_info *out)
@@ -891,6 +1029,8 @@ lt_status lt_buffer_wait(lt_buffer *b)
 {
     if (!b)
         return LT_OK;
+    if (b->parts)                /* parts are ready when they are made */
+        return lt_buffer_whole(b);
     if (b->ready_seq == 0)
         return b->fault ? lt_fault_raise(b->fault) : LT_OK;
     lt_core *c = &g_cores[b->core];

@@ -21,7 +21,10 @@ typedef struct lt_buffer {
     lt_dtype dtype;
     int64_t numel;
     size_t bytes;
-    void *data;
+    void *data;               /* NULL while a value held as parts is not
+                                 assembled (lt_buffer_whole) */
+    struct lt_buffer_parts *parts;   /* owned, or NULL: the value held as
+                                 per-core parts (a sharded value) */
     uint64_t ready_seq;       /* 0 = ready now; else the job seq that writes it */
     struct lt_fault *fault;   /* owned; set (by the core's worker, before the
                                  job counts as done) when the writing job
@@ -58,6 +61,48 @@ void lt_buffer_release(lt_buffer *b);   /* frees and un-accounts at 0 */
  * lt_core_wait does not report it again). */
 lt_status lt_buffer_wait(lt_buffer *b);
 size_t lt_core_bytes_in_use(int core);
+
+/* A value stored as per-core parts (SPMD: each core of a mesh keeps its
+ * shard). Part q is a block of the global row-major value: its shape is
+ * ldims, its offset off[q]; owner[q] = 1 for one copy of each block (the
+ * others repeat it). layout_key names the layout the parts were made in
+ * (the SPMD executor's; compared, never interpreted here). */
+typedef struct lt_buffer_parts {
+    int n;
+    lt_buffer **part;                 /* n owned references, ready */
+    int ndim;
+    int64_t dims[LT_MAX_DIMS], ldims[LT_MAX_DIMS];
+    int64_t (*off)[LT_MAX_DIMS];      /* n rows */
+    char *owner;                      /* n entries */
+    uint64_t layout_key;
+    unsigned layout_axes;             /* the mesh axes that layout splits over */
+} lt_buffer_parts;
+
+/* An lt_buffer_parts of n positions with part/off/owner allocated and
+ * zeroed (caller fills them), or NULL when out of host memory. */
+lt_buffer_parts *lt_buffer_parts_new(int n);
+/* Writes the global value of p (elements of es bytes) to dst (host memory
+ * of the global size). */
+void lt_buffer_parts_assemble(const lt_buffer_parts *p, size_t es, void *dst);
+/* Releases the parts and frees p (NULL: no-op). */
+void lt_buffer_parts_free(lt_buffer_parts *p);
+/* A buffer of numel elements of dt on core whose value is `parts` (taken,
+ * also on failure): data is NULL and no bytes are accounted on core until
+ * lt_buffer_whole. Caller owns 1 reference. */
+lt_status lt_buffer_new_parts(int core, lt_dtype dt, int64_t numel, lt_buffer_parts *parts,
+                              lt_buffer **out);
+/* Makes b->data hold the whole value: a buffer held as parts is assembled
+ * once (its bytes then accounted on b->core; LT_ERR_OOM naming the core when
+ * they do not fit); the parts stay (readers that want a shard keep using
+ * them). LT_OK at once for a plain buffer. Thread-safe. */
+lt_status lt_buffer_whole(lt_buffer *b);
+/* lt_buffer_whole, then the parts are dropped: for a buffer about to be
+ * written whole (an output aliasing or donated to a program). */
+lt_status lt_buffer_unpart(lt_buffer *b);
+/* Per-core high-water mark since the last lt_core_peak_mark(core) (which
+ * sets it to the bytes in use now): the SPMD executor's per-step peak. */
+void lt_core_peak_mark(int core);
+size_t lt_core_peak_since_mark(int core);
 /* Bytes of freed device buffers the core keeps for reuse (its buffer
  * cache); 0 for an invalid core or with the cache disabled. */
 size_t lt_core_cached_bytes(int core);

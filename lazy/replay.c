@@ -541,6 +541,10 @@ lt_status lt_replay_run(lt_replay *r, lt_tensor *const *inputs, int n_in,
             goto fail;
         }
 
+    for (int j = 0; j < r->n_params; j++) {
+        st = lt_buffer_whole(a->param_bufs[j]);   /* a value held per core: assembled */
+        if (st != LT_OK) goto fail;
+    }
     st = lt_submit_outputs(core, p, a, fresh);
     if (st != LT_OK) goto fail;
     for (int k = 0; k < no; k++) {

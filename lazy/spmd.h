@@ -125,11 +125,13 @@ void lt_spmd_set_output(lt_node *out, const lt_spmd_plan_out *res, int k);
 
 /* Runs g partitioned over the mesh of its first sharded value
  * (spmd_exec.c): layouts per value, per-core programs with local shapes on
- * every core of the mesh (compiled through the compile cache, run on the
- * calling thread as each core after the mesh's cores are idle), layout
- * changes between them on the host. On LT_OK with *ran = 1, out_bufs[k]
+ * every core of the mesh (compiled through the compile cache, queued on the
+ * cores' workers, run in parallel, one level at a time), layout changes
+ * between them on the host. On LT_OK with *ran = 1, out_bufs[k]
  * (g->n_outputs entries, zeroed by the caller) holds a new reference to
- * output k's global value on g->core, SpmdPartitionedExecute and
+ * output k's value on g->core (a split result held as per-core parts,
+ * lt_buffer_parts; others whole), every buffer ready, SpmdPartitionedExecute,
+ * the metrics SpmdCorePeakBytes / SpmdCoreHeldBytes and
  * SpmdExecutedCollectives are counted and, when a per-core program was
  * compiled, the report's sharding section has the plan (mode 2) and the
  * executed collectives. *ran = 0 with LT_OK: g has no sharding or cannot

@@ -2,17 +2,18 @@
  * lazy/spmd_exec.c — partitioned execution of a sharded graph over the
  * cores of its mesh (LAZYTPU_SPMD_PARTITION=1; spmd.h, docs/spmd.md).
  *
- * Layouts. Every computed value gets a layout: per dim the packed mesh axes
- * that split it, plus the mesh axes over which it is a partial sum (each
- * core holds an addend; a mean's addends carry a scale). Leaves are stored
- * whole on the graph's core, so any layout of a leaf is a free local slice;
- * a leaf's annotation only seeds the layouts of its consumers. Per op:
+ * Layouts (spmd_rules.c). Every computed value gets a layout: per dim the
+ * packed mesh axes that split it, plus the mesh axes over which it is a
+ * partial sum (each core holds an addend; a mean's addends carry a scale).
+ * A leaf's annotation seeds the layouts of its consumers (a whole leaf is
+ * sliced locally; one held per core is read in place or gathered). Per op:
  *   ew        output split as its first full-size input; inputs brought to
  *             it (broadcast dims whole), partial inputs reduced
- *   mm/addmm  M from a, N from b; K split alike -> partial sum (mm only)
+ *   mm/addmm  M from a, N from b; K split alike -> partial sum (addmm:
+ *             each core adds bias / shards)
  *   sum/mean  kept dims keep their split; a reduced split dim -> partial
  *   softmax family: the normalised dim whole
- *   permute, reshape keeping a split dim 0, expand, slice/select of a
+ *   permute, reshape keeping its split dims, expand, slice/select of a
  *             whole dim: layouts follow (partials pass through the linear
  *             views)
  *   anything else (and any op whose local shape is not the expected one):
@@ -23,16 +24,28 @@
  *
  * Execution: one level per chain of layout changes. level(node) = the
  * highest level of its inputs, +1 over an input whose layout must change
- * (leaves never bump). For each level, each core of the mesh gets a local
+ * (leaves never bump); a node that gathers an input (an FSDP weight, a
+ * leaf held per core in another layout) starts a level after every level
+ * so far, so gathered values live one level. For each level one local
  * graph (the level's nodes with local shapes; inputs from earlier levels as
- * data leaves of that core's buffers), compiled through the normal compile
- * cache (one program serves every core: the same local graph) and run on
- * the calling thread as that core (lt_program_run, the core's helper
- * threads and HBM budget). Between levels the layout changes run on the
- * host over the per-core buffers: all-reduce / reduce-scatter (sum of the
- * addends), all-gather (concatenation), all-to-all, local slices. The
- * graph's outputs are assembled whole on the graph's core (a host read sees
- * the global value; the sharding stays an attribute of the result).
+ * data leaves) is compiled through the normal compile cache (one program
+ * serves every core) and queued on every core of the mesh with that core's
+ * buffers: the cores run it in parallel on their workers (their helper
+ * threads, their HBM budgets); the host waits for the level before the
+ * next. Between levels the layout changes run on the host over the
+ * per-core buffers: all-reduce (into one buffer every core reads),
+ * reduce-scatter (sum of the addends), all-gather (concatenation),
+ * all-to-all, local slices; a partial value every reader wants
+ * reduce-scattered (a gradient) is converted as soon as its level is done
+ * and its full-size addends freed.
+ *
+ * Results: a result whose layout splits it stays per core
+ * (lt_buffer_parts: each core keeps its shard; a host read or a whole-graph
+ * program assembles it, lt_buffer_whole); a partial result is
+ * reduce-scattered (or kept whole when a consumer all-reduces it); others
+ * are whole on the graph's core. A leaf held per core is read in place
+ * when a consumer wants its layout, gathered from the shards otherwise.
+ * The sharding stays an attribute of the result.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,388 +58,10 @@
 #include "shape.h"
 #include "registry.h"
 
-#define LT_MAX_ARITY_SPMD 64   /* a graph with a wider node runs whole */
+#include "spmd_exec_int.h"
 
-enum { K_GATHER = 0, K_REDUCE, K_SCATTER, K_TO_ALL, K_SLICE, K_NUM };
 static const char *kname[K_NUM] = {"all-gather", "all-reduce", "reduce-scatter", "all-to-all",
                                    "local slice"};
-
-typedef struct lay {
-    int64_t ax[LT_MAX_DIMS];
-    unsigned partial;
-    double pscale;             /* the sum of the addends times this */
-} lay;
-
-typedef struct conv {          /* a value brought to another layout */
-    int j;
-    lay w;
-    lt_buffer **buf;           /* per mesh position */
-    struct conv *next;
-} conv;
-
-typedef struct xs {
-    const lt_graph *g;
-    const lt_sharding *m;
-    int nd;
-    int coord[LT_SPMD_MAX_DEVICES][LT_MAX_DIMS];
-    lay *T;                    /* per node */
-    lay *W;                    /* per edge (in_pos index) */
-    char *bump;                /* per edge: layout change before the consumer */
-    int *level;
-    char *repl;                /* per node: run replicated (no rule) */
-    lt_buffer ***val;          /* per node: per-position buffers, layout T */
-    conv *convs;
-    int n_levels;
-    int count[K_NUM];
-    double bytes[K_NUM];
-    int replicated[LT_NUM_OPS];
-    int n_replicated;
-    int compiled;              /* a per-core program was compiled this step */
-} xs;
-
-static int64_t nshards(const xs *x, int64_t code)
-{
-    return lt_spmd_code_shards(x->m->mesh_shape, code);
-}
-
-/* index of position q's block along a dim split over `code` */
-static int64_t shard_idx(const xs *x, int q, int64_t code)
-{
-    int64_t idx = 0;
-    for (int k = 0, c = lt_spmd_axes_count(code); k < c; k++) {
-        int a = lt_spmd_axes_get(code, k);
-        idx = idx * x->m->mesh_shape[a] + x->coord[q][a];
-    }
-    return idx;
-}
-
-static void local_shape(const xs *x, const lt_shape *s, const lay *l, lt_shape *out)
-{
-    *out = *s;
-    for (int d = 0; d < s->ndim; d++) out->dims[d] = s->dims[d] / nshards(x, l->ax[d]);
-}
-
-static int lay_same(const lay *a, const lay *b, int ndim)
-{
-    if (a->partial != b->partial) return 0;
-    for (int d = 0; d < ndim; d++)
-        if (a->ax[d] != b->ax[d]) return 0;
-    return 1;
-}
-
-static int lay_split(const lay *l, int ndim)
-{
-    for (int d = 0; d < ndim; d++)
-        if (l->ax[d]) return 1;
-    return 0;
-}
-
-/* Drops splits that do not divide their dim or reuse a mesh axis. */
-static void lay_fix(const xs *x, const lt_shape *s, lay *l)
-{
-    unsigned used = l->partial;
-    for (int d = 0; d < s->ndim; d++) {
-        if (!l->ax[d]) continue;
-        if (s->dims[d] % nshards(x, l->ax[d]) || (lt_spmd_axes_mask(l->ax[d]) & used)) l->ax[d] = 0;
-        else used |= lt_spmd_axes_mask(l->ax[d]);
-    }
-    for (int d = s->ndim; d < LT_MAX_DIMS; d++) l->ax[d] = 0;
-}
-
-static int partial_ok(const lt_node *n)
-{
-    return n->dtype == LT_F32 || n->dtype == LT_F64;
-}
-
-/* ----------------------------------------------------------- layout rules */
-
-static const lay *Tin(const xs *x, int i, int k) { return &x->T[x->g->in_pos[x->g->in_off[i] + k]]; }
-static const lt_node *Nin(const xs *x, int i, int k) { return x->g->nodes[x->g->in_pos[x->g->in_off[i] + k]]; }
-
-static void set_replicated(xs *x, int i)
-{
-    const lt_graph *g = x->g;
-    memset(&x->T[i], 0, sizeof x->T[i]);
-    x->T[i].pscale = 1;
-    for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++) {
-        memset(&x->W[e], 0, sizeof x->W[e]);
-        x->W[e].pscale = 1;
-    }
-    x->repl[i] = 1;
-}
-
-/* Decides T[i] and W of i's inputs; returns 0 when the op has no rule. */
-static int rule(xs *x, int i)
-{
-    const lt_graph *g = x->g;
-    const lt_node *n = g->nodes[i];
-    int nin = g->in_off[i + 1] - g->in_off[i];
-    lay *T = &x->T[i];
-    lay *W = &x->W[g->in_off[i]];
-    memset(T, 0, sizeof *T);
-    T->pscale = 1;
-    for (int k = 0; k < nin; k++) {
-        memset(&W[k], 0, sizeof W[k]);
-        W[k].pscale = 1;
-    }
-    lt_op op = (lt_op)n->op;
-    const lt_shape *O = &n->shape;
-    switch (lt_spmd_rule_of(op)) {
-    case LT_SPMD_EW:
-        /* an annotated elementwise value takes its annotation (GSPMD's
-         * sharding constraint): the inputs are brought to it */
-        if ((n->flags & LT_NODE_SHARD_ANNOT) && n->shard && n->shard->n_dev == x->m->n_dev &&
-            n->shard->mesh_ndim == x->m->mesh_ndim) {
-            for (int d = 0; d < O->ndim && d < n->shard->ndim; d++) T->ax[d] = n->shard->axes[d];
-            lay_fix(x, O, T);
-        } else {
-            for (int od = 0; od < O->ndim; od++)
-                for (int k = 0; k < nin && !T->ax[od]; k++) {
-                    const lt_node *y = Nin(x, i, k);
-                    int d = od - (O->ndim - y->shape.ndim);
-                    if (d >= 0 && y->shape.dims[d] == O->dims[od]) T->ax[od] = Tin(x, i, k)->ax[d];
-                }
-            lay_fix(x, O, T);
-        }
-        for (int k = 0; k < nin; k++) {
-            const lt_node *y = Nin(x, i, k);
-            for (int d = 0; d < y->shape.ndim; d++) {
-                int od = d + (O->ndim - y->shape.ndim);
-                if (od >= 0 && y->shape.dims[d] == O->dims[od]) W[k].ax[d] = T->ax[od];
-            }
-        }
-        return 1;
-    case LT_SPMD_CONTRACT: {
-        if (op != LT_OP_mm && op != LT_OP_addmm) return 0;
-        int base = op == LT_OP_addmm ? 1 : 0;
-        const lay *A = Tin(x, i, base), *B = Tin(x, i, base + 1);
-        int64_t M = A->ax[0], K = A->ax[1] ? A->ax[1] : B->ax[0], N = B->ax[1];
-        if (op == LT_OP_addmm || !partial_ok(n)) K = 0;
-        if (lt_spmd_axes_mask(M) & lt_spmd_axes_mask(K)) K = 0;
-        if (lt_spmd_axes_mask(N) & (lt_spmd_axes_mask(M) | lt_spmd_axes_mask(K))) N = 0;
-        W[base].ax[0] = M;
-        W[base].ax[1] = K;
-        W[base + 1].ax[0] = K;
-        W[base + 1].ax[1] = N;
-        T->ax[0] = M;
-        T->ax[1] = N;
-        T->partial = lt_spmd_axes_mask(K);
-        lay_fix(x, O, T);
-        if (T->ax[0] != M || T->ax[1] != N) return 0;
-        if (base) {
-            const lt_node *b = Nin(x, i, 0);
-            for (int d = 0; d < b->shape.ndim; d++) {
-                int od = d + (2 - b->shape.ndim);
-                if (b->shape.dims[d] == O->dims[od]) W[0].ax[d] = T->ax[od];
-            }
-        }
-        return 1;
-    }
-    case LT_SPMD_REDUCE: {
-        /* other reductions (attrs of their own): replicated */
-        if ((op != LT_OP_sum && op != LT_OP_mean) || n->attrs.n < 1) return 0;
-        const lay *A = Tin(x, i, 0);
-        const lt_node *y = Nin(x, i, 0);
-        uint64_t mask = (uint64_t)n->attrs.i[0];
-        int keep = n->attrs.n >= 2 ? n->attrs.i[1] != 0 : 0;
-        int linear = (op == LT_OP_sum || op == LT_OP_mean) && partial_ok(n);
-        int od = 0;
-        T->pscale = 1;
-        for (int d = 0; d < y->shape.ndim; d++) {
-            int red = (int)((mask >> d) & 1);
-            if (red) {
-                if (A->ax[d] && linear) {
-                    W[0].ax[d] = A->ax[d];
-                    T->partial |= lt_spmd_axes_mask(A->ax[d]);
-                    if (op == LT_OP_mean) T->pscale /= (double)nshards(x, A->ax[d]);
-                }
-                if (keep) od++;
-            } else {
-                W[0].ax[d] = A->ax[d];
-                T->ax[od++] = A->ax[d];
-            }
-        }
-        if (linear && A->partial) {
-            W[0].partial = A->partial;
-            W[0].pscale = A->pscale;
-            T->partial |= A->partial;
-            T->pscale *= A->pscale;
-        }
-        if (od != O->ndim) return 0;
-        return 1;
-    }
-    case LT_SPMD_NORM: {
-        if (op != LT_OP_softmax && op != LT_OP_log_softmax && op != LT_OP_softmax_backward &&
-            op != LT_OP_log_softmax_backward)
-            return 0;
-        int dim = (int)n->attrs.i[0];
-        if (dim < 0) dim += O->ndim;
-        if (dim < 0 || dim >= O->ndim) return 0;
-        /* per dim the first input splitting it (a replicated gradient is
-         * sliced locally rather than the output gathered) */
-        for (int d = 0; d < O->ndim; d++)
-            for (int k = 0; k < nin && d != dim && !T->ax[d]; k++)
-                if (lt_shape_equal(&Nin(x, i, k)->shape, O)) T->ax[d] = Tin(x, i, k)->ax[d];
-        lay_fix(x, O, T);
-        for (int k = 0; k < nin; k++)
-            if (lt_shape_equal(&Nin(x, i, k)->shape, O)) memcpy(W[k].ax, T->ax, sizeof T->ax);
-            else return 0;
-        return 1;
-    }
-    case LT_SPMD_CONV: {
-        /* the batch dim (0) split; a convolution's weight whole */
-        int weight = op == LT_OP_conv2d || op == LT_OP_conv3d || op == LT_OP_conv2d_backward_input ||
-                     op == LT_OP_conv3d_backward_input;
-        if (O->ndim < 1) return 0;
-        for (int k = 0; k < nin && !T->ax[0]; k++) {
-            const lt_node *y = Nin(x, i, k);
-            if (!(weight && k == 1) && y->shape.ndim >= 1 && y->shape.dims[0] == O->dims[0])
-                T->ax[0] = Tin(x, i, k)->ax[0];
-        }
-        lay_fix(x, O, T);
-        for (int k = 0; k < nin; k++) {
-            const lt_node *y = Nin(x, i, k);
-            if (!(weight && k == 1) && y->shape.ndim >= 1 && y->shape.dims[0] == O->dims[0])
-                W[k].ax[0] = T->ax[0];
-        }
-        return 1;
-    }
-    case LT_SPMD_VIEW: {
-        const lay *A = Tin(x, i, 0);
-        const lt_node *y = Nin(x, i, 0);
-        if (op == LT_OP_permute) {
-            if (n->attrs.n != O->ndim || O->ndim != y->shape.ndim) return 0;
-            for (int od = 0; od < O->ndim; od++) {
-                if (n->attrs.i[od] < 0 || n->attrs.i[od] >= y->shape.ndim) return 0;
-                T->ax[od] = A->ax[n->attrs.i[od]];
-            }
-            memcpy(W[0].ax, A->ax, sizeof A->ax);
-        } else if (op == LT_OP_reshape) {
-            for (int d = 1; d < y->shape.ndim; d++)
-                if (A->ax[d]) return 0;
-            if (A->ax[0] && (O->ndim < 1 || O->dims[0] != y->shape.dims[0])) return 0;
-            if (O->ndim >= 1) T->ax[0] = A->ax[0];
-            W[0].ax[0] = A->ax[0];
-        } else if (op == LT_OP_expand) {
-            for (int d = 0; d < y->shape.ndim; d++) {
-                int od = d + (O->ndim - y->shape.ndim);
-                if (y->shape.dims[d] == O->dims[od]) T->ax[od] = W[0].ax[d] = A->ax[d];
-            }
-        } else if (op == LT_OP_slice || op == LT_OP_select) {
-            int dim = (int)n->attrs.i[0];
-            if (dim < 0 || dim >= y->shape.ndim) return 0;
-            for (int d = 0, od = 0; d < y->shape.ndim; d++) {
-                if (d == dim) {
-                    if (op == LT_OP_slice) T->ax[od++] = 0;
-                    continue;
-                }
-                T->ax[od++] = W[0].ax[d] = A->ax[d];
-            }
-        } else {
-            return 0;
-        }
-        lay_fix(x, O, T);
-        if (A->partial) {           /* linear: the addends pass through */
-            W[0].partial = T->partial = A->partial;
-            W[0].pscale = T->pscale = A->pscale;
-        }
-        return 1;
-    }
-    default:
-        if ((op == LT_OP_conv2d_backward_weight || op == LT_OP_conv3d_backward_weight) &&
-            partial_ok(n)) {
-            /* (grad, x) split alike on the batch: each core's weight
-             * gradient is an addend */
-            int64_t b = Tin(x, i, 0)->ax[0] ? Tin(x, i, 0)->ax[0] : Tin(x, i, 1)->ax[0];
-            if (!b || Nin(x, i, 0)->shape.dims[0] % nshards(x, b)) return 0;
-            W[0].ax[0] = W[1].ax[0] = b;
-            T->partial = lt_spmd_axes_mask(b);
-            return 1;
-        }
-        return 0;
-    }
-}
-
-/* The attrs of i's local op (sizes written in them made local). */
-static void local_attrs(const xs *x, int i, lt_attrs *a)
-{
-    const lt_node *n = x->g->nodes[i];
-    *a = n->attrs;
-    if (n->op == LT_OP_reshape || n->op == LT_OP_expand) {
-        for (int d = 0; d < n->shape.ndim && d < a->n; d++)
-            if (x->T[i].ax[d]) a->i[d] = n->shape.dims[d] / nshards(x, x->T[i].ax[d]);
-    }
-}
-
-/* 1 when the local op on the wanted input layouts gives T's local shape. */
-static int local_shape_ok(const xs *x, int i)
-{
-    const lt_graph *g = x->g;
-    const lt_node *n = g->nodes[i];
-    int nin = g->in_off[i + 1] - g->in_off[i];
-    lt_shape ls[LT_MAX_ARITY_SPMD];
-    lt_operand in[LT_MAX_ARITY_SPMD];
-    if (nin > LT_MAX_ARITY_SPMD) return 0;
-    for (int k = 0; k < nin; k++) {
-        const lt_node *y = Nin(x, i, k);
-        local_shape(x, &y->shape, &x->W[g->in_off[i] + k], &ls[k]);
-        in[k].shape = &ls[k];
-        in[k].dtype = (lt_dtype)y->dtype;
-        in[k].wrapped = (y->flags & LT_NODE_WRAPPED) != 0;
-    }
-    lt_attrs a;
-    local_attrs(x, i, &a);
-    lt_shape got, want;
-    lt_dtype dt;
-    if (lt_infer((lt_op)n->op, in, nin, &a, &got, &dt) != LT_OK) return 0;
-    local_shape(x, &n->shape, &x->T[i], &want);
-    return lt_shape_equal(&got, &want);
-}
-
-static void plan_layouts(xs *x)
-{
-    const lt_graph *g = x->g;
-    for (int i = 0; i < g->n_nodes; i++) {
-        const lt_node *n = g->nodes[i];
-        memset(&x->T[i], 0, sizeof x->T[i]);
-        x->T[i].pscale = 1;
-        if (!lt_node_is_pending(n)) {
-            if (n->shard && n->shard->n_dev == x->m->n_dev && n->shard->mesh_ndim == x->m->mesh_ndim)
-                for (int d = 0; d < n->shape.ndim && d < n->shard->ndim; d++)
-                    x->T[i].ax[d] = n->shard->axes[d];
-            lay_fix(x, &n->shape, &x->T[i]);
-            x->level[i] = -1;
-            continue;
-        }
-        int nin = g->in_off[i + 1] - g->in_off[i];
-        if (nin == 0 || !rule(x, i) || !local_shape_ok(x, i)) {
-            int gathered = 0;
-            for (int k = 0; k < nin; k++)
-                if (lt_node_is_pending(Nin(x, i, k)))
-                    gathered |= lay_split(Tin(x, i, k), Nin(x, i, k)->shape.ndim) ||
-                                Tin(x, i, k)->partial;
-            set_replicated(x, i);
-            if (gathered) {
-                x->replicated[n->op]++;
-                x->n_replicated++;
-            }
-        }
-        int lv = 0;
-        for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++) {
-            int j = g->in_pos[e];
-            const lt_node *y = g->nodes[j];
-            if (!lt_node_is_pending(y)) {
-                x->bump[e] = 0;
-                continue;
-            }
-            x->bump[e] = !lay_same(&x->T[j], &x->W[e], y->shape.ndim);
-            int l = x->level[j] + x->bump[e];
-            if (l > lv) lv = l;
-        }
-        x->level[i] = lv;
-        if (lv + 1 > x->n_levels) x->n_levels = lv + 1;
-    }
-}
 
 /* ----------------------------------------------------- host-side movement */
 
@@ -509,19 +144,24 @@ static lt_status distribute(const xs *x, const lt_node *n, const lay *B, char *G
     return LT_OK;
 }
 
-static int kind_of(const lay *A, const lay *B, int ndim)
+
+/* Counts an executed layout change of kind k over the mesh axes `axes`. */
+static void note(xs *x, int k, unsigned axes, double bytes)
 {
-    if (A->partial) {
-        for (int d = 0; d < ndim; d++)
-            if (B->ax[d] && (lt_spmd_axes_mask(B->ax[d]) & A->partial)) return K_SCATTER;
-        return K_REDUCE;
-    }
-    int gather = 0, split = 0;
-    for (int d = 0; d < ndim; d++) {
-        if (A->ax[d] && A->ax[d] != B->ax[d]) gather = 1;
-        if (B->ax[d] && A->ax[d] != B->ax[d]) split = 1;
-    }
-    return gather ? (split ? K_TO_ALL : K_GATHER) : K_SLICE;
+    x->count[k]++;
+    x->bytes[k] += bytes;
+    x->ax_count[k][axes & 255]++;
+    x->ax_bytes[k][axes & 255] += bytes;
+}
+
+/* The mesh axes a change from layout A to B runs over. */
+static unsigned change_axes(const lay *A, const lay *B, int ndim)
+{
+    if (A->partial) return A->partial;
+    unsigned m = 0;
+    for (int d = 0; d < ndim; d++)
+        if (A->ax[d] != B->ax[d]) m |= lt_spmd_axes_mask(A->ax[d]) | lt_spmd_axes_mask(B->ax[d]);
+    return m;
 }
 
 /* Buffers of value j in layout w (per position; borrowed from x). */
@@ -550,11 +190,29 @@ static lt_status value_in(xs *x, int j, const lay *w, lt_buffer ***out)
     }
     c->j = j;
     c->w = *w;
+    c->last = x->cur_level;
     c->next = x->convs;
     x->convs = c;
     *out = c->buf;
     lt_status st = LT_OK;
-    if (!pending) {
+    const lt_buffer_parts *P = pending ? NULL : n->buf->parts;
+    if (P && P->n == x->nd && P->layout_key == lay_key(x, w, n->shape.ndim)) {
+        for (int q = 0; q < x->nd; q++) c->buf[q] = lt_buffer_retain(P->part[q]);   /* its own shard */
+    } else if (P) {
+        /* held per core in another layout: gathered from the shards */
+        size_t es = lt_dtype_size((lt_dtype)n->dtype);
+        char *G = malloc(n->buf->numel ? (size_t)n->buf->numel * es : 1);
+        if (!G) return lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+        lt_buffer_parts_assemble(P, es, G);
+        st = distribute(x, n, w, G, c->buf);
+        free(G);
+        int k = lay_split(w, n->shape.ndim) ? K_TO_ALL : K_GATHER;
+        int64_t ln = 1;
+        for (int d = 0; d < P->ndim; d++) ln *= P->ldims[d];
+        unsigned wa = 0;
+        for (int d = 0; d < n->shape.ndim; d++) wa |= lt_spmd_axes_mask(w->ax[d]);
+        note(x, k, P->layout_axes | wa, (double)ln * (double)es);
+    } else if (!pending) {
         lt_status s0 = lt_buffer_wait(n->buf);
         if (s0 != LT_OK) return s0;
         if (!lay_split(w, n->shape.ndim)) {
@@ -563,40 +221,182 @@ static lt_status value_in(xs *x, int j, const lay *w, lt_buffer ***out)
             st = distribute(x, n, w, n->buf->data, c->buf);
         }
     } else {
-        size_t bytes = (size_t)lt_shape_numel(&n->shape) * lt_dtype_size((lt_dtype)n->dtype);
-        char *G = malloc(bytes ? bytes : 1);
-        if (!G) return lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
-        st = assemble(x, n, &x->T[j], x->val[j], G);
-        if (st == LT_OK) st = distribute(x, n, w, G, c->buf);
-        free(G);
+        if (!lay_split(w, n->shape.ndim) && !w->partial) {
+            /* wanted whole on every core: assembled once into a buffer of
+             * the graph's core that every core reads (read-only) */
+            lt_buffer *wb = NULL;
+            st = lt_buffer_alloc(x->g->core, (lt_dtype)n->dtype, lt_shape_numel(&n->shape), &wb);
+            if (st == LT_OK) st = assemble(x, n, &x->T[j], x->val[j], wb->data);
+            for (int q = 0; q < x->nd && wb; q++) c->buf[q] = lt_buffer_retain(wb);
+            lt_buffer_release(wb);
+        } else {
+            size_t bytes = (size_t)lt_shape_numel(&n->shape) * lt_dtype_size((lt_dtype)n->dtype);
+            char *G = malloc(bytes ? bytes : 1);
+            if (!G) return lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+            st = assemble(x, n, &x->T[j], x->val[j], G);
+            if (st == LT_OK) st = distribute(x, n, w, G, c->buf);
+            free(G);
+        }
         int k = kind_of(&x->T[j], w, n->shape.ndim);
         lt_shape ls;
         local_shape(x, &n->shape, &x->T[j], &ls);
-        x->count[k]++;
-        x->bytes[k] += (double)lt_shape_numel(&ls) * (double)lt_dtype_size((lt_dtype)n->dtype);
+        note(x, k, change_axes(&x->T[j], w, n->shape.ndim),
+             (double)lt_shape_numel(&ls) * (double)lt_dtype_size((lt_dtype)n->dtype));
     }
     return st;
 }
 
+/* Output j (layout A split, not partial; per-position buffers bufs) kept as
+ * per-core shards: a buffer of the graph's core holding parts. */
+static lt_status keep_parts(xs *x, int j, const lay *A, lt_buffer **bufs, lt_buffer **out)
+{
+    const lt_node *n = x->g->nodes[j];
+    lt_buffer_parts *P = lt_buffer_parts_new(x->nd);
+    if (!P) return lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+    unsigned used = 0;
+    for (int d = 0; d < n->shape.ndim; d++) used |= lt_spmd_axes_mask(A->ax[d]);
+    lt_shape ls;
+    local_shape(x, &n->shape, A, &ls);
+    P->ndim = n->shape.ndim;
+    for (int d = 0; d < n->shape.ndim; d++) {
+        P->dims[d] = n->shape.dims[d];
+        P->ldims[d] = ls.dims[d];
+    }
+    P->layout_key = lay_key(x, A, n->shape.ndim);
+    P->layout_axes = used;
+    for (int q = 0; q < x->nd; q++) {
+        P->part[q] = lt_buffer_retain(bufs[q]);
+        offsets(x, q, &n->shape, A, P->off[q]);
+        P->owner[q] = 1;
+        for (int a = 0; a < x->m->mesh_ndim; a++)
+            if (!(used >> a & 1) && x->coord[q][a]) P->owner[q] = 0;
+    }
+    x->n_parts++;
+    return lt_buffer_new_parts(x->g->core, (lt_dtype)n->dtype, lt_shape_numel(&n->shape), P, out);
+}
+
+/* The layout a partial result j is kept in: split over the axes it is
+ * partial on, on its first dim they divide; 0 when there is none. */
+static int out_layout(const xs *x, int j, lay *B)
+{
+    const lt_node *n = x->g->nodes[j];
+    const lay *A = &x->T[j];
+    memset(B, 0, sizeof *B);
+    B->pscale = 1;
+    int64_t code = 0;
+    for (int a = 0, k = 0; a < x->m->mesh_ndim; a++)
+        if (A->partial >> a & 1) code |= (int64_t)(a + 1) << (4 * k++);
+    if (!code) return 0;
+    for (int d = 0; d < n->shape.ndim; d++)
+        if (n->shape.dims[d] % nshards(x, code) == 0) {
+            B->ax[d] = code;
+            return 1;
+        }
+    return 0;
+}
+
+/* Partial values whose every reader (consumers and the step's results)
+ * wants one reduce-scattered layout get it at the end of their level (the
+ * full-size addends are freed at once, as FSDP reduce-scatters each layer's
+ * gradients): eg[j] = 1 and eg_w[j] that layout. */
+static void plan_eager(xs *x, const char *is_gout, char *eg, lay *eg_w, char *whole)
+{
+    const lt_graph *g = x->g;
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++) {
+            int j = g->in_pos[e];
+            const lt_node *y = g->nodes[j];
+            if (!lt_node_is_pending(y) || !x->T[j].partial) continue;
+            if (x->bump[e] && !x->W[e].partial && !lay_split(&x->W[e], y->shape.ndim)) whole[j] = 1;
+            if (eg[j] == 2) continue;
+            if (!x->bump[e] || kind_of(&x->T[j], &x->W[e], y->shape.ndim) != K_SCATTER) eg[j] = 2;
+            else if (!eg[j]) {
+                eg[j] = 1;
+                eg_w[j] = x->W[e];
+            } else if (!lay_same(&eg_w[j], &x->W[e], y->shape.ndim)) {
+                eg[j] = 2;
+            }
+        }
+    /* a result read by no consumer in a new layout is kept as out_layout
+     * gives; one that is (eg 1) is kept in the consumers' layout; one that a
+     * consumer reads whole (all-reduced) is kept whole (whole[j]) */
+    for (int k = 0; k < g->n_outputs; k++) {
+        int j = g->output_pos[k];
+        lay B;
+        if (!lt_node_is_pending(g->nodes[j]) || !x->T[j].partial || eg[j] || whole[j]) continue;
+        if (out_layout(x, j, &B)) {
+            eg[j] = 1;
+            eg_w[j] = B;
+        }
+    }
+    (void)is_gout;
+}
+
+/* The layout partial result j is kept in (as its consumers read it when
+ * they all read it reduce-scattered alike); 0: assembled whole. */
+static int result_layout(const xs *x, int j, const char *eg, const lay *eg_w, const char *whole,
+                         lay *B)
+{
+    if (whole[j]) {
+        memset(B, 0, sizeof *B);
+        B->pscale = 1;
+        return 1;
+    }
+    if (eg[j] == 1) {
+        *B = eg_w[j];
+        return 1;
+    }
+    return out_layout(x, j, B);
+}
+
+/* After level L: the layout changes made for it and the values no later
+ * level reads are freed (a later level re-gathers what it needs). */
+static void free_after_level(xs *x, int L, const char *keep_val)
+{
+    for (conv **pc = &x->convs; *pc;) {
+        conv *c = *pc;
+        if (c->last > L) {
+            pc = &c->next;
+            continue;
+        }
+        *pc = c->next;
+        for (int q = 0; q < x->nd; q++) lt_buffer_release(c->buf[q]);
+        free(c->buf);
+        free(c);
+    }
+    for (int i = 0; i < x->g->n_nodes; i++)
+        if (x->val[i] && !keep_val[i] && x->last_use[i] <= L) {
+            for (int q = 0; q < x->nd; q++) lt_buffer_release(x->val[i][q]);
+            free(x->val[i]);
+            x->val[i] = NULL;
+        }
+}
+
 /* ------------------------------------------------------------- one level */
 
-static lt_status run_level(xs *x, int L, int q, lt_sync_cause cause, const char *frame,
+/* Level L: one local graph (the level's nodes with local shapes; inputs
+ * from earlier levels as data leaves), built and captured once, compiled
+ * through the compile cache, then queued on every core of the mesh with
+ * that core's buffers (the cores run their programs in parallel on their
+ * workers; each core's queue keeps the levels in order, a layout change
+ * waits for the buffers it reads). */
+static lt_status run_level(xs *x, int L, lt_sync_cause cause, const char *frame,
                            const char *is_out)
 {
     const lt_graph *g = x->g;
-    int core = x->m->dev[q];
+    int core0 = x->m->dev[0];
     int nn = g->n_nodes;
     lt_node **ln = calloc((size_t)nn, sizeof *ln);
     int *roots_i = malloc((size_t)nn * sizeof *roots_i);
     lt_node **roots = malloc((size_t)nn * sizeof *roots);
+    int n_src = 0, cap_src = 64;
+    struct { lt_node *node; lt_buffer **bufs; } *src = malloc((size_t)cap_src * sizeof *src);
     lt_status st = LT_OK;
     int nr = 0;
     lt_graph lg;
     memset(&lg, 0, sizeof lg);
     lt_program *p = NULL;
-    lt_exec_args args;
-    memset(&args, 0, sizeof args);
-    if (!ln || !roots_i || !roots) {
+    if (!ln || !roots_i || !roots || !src) {
         st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
         goto out;
     }
@@ -611,7 +411,7 @@ static lt_status run_level(xs *x, int L, int q, lt_sync_cause cause, const char 
             int e = g->in_off[i] + k, j = g->in_pos[e];
             const lt_node *y = g->nodes[j];
             if (y->op == LT_OP_scalar) {
-                in[k] = lt_node_new_scalar(y->value, (lt_dtype)y->dtype, core, y->flags);
+                in[k] = lt_node_new_scalar(y->value, (lt_dtype)y->dtype, core0, y->flags);
             } else if (lt_node_is_pending(y) && x->level[j] == L && !x->bump[e]) {
                 in[k] = lt_node_retain(ln[j]);
             } else {
@@ -619,17 +419,49 @@ static lt_status run_level(xs *x, int L, int q, lt_sync_cause cause, const char 
                 st = value_in(x, j, &x->W[e], &b);
                 if (st != LT_OK) break;
                 local_shape(x, &y->shape, &x->W[e], &ls[k]);
-                in[k] = lt_node_new_data(lt_buffer_retain(b[q]), &ls[k], (lt_dtype)y->dtype, core);
+                in[k] = lt_node_new_data(lt_buffer_retain(b[0]), &ls[k], (lt_dtype)y->dtype, core0);
+                if (in[k]) {
+                    if (n_src == cap_src) {
+                        void *t = realloc(src, (size_t)(cap_src *= 2) * sizeof *src);
+                        if (!t) {
+                            lt_node_release(in[k]);
+                            in[k] = NULL;
+                            break;
+                        }
+                        src = t;
+                    }
+                    src[n_src].node = in[k];
+                    src[n_src++].bufs = b;
+                }
             }
             if (!in[k]) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
             else made = k + 1;
         }
+        if (st == LT_OK && n->op == LT_OP_addmm && x->T[i].partial && made == 3) {
+            /* the bias's share of a partial sum: bias * (1 / shards) */
+            double sh = 1;
+            for (int a = 0; a < x->m->mesh_ndim; a++)
+                if (x->T[i].partial >> a & 1) sh *= (double)x->m->mesh_shape[a];
+            lt_node *sc = lt_node_new_scalar(1.0 / sh, (lt_dtype)in[0]->dtype, core0, LT_NODE_WRAPPED);
+            lt_attrs na;
+            memset(&na, 0, sizeof na);
+            lt_node *two[2] = {in[0], sc};
+            lt_node *bs = sc ? lt_node_new(LT_OP_mul, two, 2, &na, &in[0]->shape,
+                                           (lt_dtype)in[0]->dtype, core0, 0) : NULL;
+            lt_node_release(sc);
+            if (!bs) {
+                st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+            } else {
+                lt_node_release(in[0]);
+                in[0] = bs;
+            }
+        }
         if (st == LT_OK) {
             lt_attrs a;
-            local_attrs(x, i, &a);
+            lt_spmdx_local_attrs(x, i, &a);
             lt_shape os;
             local_shape(x, &n->shape, &x->T[i], &os);
-            ln[i] = lt_node_new((lt_op)n->op, in, nin, &a, &os, (lt_dtype)n->dtype, core,
+            ln[i] = lt_node_new((lt_op)n->op, in, nin, &a, &os, (lt_dtype)n->dtype, core0,
                                 n->flags & ~LT_NODE_SHARD_ANNOT);
             if (!ln[i]) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
         }
@@ -646,42 +478,69 @@ static lt_status run_level(xs *x, int L, int q, lt_sync_cause cause, const char 
     st = lt_submit_program(&lg, LT_SUBMIT_RECORD, cause, NULL, &p, &compiled);
     x->compiled |= compiled;
     if (st != LT_OK) goto out;
-    args.n_params = lg.n_params;
-    args.n_outputs = lg.n_outputs;
-    args.param_bufs = calloc((size_t)(lg.n_params ? lg.n_params : 1), sizeof *args.param_bufs);
-    args.param_values = calloc((size_t)(lg.n_params ? lg.n_params : 1), sizeof *args.param_values);
-    args.out_bufs = calloc((size_t)(lg.n_outputs ? lg.n_outputs : 1), sizeof *args.out_bufs);
-    char *fresh = calloc((size_t)(lg.n_outputs ? lg.n_outputs : 1), 1);
-    if (!args.param_bufs || !args.param_values || !args.out_bufs || !fresh) {
-        free(fresh);
+    /* each parameter of the local graph: the per-position buffers it came from */
+    lt_buffer ***pb = calloc((size_t)(lg.n_params ? lg.n_params : 1), sizeof *pb);
+    if (!pb) {
         st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
         goto out;
     }
-    for (int j = 0; j < lg.n_params; j++) {
-        lt_node *pn = lg.nodes[lg.param_pos[j]];
-        if (pn->op == LT_OP_data) args.param_bufs[j] = lt_buffer_retain(pn->buf);
-        else args.param_values[j] = pn->value;
+    for (int jp = 0; jp < lg.n_params; jp++) {
+        lt_node *pn = lg.nodes[lg.param_pos[jp]];
+        if (pn->op != LT_OP_data) continue;
+        for (int t = 0; t < n_src && !pb[jp]; t++)
+            if (src[t].node == pn) pb[jp] = src[t].bufs;
+        if (!pb[jp]) st = lt_set_error(LT_ERR_INTERNAL, "spmd: a parameter of a level's program without its source");
     }
-    st = lt_submit_outputs(core, p, &args, fresh);
-    free(fresh);
-    if (st != LT_OK) goto out;
-    args.nodes = lg.nodes;
-    args.n_nodes = lg.n_nodes;
-    args.sync_frame = frame;
-    args.cause = cause;
-    st = lt_program_run(p, &args, core, NULL);
-    if (st != LT_OK) goto out;
-    for (int r = 0; r < nr; r++) {
-        int i = roots_i[r];
-        if (!x->val[i]) x->val[i] = calloc((size_t)x->nd, sizeof *x->val[i]);
-        if (!x->val[i]) {
+    for (int q = 0; q < x->nd && st == LT_OK; q++) {
+        int core = x->m->dev[q];
+        lt_submit_job *job = lt_submit_job_new();
+        char *fresh = calloc((size_t)(lg.n_outputs ? lg.n_outputs : 1), 1);
+        if (!job || !fresh) {
+            free(job);
+            free(fresh);
             st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
-            goto out;
+            break;
         }
-        x->val[i][q] = lt_buffer_retain(args.out_bufs[lg.root_out[r]]);
+        job->eager_op = 0;
+        lt_exec_args *args = &job->args;
+        args->n_params = lg.n_params;
+        args->n_outputs = lg.n_outputs;
+        args->param_bufs = calloc((size_t)(lg.n_params ? lg.n_params : 1), sizeof *args->param_bufs);
+        args->param_values = calloc((size_t)(lg.n_params ? lg.n_params : 1), sizeof *args->param_values);
+        args->out_bufs = calloc((size_t)(lg.n_outputs ? lg.n_outputs : 1), sizeof *args->out_bufs);
+        if (!args->param_bufs || !args->param_values || !args->out_bufs)
+            st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+        for (int jp = 0; jp < lg.n_params && st == LT_OK; jp++) {
+            lt_node *pn = lg.nodes[lg.param_pos[jp]];
+            if (pn->op == LT_OP_data) args->param_bufs[jp] = lt_buffer_retain(pb[jp][q]);
+            else args->param_values[jp] = pn->value;
+        }
+        /* the capture's aliasing (two leaves, one buffer) must hold on this core too */
+        for (int jp = 0; jp < lg.n_params && st == LT_OK; jp++)
+            if (lg.param_alias[jp] >= 0 && args->param_bufs[jp] != args->param_bufs[lg.param_alias[jp]])
+                st = lt_set_error(LT_ERR_INTERNAL, "spmd: a level's parameters alias on one core only");
+        if (st == LT_OK) st = lt_submit_outputs(core, p, args, fresh);
+        for (int r = 0; r < nr && st == LT_OK; r++) {
+            int i = roots_i[r];
+            if (!x->val[i]) x->val[i] = calloc((size_t)x->nd, sizeof *x->val[i]);
+            if (!x->val[i]) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+            else x->val[i][q] = lt_buffer_retain(args->out_bufs[lg.root_out[r]]);
+        }
+        if (st != LT_OK) {
+            lt_submit_job_free(job);
+            free(fresh);
+            break;
+        }
+        job->prog = lt_program_retain(p);
+        job->key = lg.key;
+        args->cause = cause;
+        job->frame = frame && frame[0] ? strdup(frame) : NULL;
+        job->job.wake = LT_WAKE_NOW;
+        lt_submit_queue(core, job, fresh);
+        free(fresh);
     }
+    free(pb);
 out:
-    lt_exec_args_free(&args);
     if (p) lt_program_release(p);
     if (lg.nodes) lt_graph_free(&lg);
     if (ln)
@@ -689,6 +548,7 @@ out:
     free(ln);
     free(roots_i);
     free(roots);
+    free(src);
     return st;
 }
 
@@ -714,12 +574,32 @@ static void report(const xs *x, const char *why)
              "with local shapes)",
              (unsigned long long)g->key, m, x->nd, x->n_levels);
     lt_metrics_note("sharding", line);
-    for (int k = 0; k < K_NUM; k++) {
-        if (!x->count[k]) continue;
-        snprintf(line, sizeof line, "  executed %-14s x%-4d %10s per core", kname[k], x->count[k],
-                 lt_fmt_bytes(x->bytes[k], b, sizeof b));
-        lt_metrics_note("sharding", line);
-    }
+    int qp = 0;
+    for (int q = 1; q < x->nd; q++)
+        if (x->peak[q] > x->peak[qp]) qp = q;
+    char b2[32];
+    snprintf(line, sizeof line,
+             "  per core (measured this step): peak %s on core %d (held before the step %s), "
+             "%d results kept as per-core shards; metrics SpmdCorePeakBytes / SpmdCoreHeldBytes "
+             "every step",
+             lt_fmt_bytes((double)x->peak[qp], b, sizeof b), x->m->dev[qp],
+             lt_fmt_bytes((double)x->held[qp], b2, sizeof b2), x->n_parts);
+    lt_metrics_note("sharding", line);
+    for (int k = 0; k < K_NUM; k++)
+        for (unsigned ax = 0; ax < 256; ax++) {
+            if (!x->ax_count[k][ax]) continue;
+            char axes[96];
+            size_t al = 0;
+            axes[0] = 0;
+            for (int a = 0; a < x->m->mesh_ndim && al < sizeof axes; a++)
+                if (ax >> a & 1)
+                    al += (size_t)snprintf(axes + al, sizeof axes - al, "%s%d(%lld)", al ? "," : "",
+                                           a, (long long)x->m->mesh_shape[a]);
+            snprintf(line, sizeof line, "  executed %-14s x%-4d %10s per core  mesh axis %s", kname[k],
+                     x->ax_count[k][ax], lt_fmt_bytes(x->ax_bytes[k][ax], b, sizeof b),
+                     ax ? axes : "-");
+            lt_metrics_note("sharding", line);
+        }
     if (x->n_replicated)
         lt_spmd_note_replicated("  executed replicated (inputs gathered):", x->replicated);
 }
@@ -770,13 +650,20 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
     x->level = calloc((size_t)nn, sizeof *x->level);
     x->repl = calloc((size_t)nn, 1);
     x->val = calloc((size_t)nn, sizeof *x->val);
+    x->last_use = calloc((size_t)nn, sizeof *x->last_use);
     char *is_out = calloc((size_t)nn, 1);
+    char *is_gout = calloc((size_t)nn, 1);
+    char *eg = calloc((size_t)nn, 1);
+    char *whole = calloc((size_t)nn, 1);
+    char *keep_val = calloc((size_t)nn, 1);   /* a result read from x->val */
+    lay *eg_w = calloc((size_t)nn, sizeof *eg_w);
     lt_status st = LT_OK;
-    if (!x->T || !x->W || !x->bump || !x->level || !x->repl || !x->val || !is_out) {
+    if (!x->T || !x->W || !x->bump || !x->level || !x->repl || !x->val || !x->last_use ||
+        !is_out || !is_gout || !eg || !eg_w || !keep_val || !whole) {
         st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
         goto out;
     }
-    plan_layouts(x);
+    lt_spmdx_plan_layouts(x);
     /* a level's outputs: values used at a later level or by the step */
     for (int i = 0; i < nn; i++)
         for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++) {
@@ -784,9 +671,48 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
             if (lt_node_is_pending(g->nodes[j]) && (x->bump[e] || x->level[j] != x->level[i]))
                 is_out[j] = 1;
         }
-    for (int k = 0; k < g->n_outputs; k++) is_out[g->output_pos[k]] = 1;
-    for (int L = 0; L < x->n_levels && st == LT_OK; L++)
-        for (int q = 0; q < x->nd && st == LT_OK; q++) st = run_level(x, L, q, cause, frame, is_out);
+    for (int k = 0; k < g->n_outputs; k++)
+        is_out[g->output_pos[k]] = is_gout[g->output_pos[k]] = keep_val[g->output_pos[k]] = 1;
+    for (int i = 0; i < nn; i++)
+        for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++)
+            if (x->level[i] > x->last_use[g->in_pos[e]]) x->last_use[g->in_pos[e]] = x->level[i];
+    for (int q = 0; q < x->nd; q++) {
+        x->held[q] = lt_core_bytes_in_use(m->dev[q]);
+        lt_core_peak_mark(m->dev[q]);
+    }
+    plan_eager(x, is_gout, eg, eg_w, whole);
+    for (int L = 0; L < x->n_levels && st == LT_OK; L++) {
+        x->cur_level = L;
+        st = run_level(x, L, cause, frame, is_out);
+        /* the level done on every core before the next: the buffers it
+         * frees are free before the next level allocates */
+        for (int q = 0; q < x->nd && st == LT_OK; q++) lt_core_wait(m->dev[q], 0, 0);
+        /* partial values reduce-scattered as soon as they are complete */
+        for (int j = 0; j < nn && st == LT_OK; j++) {
+            if (x->level[j] != L || !x->val[j] || !x->T[j].partial) continue;
+            lay B;
+            if (!result_layout(x, j, eg, eg_w, whole, &B)) continue;
+            if (eg[j] != 1 && !is_gout[j] && !whole[j]) continue;
+            lt_buffer **b = NULL;
+            st = value_in(x, j, &B, &b);
+            if (st != LT_OK) break;
+            for (conv *c = x->convs; c; c = c->next)
+                if (c->j == j && c->buf == b) c->last = is_gout[j] ? x->n_levels : x->last_use[j];
+            if (eg[j] == 1) {          /* no reader wants the addends */
+                for (int q = 0; q < x->nd; q++) lt_buffer_release(x->val[j][q]);
+                free(x->val[j]);
+                x->val[j] = NULL;
+            } else {
+                keep_val[j] = 0;       /* the result is the conversion */
+            }
+        }
+        free_after_level(x, L, keep_val);
+    }
+    /* the cores' programs done (a failed one reports here, naming its core) */
+    for (int q = 0; q < x->nd; q++) {
+        lt_status sq = lt_core_wait(m->dev[q], 0, 1);
+        if (st == LT_OK) st = sq;
+    }
     /* the step's results, whole on the graph's core */
     for (int k = 0; k < g->n_outputs && st == LT_OK; k++) {
         int j = g->output_pos[k];
@@ -804,15 +730,30 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
             out_bufs[k] = lt_buffer_retain(x->val[j][0]);
             continue;
         }
+        if (!A->partial && lay_split(A, n->shape.ndim)) {
+            st = keep_parts(x, j, A, x->val[j], &out_bufs[k]);   /* each core keeps its shard */
+            continue;
+        }
+        lay B;
+        if (A->partial && result_layout(x, j, eg, eg_w, whole, &B)) {
+            /* a sum of addends (a gradient): reduce-scattered over the axes
+             * it is partial on, each core keeps its shard */
+            lt_buffer **b = NULL;
+            st = value_in(x, j, &B, &b);
+            if (st == LT_OK && !lay_split(&B, n->shape.ndim)) out_bufs[k] = lt_buffer_retain(b[0]);
+            else if (st == LT_OK) st = keep_parts(x, j, &B, b, &out_bufs[k]);
+            continue;
+        }
         st = lt_buffer_alloc(g->core, (lt_dtype)n->dtype, lt_shape_numel(&n->shape), &out_bufs[k]);
         if (st == LT_OK) st = assemble(x, n, A, x->val[j], out_bufs[k]->data);
         if (A->partial) {
             lt_shape ls;
             local_shape(x, &n->shape, A, &ls);
-            x->count[K_REDUCE]++;
-            x->bytes[K_REDUCE] += (double)lt_shape_numel(&ls) * (double)lt_dtype_size((lt_dtype)n->dtype);
+            note(x, K_REDUCE, A->partial,
+                 (double)lt_shape_numel(&ls) * (double)lt_dtype_size((lt_dtype)n->dtype));
         }
     }
+    for (int q = 0; q < x->nd; q++) x->peak[q] = lt_core_peak_since_mark(m->dev[q]);
     if (st == LT_OK) {
         *ran = 1;
         lt_counter_inc_name("SpmdPartitionedExecute", 1);
@@ -820,6 +761,13 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
         for (int k = 0; k < K_NUM; k++)
             if (k != K_SLICE) nc += x->count[k];
         lt_counter_inc_name("SpmdExecutedCollectives", nc);
+        size_t pk = 0, hd = 0;
+        for (int q = 0; q < x->nd; q++) {
+            if (x->peak[q] > pk) pk = x->peak[q];
+            if (x->held[q] > hd) hd = x->held[q];
+        }
+        lt_metric_add(lt_metric_get("SpmdCorePeakBytes", LT_UNIT_BYTES), (double)pk);
+        lt_metric_add(lt_metric_get("SpmdCoreHeldBytes", LT_UNIT_BYTES), (double)hd);
         if (x->compiled) {
             lt_spmd_plan_out sp;
             lt_spmd_plan(g, &sp, 2);
@@ -846,6 +794,12 @@ out:
         free(c);
     }
     free(is_out);
+    free(is_gout);
+    free(eg);
+    free(whole);
+    free(keep_val);
+    free(eg_w);
+    free(x->last_use);
     free(x->T);
     free(x->W);
     free(x->bump);

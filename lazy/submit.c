@@ -74,6 +74,8 @@ lt_status lt_submit_outputs(int core, const lt_program *p, lt_exec_args *a, char
         }
         int j = lt_program_output_alias(p, k);
         if (j >= 0 && j < a->n_params && a->param_bufs[j]) {
+            lt_status su = lt_buffer_unpart(a->param_bufs[j]);   /* written whole */
+            if (su != LT_OK) return su;
             a->out_bufs[k] = lt_buffer_retain(a->param_bufs[j]);
             continue;
         }

@@ -268,6 +268,7 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
         int pd = g.param_pos[j];
         lt_node *d = g.nodes[pd];
         if (d->op != LT_OP_data || !d->buf || g.param_alias[j] >= 0) continue;
+        if (d->buf->parts) continue;    /* a value held per core is read, never written */
         if (atomic_load(&d->buf->refs) != 1 || atomic_load(&d->refs) != expect[pd]) continue;
         /* another param aliasing the same buffer would be read after the write */
         int shared = 0;
@@ -286,7 +287,9 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
         if (pn->op == LT_OP_data) args.param_bufs[j] = lt_buffer_retain(pn->buf);
         else args.param_values[j] = pn->value;
     }
-    st = lt_submit_outputs(core, p, &args, fresh);
+    /* a sharded value held per core, read whole here: assembled once */
+    for (int j = 0; j < g.n_params && st == LT_OK; j++) st = lt_buffer_whole(args.param_bufs[j]);
+    if (st == LT_OK) st = lt_submit_outputs(core, p, &args, fresh);
     if (st != LT_OK) {
         free(fresh);
         free(donated);

@@ -1,0 +1,147 @@
+/*
+ * lazy/spmd_exec_int.h — the partitioned executor's private types and
+ * helpers, shared by spmd_exec.c (levels, layout changes, results) and
+ * spmd_rules.c (the layout of each op). Not a public interface.
+ */
+#ifndef LT_SPMD_EXEC_INT_H
+#define LT_SPMD_EXEC_INT_H
+
+#include <string.h>
+#include "spmd.h"
+#include "device.h"
+#include "shape.h"
+#define LT_MAX_ARITY_SPMD 64   /* a graph with a wider node runs whole */
+
+enum { K_GATHER = 0, K_REDUCE, K_SCATTER, K_TO_ALL, K_SLICE, K_NUM };
+
+typedef struct lay {
+    int64_t ax[LT_MAX_DIMS];
+    unsigned partial;
+    double pscale;             /* the sum of the addends times this */
+} lay;
+
+typedef struct conv {          /* a value brought to another layout */
+    int j;
+    int last;                  /* freed after this level */
+    lay w;
+    lt_buffer **buf;           /* per mesh position */
+    struct conv *next;
+} conv;
+
+typedef struct xs {
+    const lt_graph *g;
+    const lt_sharding *m;
+    int nd;
+    int coord[LT_SPMD_MAX_DEVICES][LT_MAX_DIMS];
+    lay *T;                    /* per node */
+    lay *W;                    /* per edge (in_pos index) */
+    char *bump;                /* per edge: layout change before the consumer */
+    int *level;
+    char *repl;                /* per node: run replicated (no rule) */
+    lt_buffer ***val;          /* per node: per-position buffers, layout T */
+    conv *convs;
+    int n_levels;
+    int count[K_NUM];
+    double bytes[K_NUM];
+    int ax_count[K_NUM][256];  /* per kind and mesh axes (bit k: axis k) */
+    double ax_bytes[K_NUM][256];
+    int replicated[LT_NUM_OPS];
+    int n_replicated;
+    int compiled;              /* a per-core program was compiled this step */
+    int *last_use;             /* per node: the last level reading its value */
+    size_t held[LT_SPMD_MAX_DEVICES];   /* per position: bytes on its core before the step */
+    size_t peak[LT_SPMD_MAX_DEVICES];   /* and the step's high-water mark */
+    int n_parts;               /* results kept as per-core shards */
+    int cur_level;             /* the level being run */
+} xs;
+
+static inline int64_t nshards(const xs *x, int64_t code)
+{
+    return lt_spmd_code_shards(x->m->mesh_shape, code);
+}
+
+/* index of position q's block along a dim split over `code` */
+static inline int64_t shard_idx(const xs *x, int q, int64_t code)
+{
+    int64_t idx = 0;
+    for (int k = 0, c = lt_spmd_axes_count(code); k < c; k++) {
+        int a = lt_spmd_axes_get(code, k);
+        idx = idx * x->m->mesh_shape[a] + x->coord[q][a];
+    }
+    return idx;
+}
+
+static inline void local_shape(const xs *x, const lt_shape *s, const lay *l, lt_shape *out)
+{
+    *out = *s;
+    for (int d = 0; d < s->ndim; d++) out->dims[d] = s->dims[d] / nshards(x, l->ax[d]);
+}
+
+static inline int lay_same(const lay *a, const lay *b, int ndim)
+{
+    if (a->partial != b->partial) return 0;
+    for (int d = 0; d < ndim; d++)
+        if (a->ax[d] != b->ax[d]) return 0;
+    return 1;
+}
+
+static inline int lay_split(const lay *l, int ndim)
+{
+    for (int d = 0; d < ndim; d++)
+        if (l->ax[d]) return 1;
+    return 0;
+}
+
+/* Drops splits that do not divide their dim or reuse a mesh axis. */
+static inline void lay_fix(const xs *x, const lt_shape *s, lay *l)
+{
+    unsigned used = l->partial;
+    for (int d = 0; d < s->ndim; d++) {
+        if (!l->ax[d]) continue;
+        if (s->dims[d] % nshards(x, l->ax[d]) || (lt_spmd_axes_mask(l->ax[d]) & used)) l->ax[d] = 0;
+        else used |= lt_spmd_axes_mask(l->ax[d]);
+    }
+    for (int d = s->ndim; d < LT_MAX_DIMS; d++) l->ax[d] = 0;
+}
+
+/* Names layout l of an ndim value over x's mesh (lt_buffer_parts.layout_key). */
+static inline uint64_t lay_key(const xs *x, const lay *l, int ndim)
+{
+    uint64_t h = 0x4c41594f5554ULL;   /* "LAYOUT" */
+    h = lt_hash_mix(h, (uint64_t)x->m->mesh_ndim);
+    for (int a = 0; a < x->m->mesh_ndim; a++) h = lt_hash_mix(h, (uint64_t)x->m->mesh_shape[a]);
+    for (int q = 0; q < x->m->n_dev; q++) h = lt_hash_mix(h, (uint64_t)x->m->dev[q]);
+    h = lt_hash_mix(h, (uint64_t)ndim);
+    for (int d = 0; d < ndim; d++) h = lt_hash_mix(h, (uint64_t)l->ax[d]);
+    return h | 1;
+}
+
+static inline int partial_ok(const lt_node *n)
+{
+    return n->dtype == LT_F32 || n->dtype == LT_F64;
+}
+
+/* The kind of the change from layout A to layout B. */
+static inline int kind_of(const lay *A, const lay *B, int ndim)
+{
+    if (A->partial) {
+        for (int d = 0; d < ndim; d++)
+            if (B->ax[d] && (lt_spmd_axes_mask(B->ax[d]) & A->partial)) return K_SCATTER;
+        return K_REDUCE;
+    }
+    int gather = 0, split = 0;
+    for (int d = 0; d < ndim; d++) {
+        if (A->ax[d] && A->ax[d] != B->ax[d]) gather = 1;
+        if (B->ax[d] && A->ax[d] != B->ax[d]) split = 1;
+    }
+    return gather ? (split ? K_TO_ALL : K_GATHER) : K_SLICE;
+}
+
+/* Layouts of every node of x->g (x->T, x->W), the ops run replicated
+ * (x->repl, x->replicated), the level of each node and the edges that
+ * change layout (x->level, x->bump, x->n_levels): spmd_rules.c. */
+void lt_spmdx_plan_layouts(xs *x);
+/* The attrs of node i's local op (sizes written in them made local). */
+void lt_spmdx_local_attrs(const xs *x, int i, lt_attrs *a);
+
+#endif

@@ -1,0 +1,321 @@
+/*
+ * lazy/spmd_rules.c — the partitioned executor's layout of each op
+ * (spmd_exec_int.h; the rules are listed in spmd_exec.c's header and
+ * docs/spmd.md), and the levels of the graph from them.
+ */
+#include <string.h>
+#include "spmd_exec_int.h"
+#include "tensor.h"
+
+/* ----------------------------------------------------------- layout rules */
+
+static const lay *Tin(const xs *x, int i, int k) { return &x->T[x->g->in_pos[x->g->in_off[i] + k]]; }
+static const lt_node *Nin(const xs *x, int i, int k) { return x->g->nodes[x->g->in_pos[x->g->in_off[i] + k]]; }
+
+static void set_replicated(xs *x, int i)
+{
+    const lt_graph *g = x->g;
+    memset(&x->T[i], 0, sizeof x->T[i]);
+    x->T[i].pscale = 1;
+    for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++) {
+        memset(&x->W[e], 0, sizeof x->W[e]);
+        x->W[e].pscale = 1;
+    }
+    x->repl[i] = 1;
+}
+
+/* Decides T[i] and W of i's inputs; returns 0 when the op has no rule. */
+static int rule(xs *x, int i)
+{
+    const lt_graph *g = x->g;
+    const lt_node *n = g->nodes[i];
+    int nin = g->in_off[i + 1] - g->in_off[i];
+    lay *T = &x->T[i];
+    lay *W = &x->W[g->in_off[i]];
+    memset(T, 0, sizeof *T);
+    T->pscale = 1;
+    for (int k = 0; k < nin; k++) {
+        memset(&W[k], 0, sizeof W[k]);
+        W[k].pscale = 1;
+    }
+    lt_op op = (lt_op)n->op;
+    const lt_shape *O = &n->shape;
+    switch (lt_spmd_rule_of(op)) {
+    case LT_SPMD_EW:
+        /* an annotated elementwise value takes its annotation (GSPMD's
+         * sharding constraint): the inputs are brought to it */
+        if ((n->flags & LT_NODE_SHARD_ANNOT) && n->shard && n->shard->n_dev == x->m->n_dev &&
+            n->shard->mesh_ndim == x->m->mesh_ndim) {
+            for (int d = 0; d < O->ndim && d < n->shard->ndim; d++) T->ax[d] = n->shard->axes[d];
+            lay_fix(x, O, T);
+        } else {
+            for (int od = 0; od < O->ndim; od++)
+                for (int k = 0; k < nin && !T->ax[od]; k++) {
+                    const lt_node *y = Nin(x, i, k);
+                    int d = od - (O->ndim - y->shape.ndim);
+                    if (d >= 0 && y->shape.dims[d] == O->dims[od]) T->ax[od] = Tin(x, i, k)->ax[d];
+                }
+            lay_fix(x, O, T);
+        }
+        for (int k = 0; k < nin; k++) {
+            const lt_node *y = Nin(x, i, k);
+            for (int d = 0; d < y->shape.ndim; d++) {
+                int od = d + (O->ndim - y->shape.ndim);
+                if (od >= 0 && y->shape.dims[d] == O->dims[od]) W[k].ax[d] = T->ax[od];
+            }
+        }
+        return 1;
+    case LT_SPMD_CONTRACT: {
+        if (op != LT_OP_mm && op != LT_OP_addmm) return 0;
+        int base = op == LT_OP_addmm ? 1 : 0;
+        const lay *A = Tin(x, i, base), *B = Tin(x, i, base + 1);
+        int64_t M = A->ax[0], K = A->ax[1] ? A->ax[1] : B->ax[0], N = B->ax[1];
+        /* addmm with K split: each core adds bias / shards (the local
+         * graph scales it), so the addends sum to a @ b + bias */
+        if (!partial_ok(n)) K = 0;
+        if (lt_spmd_axes_mask(M) & lt_spmd_axes_mask(K)) K = 0;
+        if (lt_spmd_axes_mask(N) & (lt_spmd_axes_mask(M) | lt_spmd_axes_mask(K))) N = 0;
+        W[base].ax[0] = M;
+        W[base].ax[1] = K;
+        W[base + 1].ax[0] = K;
+        W[base + 1].ax[1] = N;
+        T->ax[0] = M;
+        T->ax[1] = N;
+        T->partial = lt_spmd_axes_mask(K);
+        lay_fix(x, O, T);
+        if (T->ax[0] != M || T->ax[1] != N) return 0;
+        if (base) {
+            const lt_node *b = Nin(x, i, 0);
+            for (int d = 0; d < b->shape.ndim; d++) {
+                int od = d + (2 - b->shape.ndim);
+                if (b->shape.dims[d] == O->dims[od]) W[0].ax[d] = T->ax[od];
+            }
+        }
+        return 1;
+    }
+    case LT_SPMD_REDUCE: {
+        /* other reductions (attrs of their own): replicated */
+        if ((op != LT_OP_sum && op != LT_OP_mean) || n->attrs.n < 1) return 0;
+        const lay *A = Tin(x, i, 0);
+        const lt_node *y = Nin(x, i, 0);
+        uint64_t mask = (uint64_t)n->attrs.i[0];
+        int keep = n->attrs.n >= 2 ? n->attrs.i[1] != 0 : 0;
+        int linear = (op == LT_OP_sum || op == LT_OP_mean) && partial_ok(n);
+        int od = 0;
+        T->pscale = 1;
+        for (int d = 0; d < y->shape.ndim; d++) {
+            int red = (int)((mask >> d) & 1);
+            if (red) {
+                if (A->ax[d] && linear) {
+                    W[0].ax[d] = A->ax[d];
+                    T->partial |= lt_spmd_axes_mask(A->ax[d]);
+                    if (op == LT_OP_mean) T->pscale /= (double)nshards(x, A->ax[d]);
+                }
+                if (keep) od++;
+            } else {
+                W[0].ax[d] = A->ax[d];
+                T->ax[od++] = A->ax[d];
+            }
+        }
+        if (linear && A->partial) {
+            W[0].partial = A->partial;
+            W[0].pscale = A->pscale;
+            T->partial |= A->partial;
+            T->pscale *= A->pscale;
+        }
+        if (od != O->ndim) return 0;
+        return 1;
+    }
+    case LT_SPMD_NORM: {
+        if (op != LT_OP_softmax && op != LT_OP_log_softmax && op != LT_OP_softmax_backward &&
+            op != LT_OP_log_softmax_backward)
+            return 0;
+        int dim = (int)n->attrs.i[0];
+        if (dim < 0) dim += O->ndim;
+        if (dim < 0 || dim >= O->ndim) return 0;
+        /* per dim the first input splitting it (a replicated gradient is
+         * sliced locally rather than the output gathered) */
+        for (int d = 0; d < O->ndim; d++)
+            for (int k = 0; k < nin && d != dim && !T->ax[d]; k++)
+                if (lt_shape_equal(&Nin(x, i, k)->shape, O)) T->ax[d] = Tin(x, i, k)->ax[d];
+        lay_fix(x, O, T);
+        for (int k = 0; k < nin; k++)
+            if (lt_shape_equal(&Nin(x, i, k)->shape, O)) memcpy(W[k].ax, T->ax, sizeof T->ax);
+            else return 0;
+        return 1;
+    }
+    case LT_SPMD_CONV: {
+        /* the batch dim (0) split; a convolution's weight whole */
+        int weight = op == LT_OP_conv2d || op == LT_OP_conv3d || op == LT_OP_conv2d_backward_input ||
+                     op == LT_OP_conv3d_backward_input;
+        if (O->ndim < 1) return 0;
+        for (int k = 0; k < nin && !T->ax[0]; k++) {
+            const lt_node *y = Nin(x, i, k);
+            if (!(weight && k == 1) && y->shape.ndim >= 1 && y->shape.dims[0] == O->dims[0])
+                T->ax[0] = Tin(x, i, k)->ax[0];
+        }
+        lay_fix(x, O, T);
+        for (int k = 0; k < nin; k++) {
+            const lt_node *y = Nin(x, i, k);
+            if (!(weight && k == 1) && y->shape.ndim >= 1 && y->shape.dims[0] == O->dims[0])
+                W[k].ax[0] = T->ax[0];
+        }
+        return 1;
+    }
+    case LT_SPMD_VIEW: {
+        const lay *A = Tin(x, i, 0);
+        const lt_node *y = Nin(x, i, 0);
+        if (op == LT_OP_permute) {
+            if (n->attrs.n != O->ndim || O->ndim != y->shape.ndim) return 0;
+            for (int od = 0; od < O->ndim; od++) {
+                if (n->attrs.i[od] < 0 || n->attrs.i[od] >= y->shape.ndim) return 0;
+                T->ax[od] = A->ax[n->attrs.i[od]];
+            }
+            memcpy(W[0].ax, A->ax, sizeof A->ax);
+        } else if (op == LT_OP_reshape) {
+            /* a split dim survives when a dim of the output has its size
+             * and the same number of elements before it */
+            for (int d = 0; d < y->shape.ndim; d++) {
+                if (!A->ax[d]) continue;
+                int64_t before = 1, ob = 1;
+                for (int e = 0; e < d; e++) before *= y->shape.dims[e];
+                int found = 0;
+                for (int od = 0; od < O->ndim && !found; od++) {
+                    if (ob == before && O->dims[od] == y->shape.dims[d]) {
+                        T->ax[od] = W[0].ax[d] = A->ax[d];
+                        found = 1;
+                    }
+                    ob *= O->dims[od];
+                }
+                if (!found) return 0;
+            }
+        } else if (op == LT_OP_expand) {
+            for (int d = 0; d < y->shape.ndim; d++) {
+                int od = d + (O->ndim - y->shape.ndim);
+                if (y->shape.dims[d] == O->dims[od]) T->ax[od] = W[0].ax[d] = A->ax[d];
+            }
+        } else if (op == LT_OP_slice || op == LT_OP_select) {
+            int dim = (int)n->attrs.i[0];
+            if (dim < 0 || dim >= y->shape.ndim) return 0;
+            for (int d = 0, od = 0; d < y->shape.ndim; d++) {
+                if (d == dim) {
+                    if (op == LT_OP_slice) T->ax[od++] = 0;
+                    continue;
+                }
+                T->ax[od++] = W[0].ax[d] = A->ax[d];
+            }
+        } else {
+            return 0;
+        }
+        lay_fix(x, O, T);
+        if (A->partial) {           /* linear: the addends pass through */
+            W[0].partial = T->partial = A->partial;
+            W[0].pscale = T->pscale = A->pscale;
+        }
+        return 1;
+    }
+    default:
+        if ((op == LT_OP_conv2d_backward_weight || op == LT_OP_conv3d_backward_weight) &&
+            partial_ok(n)) {
+            /* (grad, x) split alike on the batch: each core's weight
+             * gradient is an addend */
+            int64_t b = Tin(x, i, 0)->ax[0] ? Tin(x, i, 0)->ax[0] : Tin(x, i, 1)->ax[0];
+            if (!b || Nin(x, i, 0)->shape.dims[0] % nshards(x, b)) return 0;
+            W[0].ax[0] = W[1].ax[0] = b;
+            T->partial = lt_spmd_axes_mask(b);
+            return 1;
+        }
+        return 0;
+    }
+}
+
+/* The attrs of i's local op (sizes written in them made local). */
+void lt_spmdx_local_attrs(const xs *x, int i, lt_attrs *a)
+{
+    const lt_node *n = x->g->nodes[i];
+    *a = n->attrs;
+    if (n->op == LT_OP_reshape || n->op == LT_OP_expand) {
+        for (int d = 0; d < n->shape.ndim && d < a->n; d++)
+            if (x->T[i].ax[d]) a->i[d] = n->shape.dims[d] / nshards(x, x->T[i].ax[d]);
+    }
+}
+
+/* 1 when the local op on the wanted input layouts gives T's local shape. */
+static int local_shape_ok(const xs *x, int i)
+{
+    const lt_graph *g = x->g;
+    const lt_node *n = g->nodes[i];
+    int nin = g->in_off[i + 1] - g->in_off[i];
+    lt_shape ls[LT_MAX_ARITY_SPMD];
+    lt_operand in[LT_MAX_ARITY_SPMD];
+    if (nin > LT_MAX_ARITY_SPMD) return 0;
+    for (int k = 0; k < nin; k++) {
+        const lt_node *y = Nin(x, i, k);
+        local_shape(x, &y->shape, &x->W[g->in_off[i] + k], &ls[k]);
+        in[k].shape = &ls[k];
+        in[k].dtype = (lt_dtype)y->dtype;
+        in[k].wrapped = (y->flags & LT_NODE_WRAPPED) != 0;
+    }
+    lt_attrs a;
+    lt_spmdx_local_attrs(x, i, &a);
+    lt_shape got, want;
+    lt_dtype dt;
+    if (lt_infer((lt_op)n->op, in, nin, &a, &got, &dt) != LT_OK) return 0;
+    local_shape(x, &n->shape, &x->T[i], &want);
+    return lt_shape_equal(&got, &want);
+}
+
+void lt_spmdx_plan_layouts(xs *x)
+{
+    const lt_graph *g = x->g;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const lt_node *n = g->nodes[i];
+        memset(&x->T[i], 0, sizeof x->T[i]);
+        x->T[i].pscale = 1;
+        if (!lt_node_is_pending(n)) {
+            if (n->shard && n->shard->n_dev == x->m->n_dev && n->shard->mesh_ndim == x->m->mesh_ndim)
+                for (int d = 0; d < n->shape.ndim && d < n->shard->ndim; d++)
+                    x->T[i].ax[d] = n->shard->axes[d];
+            lay_fix(x, &n->shape, &x->T[i]);
+            x->level[i] = -1;
+            continue;
+        }
+        int nin = g->in_off[i + 1] - g->in_off[i];
+        if (nin == 0 || !rule(x, i) || !local_shape_ok(x, i)) {
+            int gathered = 0;
+            for (int k = 0; k < nin; k++)
+                if (lt_node_is_pending(Nin(x, i, k)))
+                    gathered |= lay_split(Tin(x, i, k), Nin(x, i, k)->shape.ndim) ||
+                                Tin(x, i, k)->partial;
+            set_replicated(x, i);
+            if (gathered) {
+                x->replicated[n->op]++;
+                x->n_replicated++;
+            }
+        }
+        int lv = 0, gather = 0;
+        for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++) {
+            int j = g->in_pos[e];
+            const lt_node *y = g->nodes[j];
+            if (!lt_node_is_pending(y)) {
+                x->bump[e] = 0;
+                const lt_buffer_parts *P = y->buf ? y->buf->parts : NULL;
+                if (P && P->layout_key != lay_key(x, &x->W[e], y->shape.ndim)) gather = 1;
+                continue;
+            }
+            x->bump[e] = !lay_same(&x->T[j], &x->W[e], y->shape.ndim);
+            if (x->bump[e]) {
+                int k = kind_of(&x->T[j], &x->W[e], y->shape.ndim);
+                if (k == K_GATHER || k == K_TO_ALL) gather = 1;
+            }
+            int l = x->level[j] + x->bump[e];
+            if (l > lv) lv = l;
+        }
+        /* a gathered input (an FSDP weight) starts a level after every level
+         * so far: gathered values live one level, as FSDP gathers one layer */
+        if (gather && lv < x->n_levels) lv = x->n_levels;
+        x->level[i] = lv;
+        if (lv + 1 > x->n_levels) x->n_levels = lv + 1;
+    }
+}
+
