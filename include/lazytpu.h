@@ -334,6 +334,11 @@ LT_API int lt_tensor_is_pending(const lt_tensor *t);
 /* Replaces dst's value by src's (same core; shapes may differ). This is how
  * in-place updates land: dst keeps its identity, the value is a new node. */
 LT_API lt_status lt_tensor_assign(lt_tensor *dst, lt_tensor *src);
+/* A new tensor (*out, caller releases) holding t's value: nothing is traced
+ * and a value that is data stays data (a clone or detach of a computed
+ * tensor adds no node to the next graph). An assign to either tensor later
+ * leaves the other as it was. LT_ERR_ARG for NULL, LT_ERR_OOM. */
+LT_API lt_status lt_tensor_share(lt_tensor *t, lt_tensor **out);
 /* Number of live tensors on a core (for leak checks and tests). */
 LT_API int64_t lt_live_tensors(int core);
 /* Ops traced on `core` since its last step boundary (a sync of the core's
