@@ -314,8 +314,16 @@ at::Tensor &lt_zero_(at::Tensor &self) { return assign_into(self, lt_zero(self))
 
 /* ------------------------------------------------------------ identities */
 
+/* A computed value is shared by a new tensor (nothing traced: a detach or a
+ * Parameter of a moved weight stays data, as torch_xla's, and adds no
+ * compile to the next step); a pending one gets an identity node. */
 at::Tensor lt_clone(const at::Tensor &self, c10::optional<at::MemoryFormat> mf) {
   lt_tensor *h = handle_of(self);
+  if (!lt_tensor_is_pending(h)) {
+    lt_tensor *out = nullptr;
+    check(lt_tensor_share(h, &out));
+    return wrap(Ref(out));
+  }
   return wrap(fresh(Ref::borrow(h), {h}));
 }
 /* detach/alias keep self's (view) layout */

@@ -455,6 +455,30 @@ PyObject *py_trace_event(PyObject *, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* capture_start(): lt_trace_capture_start; RuntimeError while one runs. */
+PyObject *py_capture_start(PyObject *, PyObject *) {
+  lt_status st = lt_trace_capture_start();
+  if (st != LT_OK) return raise_status(st);
+  Py_RETURN_NONE;
+}
+
+PyObject *py_capture_active(PyObject *, PyObject *) { return PyBool_FromLong(lt_trace_capture_active()); }
+
+/* capture_stop(logdir or None) -> the run directory written (None when
+ * logdir is None); RuntimeError without a session or when writing fails. */
+PyObject *py_capture_stop(PyObject *, PyObject *args) {
+  const char *logdir = nullptr;
+  if (!PyArg_ParseTuple(args, "z", &logdir)) return nullptr;
+  char dir[4096] = "";
+  lt_status st;
+  Py_BEGIN_ALLOW_THREADS
+  st = lt_trace_capture_stop(logdir, dir, sizeof dir);
+  Py_END_ALLOW_THREADS
+  if (st != LT_OK) return raise_status(st);
+  if (!logdir) Py_RETURN_NONE;
+  return PyUnicode_FromString(dir);
+}
+
 PyMethodDef methods[] = {
     {"_init", py_init, METH_NOARGS, "Initialise the core (idempotent)."},
     {"num_cores", py_num_cores, METH_NOARGS, "Number of simulated cores."},
@@ -517,6 +541,9 @@ PyMethodDef methods[] = {
      "returns the previous setting."},
     {"trace_enabled", py_trace_enabled, METH_NOARGS, "True with LAZYTPU_TRACE."},
     {"trace_flush", py_trace_flush, METH_NOARGS, "Write buffered trace events."},
+    {"capture_start", py_capture_start, METH_NOARGS, "Start a trace capture session."},
+    {"capture_active", py_capture_active, METH_NOARGS, "True while a capture session runs."},
+    {"capture_stop", py_capture_stop, METH_VARARGS, "End the capture; write it under logdir."},
     {"trace_event", py_trace_event, METH_VARARGS,
      "trace_event(name, cat, start_ns, dur_ns, tid)."},
     /* the world and the pipeline bound (world_py.cpp) */

@@ -334,6 +334,11 @@ LT_API int lt_tensor_is_pending(const lt_tensor *t);
 /* Replaces dst's value by src's (same core; shapes may differ). This is how
  * in-place updates land: dst keeps its identity, the value is a new node. */
 LT_API lt_status lt_tensor_assign(lt_tensor *dst, lt_tensor *src);
+/* A new tensor (*out, caller releases) holding t's value: nothing is traced
+ * and a value that is data stays data (a clone or detach of a computed
+ * tensor adds no node to the next graph). An assign to either tensor later
+ * leaves the other as it was. LT_ERR_ARG for NULL, LT_ERR_OOM. */
+LT_API lt_status lt_tensor_share(lt_tensor *t, lt_tensor **out);
 /* Number of live tensors on a core (for leak checks and tests). */
 LT_API int64_t lt_live_tensors(int core);
 /* Ops traced on `core` since its last step boundary (a sync of the core's
@@ -623,6 +628,29 @@ LT_API int lt_trace_enabled(void);
 /* Writes the buffered events; the file is valid JSON after every flush.
  * Also run by lt_shutdown and at exit. */
 LT_API void lt_trace_flush(void);
+
+/* Capture sessions (torch_xla's profiler: start_trace / stop_trace and
+ * trace(service, logdir, duration_ms)). lt_trace_capture_start begins
+ * keeping in memory every trace event that starts from now on (the events
+ * LAZYTPU_TRACE writes, whether or not it is set: compile, execute on each
+ * core, sync, transfers, fallbacks, the user's spans). Returns LT_OK, or
+ * LT_ERR_STATE ("Profile has already been started. Only one profile may be
+ * run at a time.") while a session runs. Process-wide, thread-safe. */
+LT_API lt_status lt_trace_capture_start(void);
+/* 1 while a capture session runs. */
+LT_API int lt_trace_capture_active(void);
+/* Ends the session and writes its events under `logdir` (directories made
+ * as needed), where TensorBoard's profile plugin finds a run:
+ * <logdir>/plugins/profile/<YYYY_MM_DD_HH_MM_SS>/<host>.xplane.pb, an
+ * XSpace protobuf (one plane "/host:CPU", one line per thread: "host",
+ * "loader", "core K"; events named as in the trace, with their category as
+ * a stat "cat"), and <host>.trace.json.gz, the same events as gzipped
+ * Chrome trace JSON. The run directory's path is copied into run_dir
+ * (capacity n; may be NULL). logdir NULL drops the events (nothing
+ * written). Returns LT_ERR_STATE ("No profile started") without a session;
+ * LT_ERR_ARG naming the path and the system's reason when a directory or
+ * file cannot be written (the session has ended all the same). */
+LT_API lt_status lt_trace_capture_stop(const char *logdir, char *run_dir, size_t n);
 
 #ifdef __cplusplus
 }

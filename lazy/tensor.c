@@ -133,6 +133,23 @@ lt_status lt_tensor_assign(lt_tensor *dst, lt_tensor *src)
     return LT_OK;
 }
 
+lt_status lt_tensor_share(lt_tensor *t, lt_tensor **out)
+{
+    if (!out) return lt_set_error(LT_ERR_ARG, "share: NULL out");
+    *out = NULL;
+    if (!t) return lt_set_error(LT_ERR_ARG, "share: NULL tensor");
+    lt_live_lock(t->core);
+    lt_tensor *n = lt_tensor_new_locked(lt_node_retain(t->value), t->dtype, t->core);
+    lt_node *v = t->value;
+    lt_live_unlock(t->core);
+    if (!n) {
+        lt_node_release(v);
+        return lt_set_error(LT_ERR_OOM, "share: out of host memory");
+    }
+    *out = n;
+    return LT_OK;
+}
+
 /* ----------------------------------------------------------- host transfer */
 
 lt_status lt_tensor_from_host(int core, const void *data, lt_dtype dtype,

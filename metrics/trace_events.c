@@ -13,20 +13,16 @@
 #include "trace_events.h"
 #include "registry.h"
 #include "options.h"
+#include "trace_capture.h"
 
-typedef struct trace_ev {
-    int64_t ts_ns, dur_ns;
-    int tid;
-    char name[48];
-    char cat[16];
-    char args[112];
-} trace_ev;
+typedef lt_trace_ev trace_ev;
 
 #define EV_BATCH 4096
 static const char FOOTER[] = "\n],\"displayTimeUnit\":\"ms\"}\n";
 
 static pthread_mutex_t tr_mu = PTHREAD_MUTEX_INITIALIZER;
-static atomic_int tr_on;
+static atomic_int tr_on;           /* the file sink is open */
+static atomic_int tr_capture;      /* a capture session (trace_capture.c) records */
 static int tr_fd = -1;
 static off_t tr_body_end;          /* offset where the footer starts */
 static trace_ev *tr_buf;
@@ -35,9 +31,15 @@ static int tr_pid;
 static char tr_path[1100];
 static int tr_atexit_done;
 
-int lt_trace_enabled(void) { return atomic_load_explicit(&tr_on, memory_order_relaxed); }
+int lt_trace_enabled(void)
+{
+    return atomic_load_explicit(&tr_on, memory_order_relaxed) ||
+           atomic_load_explicit(&tr_capture, memory_order_relaxed);
+}
 
-static int map_tid(int tid)
+void lt_trace_events_set_capture(int on) { atomic_store(&tr_capture, on ? 1 : 0); }
+
+int lt_trace_ev_tid(int tid)
 {
     if (tid >= 0) return tid;
     return LT_TRACE_HOST_TID + (-tid - 1);   /* -1 host, -2 loader, ... */
@@ -75,23 +77,39 @@ static void fail_off(void)
     tr_n = 0;
 }
 
+void lt_trace_ev_fill(lt_trace_ev *e, const char *name, const char *cat, int64_t start_ns,
+                      int64_t dur_ns, int tid, const char *args_json)
+{
+    e->ts_ns = start_ns;
+    e->dur_ns = dur_ns;
+    e->tid = tid;
+    snprintf(e->name, sizeof e->name, "%s", name ? name : "?");
+    snprintf(e->cat, sizeof e->cat, "%s", cat ? cat : "");
+    if (args_json && strlen(args_json) < sizeof e->args)
+        memcpy(e->args, args_json, strlen(args_json) + 1);
+    else
+        e->args[0] = 0;   /* never a truncated (invalid) object */
+}
+
+void lt_trace_ev_json(lt_sb *sb, const lt_trace_ev *e, int pid)
+{
+    lt_sb_puts(sb, ",\n{\"name\":");
+    lt_sb_json_str(sb, e->name);
+    lt_sb_puts(sb, ",\"cat\":");
+    lt_sb_json_str(sb, e->cat);
+    lt_sb_printf(sb, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d",
+                 (double)e->ts_ns / 1e3, (double)(e->dur_ns > 0 ? e->dur_ns : 0) / 1e3,
+                 pid, lt_trace_ev_tid(e->tid));
+    if (e->args[0]) lt_sb_printf(sb, ",\"args\":{%s}", e->args);
+    lt_sb_puts(sb, "}");
+}
+
 /* Writes the buffered events (lock held). */
 static void flush_locked(void)
 {
     if (tr_fd < 0 || tr_n == 0) return;
     lt_sb sb = {0};
-    for (int i = 0; i < tr_n; i++) {
-        const trace_ev *e = &tr_buf[i];
-        lt_sb_puts(&sb, ",\n{\"name\":");
-        lt_sb_json_str(&sb, e->name);
-        lt_sb_puts(&sb, ",\"cat\":");
-        lt_sb_json_str(&sb, e->cat);
-        lt_sb_printf(&sb, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d",
-                     (double)e->ts_ns / 1e3, (double)(e->dur_ns > 0 ? e->dur_ns : 0) / 1e3,
-                     tr_pid, map_tid(e->tid));
-        if (e->args[0]) lt_sb_printf(&sb, ",\"args\":{%s}", e->args);
-        lt_sb_puts(&sb, "}");
-    }
+    for (int i = 0; i < tr_n; i++) lt_trace_ev_json(&sb, &tr_buf[i], tr_pid);
     tr_n = 0;
     size_t len = sb.len;
     char *s = lt_sb_take(&sb);
@@ -125,13 +143,13 @@ void lt_trace_events_close(void)
 
 static void at_exit_flush(void) { lt_trace_events_close(); }
 
-static void thread_meta(lt_sb *sb, int tid, const char *name, int sort)
+void lt_trace_thread_meta(lt_sb *sb, int pid, int tid, const char *name, int sort)
 {
     lt_sb_printf(sb, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
-                 "\"args\":{\"name\":", tr_pid, tid);
+                 "\"args\":{\"name\":", pid, tid);
     lt_sb_json_str(sb, name);
     lt_sb_printf(sb, "}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,"
-                 "\"tid\":%d,\"args\":{\"sort_index\":%d}}", tr_pid, tid, sort);
+                 "\"tid\":%d,\"args\":{\"sort_index\":%d}}", pid, tid, sort);
 }
 
 /* Path with the ordinal: "{ordinal}" or "%d" replaced; else, when the world
@@ -181,12 +199,12 @@ void lt_trace_events_init(int n_cores)
     lt_sb sb = {0};
     lt_sb_printf(&sb, "{\"traceEvents\":[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,"
                  "\"tid\":0,\"args\":{\"name\":\"lazytpu ordinal %d\"}}", tr_pid, tr_pid);
-    thread_meta(&sb, LT_TRACE_HOST_TID, "host", -2);
-    thread_meta(&sb, LT_TRACE_HOST_TID + 1, "loader", -1);
+    lt_trace_thread_meta(&sb, tr_pid, LT_TRACE_HOST_TID, "host", -2);
+    lt_trace_thread_meta(&sb, tr_pid, LT_TRACE_HOST_TID + 1, "loader", -1);
     for (int c = 0; c < n_cores; c++) {
         char nm[32];
         snprintf(nm, sizeof nm, "core %d", c);
-        thread_meta(&sb, c, nm, c);
+        lt_trace_thread_meta(&sb, tr_pid, c, nm, c);
     }
     size_t len = sb.len;
     char *s = lt_sb_take(&sb);
@@ -207,18 +225,12 @@ void lt_trace_event_args(const char *name, const char *cat, int64_t start_ns,
                          int64_t dur_ns, int tid, const char *args_json)
 {
     if (!lt_trace_enabled()) return;
+    if (atomic_load_explicit(&tr_capture, memory_order_relaxed))
+        lt_trace_capture_record(name, cat, start_ns, dur_ns, tid, args_json);
+    if (!atomic_load_explicit(&tr_on, memory_order_relaxed)) return;
     pthread_mutex_lock(&tr_mu);
     if (tr_fd >= 0 && tr_buf) {
-        trace_ev *e = &tr_buf[tr_n++];
-        e->ts_ns = start_ns;
-        e->dur_ns = dur_ns;
-        e->tid = tid;
-        snprintf(e->name, sizeof e->name, "%s", name ? name : "?");
-        snprintf(e->cat, sizeof e->cat, "%s", cat ? cat : "");
-        if (args_json && strlen(args_json) < sizeof e->args)
-            memcpy(e->args, args_json, strlen(args_json) + 1);
-        else
-            e->args[0] = 0;   /* never a truncated (invalid) object */
+        lt_trace_ev_fill(&tr_buf[tr_n++], name, cat, start_ns, dur_ns, tid, args_json);
         if (tr_n == EV_BATCH) flush_locked();
     }
     pthread_mutex_unlock(&tr_mu);

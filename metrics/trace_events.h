@@ -20,6 +20,7 @@
 
 #include <stdint.h>
 #include "lazytpu.h"
+#include "registry.h"
 
 #define LT_TRACE_HOST_TID 100
 
@@ -33,5 +34,29 @@ void lt_trace_events_close(void);
  * valid JSON members, may be NULL). */
 void lt_trace_event_args(const char *name, const char *cat, int64_t start_ns,
                          int64_t dur_ns, int tid, const char *args_json);
+
+/* One recorded event (the file sink's batch and the capture session's
+ * buffer): name and category truncated to fit, args dropped when too long. */
+typedef struct lt_trace_ev {
+    int64_t ts_ns, dur_ns;
+    int tid;
+    char name[48];
+    char cat[16];
+    char args[112];
+} lt_trace_ev;
+
+/* Fills *e from an event's fields (strings copied, truncated). */
+void lt_trace_ev_fill(lt_trace_ev *e, const char *name, const char *cat, int64_t start_ns,
+                      int64_t dur_ns, int tid, const char *args_json);
+/* The JSON "tid" of an event's thread: the core index, LT_TRACE_HOST_TID for
+ * the host, LT_TRACE_HOST_TID + 1 for the loader. */
+int lt_trace_ev_tid(int tid);
+/* Appends ",\n{...}" (one "X" event, ts/dur in us) to sb. */
+void lt_trace_ev_json(lt_sb *sb, const lt_trace_ev *e, int pid);
+/* Appends ",\n" thread_name and thread_sort_index "M" events to sb. */
+void lt_trace_thread_meta(lt_sb *sb, int pid, int tid, const char *name, int sort);
+/* Capture sessions (trace_capture.c) turn recording into their buffer on
+ * and off: lt_trace_enabled() is true while either sink records. */
+void lt_trace_events_set_capture(int on);
 
 #endif

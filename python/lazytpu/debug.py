@@ -24,6 +24,7 @@ import torch
 
 from . import _C
 from . import core
+from .profiler import start_server  # noqa: F401  (torch_xla's name; lazytpu.profiler)
 
 __all__ = ["set_debug", "debug_enabled", "take_warnings", "fallback_report",
            "graph_text", "graph_dot", "trace_enabled", "trace_path",
@@ -199,27 +200,6 @@ class StepTrace(Trace):
 def trace_me(scope):
     """Decorator: every call of the function is a span named `scope`."""
     return Trace(scope)
-
-
-_servers = []
-
-
-class _ProfilerServer:
-    """What start_server returns: lazytpu has no profiler service to connect
-    to; the trace file (LAZYTPU_TRACE) holds the same spans."""
-
-    def __init__(self, port):
-        self.port = port
-
-
-def start_server(port, only_on_master=True):
-    """Accepted for torch_xla scripts; spans go to LAZYTPU_TRACE's file."""
-    from .compat import note
-    note("profiler server on port %s: lazytpu writes its trace to LAZYTPU_TRACE "
-         "instead (open it in Perfetto)" % port)
-    server = _ProfilerServer(port)
-    _servers.append(server)
-    return server
 
 
 # ------------------------------------------------------------ step plots

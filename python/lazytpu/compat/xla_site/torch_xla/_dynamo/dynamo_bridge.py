@@ -5,12 +5,15 @@ compiled-graph runner (lazytpu.compile, the ``lazytpu`` backend's): traced
 once on the device, recorded, and replayed without tracing afterwards.
 ``torch.compile(model, backend="openxla")`` therefore runs as
 ``backend="lazytpu"`` does."""
+from lazytpu import _C
 from lazytpu import compile as _compile
 
 
 def extract_compiled_graph(xla_model, xla_args):
     """A callable running the FX graph xla_model (its inputs: tensors on the
-    xla device, as xla_args) on the device; returns its outputs."""
+    xla device, as xla_args) on the device; returns its outputs. Counted in
+    DynamoExtractCompiledGraph (once per FX graph, as 2.9 counts it)."""
+    _C.counter_inc("DynamoExtractCompiledGraph", 1)
     graph = _compile._LazytpuGraph(xla_model, "openxla")
 
     def run(*args):
