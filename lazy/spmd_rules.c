@@ -108,8 +108,10 @@ static int rule_lnorm(xs *x, int i, lay *T, lay *W)
     if (bwd)                               /* mean, rstd: [*leading] (or unsplit) */
         for (int k2 = 2; k2 < 4 && k2 < nin; k2++) {
             const lt_shape *s = &Nin(x, i, k2)->shape;
-            int same = s->ndim == lead;
-            for (int d = 0; d < lead && same; d++) same = s->dims[d] == xn->shape.dims[d];
+            /* [*leading] or [*leading, 1, ...] (kept normalised dims) */
+            int same = s->ndim >= lead;
+            for (int d = 0; d < s->ndim && same; d++)
+                same = d < lead ? s->dims[d] == xn->shape.dims[d] : s->dims[d] == 1;
             if (same) {
                 for (int d = 0; d < lead; d++) W[k2].ax[d] = L.ax[d];
             } else if (lay_split(&L, lead)) {
@@ -212,6 +214,23 @@ static int rule_embedding_bwd(xs *x, int i, lay *T, lay *W)
         W[0].ax[d] = W[1].ax[d] = L.ax[d];
         T->partial |= lt_spmd_axes_mask(L.ax[d]);
     }
+    return 1;
+}
+
+/* cat along dim: the other dims split like the first input splitting them. */
+static int rule_cat(xs *x, int i, lay *T, lay *W)
+{
+    const lt_graph *g = x->g;
+    const lt_node *n = g->nodes[i];
+    int nin = g->in_off[i + 1] - g->in_off[i];
+    int dim = n->attrs.n >= 1 ? (int)n->attrs.i[0] : -1;
+    if (dim < 0 || dim >= n->shape.ndim) return 0;
+    for (int k = 0; k < nin; k++)
+        if (Nin(x, i, k)->shape.ndim != n->shape.ndim) return 0;
+    for (int d = 0; d < n->shape.ndim; d++)
+        for (int k = 0; k < nin && d != dim && !T->ax[d]; k++) T->ax[d] = Tin(x, i, k)->ax[d];
+    lay_fix(x, &n->shape, T);
+    for (int k = 0; k < nin; k++) memcpy(W[k].ax, T->ax, sizeof T->ax);
     return 1;
 }
 
@@ -416,6 +435,8 @@ static int rule(xs *x, int i)
     default:
         if (op == LT_OP_nll_loss || op == LT_OP_nll_loss_backward) return rule_nll(x, i, T, W);
         if (op == LT_OP_embedding_backward) return rule_embedding_bwd(x, i, T, W);
+        if (op == LT_OP_cat) return rule_cat(x, i, T, W);
+        if (op == LT_OP_layer_norm_backward_affine) return rule_lnorm(x, i, T, W);
         if ((op == LT_OP_conv2d_backward_weight || op == LT_OP_conv3d_backward_weight) &&
             partial_ok(n)) {
             /* (grad, x) split alike on the batch: each core's weight
