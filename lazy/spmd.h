@@ -118,7 +118,8 @@ typedef struct lt_spmd_plan_out {
  * when nothing in g is sharded; free it with lt_spmd_plan_free. */
 lt_status lt_spmd_plan(const lt_graph *g, lt_spmd_plan_out *res, int report);
 /* report = 2: the same lines, the first saying the graph ran partitioned
- * (SpmdUnpartitionedGraphs not counted). */
+ * (SpmdUnpartitionedGraphs not counted); the replicated ops are then
+ * listed and counted by the executor, by its own rules. */
 void lt_spmd_plan_free(lt_spmd_plan_out *res);
 /* Output k's data node `out` takes its planned layout (sync step 6). */
 void lt_spmd_set_output(lt_node *out, const lt_spmd_plan_out *res, int k);

@@ -12,8 +12,16 @@
  *   mm/addmm  M from a, N from b; K split alike -> partial sum (addmm:
  *             each core adds bias / shards)
  *   sum/mean  kept dims keep their split; a reduced split dim -> partial
+ *   bmm       batch like either operand, M / N / K as mm
  *   softmax family: the normalised dim whole
- *   permute, reshape keeping its split dims, expand, slice/select of a
+ *   layer norm (+ stats, backward): leading dims keep their split; the
+ *             weight/bias gradients are partial sums over them
+ *   nll_loss (+ backward), batch split: sum -> partial; mean -> partial
+ *             scaled 1/shards when no target is ignore_index
+ *   index_select: the indexed dim like the index; embedding_backward with
+ *             the indices split -> partial sum
+ *   permute, reshape keeping its split dims (merged or split with whole
+ *             dims after them), expand, slice/select of a
  *             whole dim: layouts follow (partials pass through the linear
  *             views)
  *   anything else (and any op whose local shape is not the expected one):
@@ -437,12 +445,10 @@ static lt_status run_level(xs *x, int L, lt_sync_cause cause, const char *frame,
             if (!in[k]) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
             else made = k + 1;
         }
-        if (st == LT_OK && n->op == LT_OP_addmm && x->T[i].partial && made == 3) {
-            /* the bias's share of a partial sum: bias * (1 / shards) */
-            double sh = 1;
-            for (int a = 0; a < x->m->mesh_ndim; a++)
-                if (x->T[i].partial >> a & 1) sh *= (double)x->m->mesh_shape[a];
-            lt_node *sc = lt_node_new_scalar(1.0 / sh, (lt_dtype)in[0]->dtype, core0, LT_NODE_WRAPPED);
+        double s0 = st == LT_OK && made == nin && nin > 0 ? lt_spmdx_in0_scale(x, i) : 1;
+        if (s0 != 1) {
+            /* the bias's share of a partial sum, a mean loss's local share */
+            lt_node *sc = lt_node_new_scalar(s0, (lt_dtype)in[0]->dtype, core0, LT_NODE_WRAPPED);
             lt_attrs na;
             memset(&na, 0, sizeof na);
             lt_node *two[2] = {in[0], sc};
@@ -773,6 +779,7 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
             lt_spmd_plan(g, &sp, 2);
             lt_spmd_plan_free(&sp);
             report(x, NULL);
+            lt_counter_inc_name("SpmdReplicatedOps", x->n_replicated);
         }
     } else {
         for (int k = 0; k < g->n_outputs; k++) {

@@ -143,5 +143,9 @@ static inline int kind_of(const lay *A, const lay *B, int ndim)
 void lt_spmdx_plan_layouts(xs *x);
 /* The attrs of node i's local op (sizes written in them made local). */
 void lt_spmdx_local_attrs(const xs *x, int i, lt_attrs *a);
+/* The factor node i's local op applies to its input 0 (1: none): an
+ * addmm with a partial result adds bias / shards; a mean nll_loss_backward
+ * split over the batch scales its grad by 1 / shards. */
+double lt_spmdx_in0_scale(const xs *x, int i);
 
 #endif

@@ -518,12 +518,14 @@ lt_status lt_spmd_plan(const lt_graph *g, lt_spmd_plan_out *res, int report)
             if (w->frame) strncat(line, ")", sizeof line - strlen(line) - 1);
             lt_metrics_note("sharding", line);
         }
-        if (p->n_replicated)
+        /* partitioned (report 2): the executor lists and counts what it ran
+         * replicated, by its own rules */
+        if (p->n_replicated && report != 2)
             lt_spmd_note_replicated("  replicated (no rule: inputs gathered):", p->replicated);
         lt_counter_inc_name("SpmdGraphs", 1);
         if (report != 2) lt_counter_inc_name("SpmdUnpartitionedGraphs", 1);
         lt_counter_inc_name("SpmdPlannedCollectives", p->n_coll);
-        lt_counter_inc_name("SpmdReplicatedOps", p->n_replicated);
+        if (report != 2) lt_counter_inc_name("SpmdReplicatedOps", p->n_replicated);
     }
     free(p->ax);
     free(p->partial);

@@ -24,6 +24,216 @@ static void set_replicated(xs *x, int i)
     x->repl[i] = 1;
 }
 
+/* 1 when the integer targets feeding node j (through views, back to an
+ * uploaded leaf) certainly hold no `ignore`: a mean loss then divides by
+ * the batch size, so per-shard means scaled by 1 / shards add up to it. */
+static int targets_without(const xs *x, int j, int64_t ignore)
+{
+    const lt_graph *g = x->g;
+    for (int hops = 0; hops < 16; hops++) {
+        const lt_node *n = g->nodes[j];
+        if (!lt_node_is_pending(n)) {
+            lt_buffer *b = n->buf;
+            if (!b || b->parts || !b->data || lt_buffer_wait(b) != LT_OK) return 0;
+            if (b->dtype == LT_I64) {
+                for (int64_t t = 0; t < b->numel; t++)
+                    if (((const int64_t *)b->data)[t] == ignore) return 0;
+            } else if (b->dtype == LT_I32) {
+                for (int64_t t = 0; t < b->numel; t++)
+                    if (((const int32_t *)b->data)[t] == ignore) return 0;
+            } else {
+                return 0;
+            }
+            return 1;
+        }
+        if (lt_spmd_rule_of((lt_op)n->op) != LT_SPMD_VIEW || g->in_off[j + 1] - g->in_off[j] != 1)
+            return 0;
+        j = g->in_pos[g->in_off[j]];
+    }
+    return 0;
+}
+
+/* bmm [B,M,K] x [B,K,N]: B split like either operand, M like a, N like b,
+ * a K split alike on both gives a partial sum. */
+static int rule_bmm(xs *x, int i, lay *T, lay *W)
+{
+    const lt_node *n = x->g->nodes[i];
+    const lay *A = Tin(x, i, 0), *B = Tin(x, i, 1);
+    int64_t Bt = A->ax[0] ? A->ax[0] : B->ax[0];
+    int64_t M = A->ax[1], K = A->ax[2] ? A->ax[2] : B->ax[1], N = B->ax[2];
+    unsigned used = lt_spmd_axes_mask(Bt);
+    if (lt_spmd_axes_mask(M) & used) M = 0;
+    used |= lt_spmd_axes_mask(M);
+    if (!partial_ok(n) || (lt_spmd_axes_mask(K) & used)) K = 0;
+    used |= lt_spmd_axes_mask(K);
+    if (lt_spmd_axes_mask(N) & used) N = 0;
+    W[0].ax[0] = W[1].ax[0] = Bt;
+    W[0].ax[1] = M;
+    W[0].ax[2] = W[1].ax[1] = K;
+    W[1].ax[2] = N;
+    T->ax[0] = Bt;
+    T->ax[1] = M;
+    T->ax[2] = N;
+    T->partial = lt_spmd_axes_mask(K);
+    lay_fix(x, &n->shape, T);
+    return T->ax[0] == Bt && T->ax[1] == M && T->ax[2] == N;
+}
+
+/* layer norm over the last k dims and its backward: the leading dims keep
+ * their split, the normalised ones are whole; weight and bias whole; the
+ * gradients of weight and bias are partial sums over the leading splits. */
+static int rule_lnorm(xs *x, int i, lay *T, lay *W)
+{
+    const lt_graph *g = x->g;
+    const lt_node *n = g->nodes[i];
+    lt_op op = (lt_op)n->op;
+    int nin = g->in_off[i + 1] - g->in_off[i];
+    int bwd = op == LT_OP_layer_norm_backward || op == LT_OP_layer_norm_backward_affine;
+    const lt_node *xn = Nin(x, i, bwd ? 1 : 0);
+    int nd = xn->shape.ndim, k = n->attrs.n >= 1 ? (int)n->attrs.i[0] : 0;
+    if (k < 1 || k > nd) return 0;
+    int lead = nd - k;
+    lay L;
+    memset(&L, 0, sizeof L);
+    L.pscale = 1;
+    for (int d = 0; d < lead; d++) {
+        L.ax[d] = Tin(x, i, bwd ? 1 : 0)->ax[d];
+        if (!L.ax[d] && bwd) L.ax[d] = Tin(x, i, 0)->ax[d];
+    }
+    lay_fix(x, &xn->shape, &L);
+    int affine = op == LT_OP_layer_norm_backward_affine;
+    if (affine && !partial_ok(n)) memset(L.ax, 0, sizeof L.ax);
+    int nx = bwd ? 2 : 1;                  /* (grad,) x take L */
+    for (int k2 = 0; k2 < nx; k2++) memcpy(W[k2].ax, L.ax, sizeof L.ax);
+    if (bwd)                               /* mean, rstd: [*leading] (or unsplit) */
+        for (int k2 = 2; k2 < 4 && k2 < nin; k2++) {
+            const lt_shape *s = &Nin(x, i, k2)->shape;
+            /* [*leading] or [*leading, 1, ...] (kept normalised dims) */
+            int same = s->ndim >= lead;
+            for (int d = 0; d < s->ndim && same; d++)
+                same = d < lead ? s->dims[d] == xn->shape.dims[d] : s->dims[d] == 1;
+            if (same) {
+                for (int d = 0; d < lead; d++) W[k2].ax[d] = L.ax[d];
+            } else if (lay_split(&L, lead)) {
+                return 0;
+            }
+        }
+    if (op == LT_OP_layer_norm || op == LT_OP_layer_norm_backward) {
+        memcpy(T->ax, L.ax, sizeof L.ax);
+    } else if (op == LT_OP_layer_norm_stats) {
+        for (int d = 0; d < lead; d++) T->ax[1 + d] = L.ax[d];
+    } else {
+        for (int d = 0; d < lead; d++) T->partial |= lt_spmd_axes_mask(L.ax[d]);
+    }
+    lay_fix(x, &n->shape, T);
+    return 1;
+}
+
+/* nll_loss (logp [N,C], target [N]) and its backward (grad, logp, target),
+ * no class weights: the batch split. reduction none: the loss split like
+ * the batch; sum: a partial sum; mean: a partial sum scaled by 1 / shards
+ * (only when no target is ignore_index: a mean divides by the count of the
+ * others), its backward's grad scaled alike (spmd_exec.c run_level). */
+static int rule_nll(xs *x, int i, lay *T, lay *W)
+{
+    const lt_graph *g = x->g;
+    const lt_node *n = g->nodes[i];
+    int bwd = n->op == LT_OP_nll_loss_backward;
+    int nin = g->in_off[i + 1] - g->in_off[i];
+    if (nin != (bwd ? 3 : 2) || n->attrs.n < 2) return 0;
+    const lt_node *lp = Nin(x, i, bwd), *tg = Nin(x, i, bwd + 1);
+    if (lp->shape.ndim != 2 || tg->shape.ndim != 1) return 0;
+    int64_t b = Tin(x, i, bwd)->ax[0] ? Tin(x, i, bwd)->ax[0] : Tin(x, i, bwd + 1)->ax[0];
+    int64_t red = n->attrs.i[0];
+    if (!b) return 1;                      /* nothing split: whole on every core */
+    if (lp->shape.dims[0] % nshards(x, b)) return 0;
+    if (red != 0 && !partial_ok(n)) return 0;
+    if (red == 1 && !targets_without(x, g->in_pos[g->in_off[i] + bwd + 1], n->attrs.i[1])) return 0;
+    W[bwd].ax[0] = W[bwd + 1].ax[0] = b;
+    if (bwd) {
+        T->ax[0] = b;
+        if (red == 0) W[0].ax[0] = b;
+    } else if (red == 0) {
+        T->ax[0] = b;
+    } else {
+        T->partial = lt_spmd_axes_mask(b);
+        if (red == 1) T->pscale = 1.0 / (double)nshards(x, b);
+    }
+    lay_fix(x, &n->shape, T);
+    return 1;
+}
+
+/* The factor run_level applies to input 0 of node i's local op
+ * (spmd_exec_int.h). */
+double lt_spmdx_in0_scale(const xs *x, int i)
+{
+    const lt_node *n = x->g->nodes[i];
+    if (n->op == LT_OP_addmm && x->T[i].partial) {
+        double sh = 1;
+        for (int a = 0; a < x->m->mesh_ndim; a++)
+            if (x->T[i].partial >> a & 1) sh *= (double)x->m->mesh_shape[a];
+        return 1.0 / sh;
+    }
+    if (n->op == LT_OP_nll_loss_backward && !x->repl[i] && n->attrs.n >= 1 && n->attrs.i[0] == 1 &&
+        x->T[i].ax[0])
+        return 1.0 / (double)nshards(x, x->T[i].ax[0]);
+    return 1;
+}
+
+/* index_select(src, idx[K]) along dim: that dim split like the index (the
+ * table whole on it), the others like src. */
+static int rule_index_select(xs *x, int i, lay *T, lay *W)
+{
+    const lt_node *n = x->g->nodes[i];
+    const lt_node *src = Nin(x, i, 0), *idx = Nin(x, i, 1);
+    int dim = n->attrs.n >= 1 ? (int)n->attrs.i[0] : -1;
+    if (dim < 0 || dim >= src->shape.ndim || idx->shape.ndim != 1) return 0;
+    T->ax[dim] = Tin(x, i, 1)->ax[0];
+    for (int d = 0; d < src->shape.ndim; d++)
+        if (d != dim) T->ax[d] = Tin(x, i, 0)->ax[d];
+    lay_fix(x, &n->shape, T);
+    for (int d = 0; d < src->shape.ndim; d++)
+        if (d != dim) W[0].ax[d] = T->ax[d];
+    W[1].ax[0] = T->ax[dim];
+    return 1;
+}
+
+/* embedding_backward(grad [...,D], idx [...]): grad and idx split alike
+ * over the index dims; each core's table gradient is an addend. */
+static int rule_embedding_bwd(xs *x, int i, lay *T, lay *W)
+{
+    const lt_node *n = x->g->nodes[i];
+    const lt_node *ix = Nin(x, i, 1);
+    if (!partial_ok(n)) return 1;          /* whole */
+    lay L;
+    memset(&L, 0, sizeof L);
+    for (int d = 0; d < ix->shape.ndim; d++)
+        L.ax[d] = Tin(x, i, 1)->ax[d] ? Tin(x, i, 1)->ax[d] : Tin(x, i, 0)->ax[d];
+    lay_fix(x, &ix->shape, &L);
+    for (int d = 0; d < ix->shape.ndim; d++) {
+        W[0].ax[d] = W[1].ax[d] = L.ax[d];
+        T->partial |= lt_spmd_axes_mask(L.ax[d]);
+    }
+    return 1;
+}
+
+/* cat along dim: the other dims split like the first input splitting them. */
+static int rule_cat(xs *x, int i, lay *T, lay *W)
+{
+    const lt_graph *g = x->g;
+    const lt_node *n = g->nodes[i];
+    int nin = g->in_off[i + 1] - g->in_off[i];
+    int dim = n->attrs.n >= 1 ? (int)n->attrs.i[0] : -1;
+    if (dim < 0 || dim >= n->shape.ndim) return 0;
+    for (int k = 0; k < nin; k++)
+        if (Nin(x, i, k)->shape.ndim != n->shape.ndim) return 0;
+    for (int d = 0; d < n->shape.ndim; d++)
+        for (int k = 0; k < nin && d != dim && !T->ax[d]; k++) T->ax[d] = Tin(x, i, k)->ax[d];
+    lay_fix(x, &n->shape, T);
+    for (int k = 0; k < nin; k++) memcpy(W[k].ax, T->ax, sizeof T->ax);
+    return 1;
+}
+
 /* Decides T[i] and W of i's inputs; returns 0 when the op has no rule. */
 static int rule(xs *x, int i)
 {
@@ -66,6 +276,7 @@ static int rule(xs *x, int i)
         }
         return 1;
     case LT_SPMD_CONTRACT: {
+        if (op == LT_OP_bmm) return rule_bmm(x, i, T, W);
         if (op != LT_OP_mm && op != LT_OP_addmm) return 0;
         int base = op == LT_OP_addmm ? 1 : 0;
         const lay *A = Tin(x, i, base), *B = Tin(x, i, base + 1);
@@ -127,6 +338,9 @@ static int rule(xs *x, int i)
         return 1;
     }
     case LT_SPMD_NORM: {
+        if (op == LT_OP_layer_norm || op == LT_OP_layer_norm_stats || op == LT_OP_layer_norm_backward ||
+            op == LT_OP_layer_norm_backward_affine)
+            return rule_lnorm(x, i, T, W);
         if (op != LT_OP_softmax && op != LT_OP_log_softmax && op != LT_OP_softmax_backward &&
             op != LT_OP_log_softmax_backward)
             return 0;
@@ -173,15 +387,17 @@ static int rule(xs *x, int i)
             }
             memcpy(W[0].ax, A->ax, sizeof A->ax);
         } else if (op == LT_OP_reshape) {
-            /* a split dim survives when a dim of the output has its size
-             * and the same number of elements before it */
+            /* a split dim survives when a dim of the output has the same
+             * number of elements before it and a size its shards divide
+             * (merged with or split from the whole dims after it: each
+             * core's block is the same run of elements) */
             for (int d = 0; d < y->shape.ndim; d++) {
                 if (!A->ax[d]) continue;
                 int64_t before = 1, ob = 1;
                 for (int e = 0; e < d; e++) before *= y->shape.dims[e];
                 int found = 0;
                 for (int od = 0; od < O->ndim && !found; od++) {
-                    if (ob == before && O->dims[od] == y->shape.dims[d]) {
+                    if (ob == before && !T->ax[od] && O->dims[od] % nshards(x, A->ax[d]) == 0) {
                         T->ax[od] = W[0].ax[d] = A->ax[d];
                         found = 1;
                     }
@@ -214,7 +430,13 @@ static int rule(xs *x, int i)
         }
         return 1;
     }
+    case LT_SPMD_GATHER:
+        return op == LT_OP_index_select ? rule_index_select(x, i, T, W) : 0;
     default:
+        if (op == LT_OP_nll_loss || op == LT_OP_nll_loss_backward) return rule_nll(x, i, T, W);
+        if (op == LT_OP_embedding_backward) return rule_embedding_bwd(x, i, T, W);
+        if (op == LT_OP_cat) return rule_cat(x, i, T, W);
+        if (op == LT_OP_layer_norm_backward_affine) return rule_lnorm(x, i, T, W);
         if ((op == LT_OP_conv2d_backward_weight || op == LT_OP_conv3d_backward_weight) &&
             partial_ok(n)) {
             /* (grad, x) split alike on the batch: each core's weight
