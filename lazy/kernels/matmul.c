@@ -156,7 +156,10 @@ static int gemm_batched(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, const mm
                         const mm_operand *b, int64_t B, int64_t M, int64_t N, int64_t K,
                         const mm_operand *c)
 {
-    if (nt < 2 || B < 2 * (int64_t)nt || 2.0 * (double)M * N * K > 5e7) return 0;
+    double flops = 2.0 * (double)M * N * K;
+    /* fewer than two matrices per worker: only when each is too small to
+     * split (lt_kutil_gemm_par runs a product under 2 MFLOP serially) */
+    if (nt < 2 || B < nt || (B < 2 * (int64_t)nt && flops >= 2e6) || flops > 5e7) return 0;
     int64_t nch = (int64_t)nt * 4;          /* a late helper costs a quarter */
     int64_t per = (B + nch - 1) / nch;
     nch = (B + per - 1) / per;
@@ -230,12 +233,10 @@ static lt_status matmul_float(const lt_view *a, const lt_view *b, const lt_view 
         if (st != LT_OK) { free(cown); return st; }
         mm_operand oc;
         mm_out_init(out, cptr, M, N, &oc);
-        /* Many small matrices: OpenMP over the batch, one serial BLAS call
-         * each. Otherwise each product split over the core's helpers. */
-        if (B > 1 && nt > 1 && (double)M * N * K < 64.0 * 64 * 64 && B >= nt) {
-            #pragma omp parallel for num_threads(nt) schedule(static)
-            for (int64_t bi = 0; bi < B; bi++) gemm_one(ctx, 1, cdt, &oa, &ob, bi, M, N, K, 0.0, &oc);
-        } else if (!(B > 1 && gemm_batched(ctx, nt, cdt, &oa, &ob, B, M, N, K, &oc))) {
+        /* Many small matrices: whole matrices claimed on the core's
+         * helpers (an OpenMP team here kept spinning beside the helpers
+         * after every attention product). Otherwise each product split. */
+        if (!(B > 1 && gemm_batched(ctx, nt, cdt, &oa, &ob, B, M, N, K, &oc))) {
             for (int64_t bi = 0; bi < B; bi++) gemm_one(ctx, nt, cdt, &oa, &ob, bi, M, N, K, 0.0, &oc);
         }
         free(oa.owned);
