@@ -379,9 +379,10 @@ lt_status lt_kernel_matmul(lt_op op, const lt_attrs *attrs, const lt_view *in, i
 
 /* ---- GEMM with a fused elementwise epilogue ---- */
 
-/* A product is split exactly like lt_kutil_gemm_par does (rows when
- * M >= N, else columns; two blocks per worker; one worker: one block), so
- * the GEMM costs what it costs without the epilogue. Smaller blocks, to
+/* A product is split like lt_kutil_gemm_par does (rows when M >= N, else
+ * columns, except rows whenever op(B) is small: see split_m; two blocks
+ * per worker; one worker: one block), so the GEMM costs what it costs
+ * without the epilogue. Smaller blocks, to
  * keep a block in L2 (1 MiB here) until the epilogue reads it, did not
  * pay on this machine: on one core, [2048, 256] x [256, 1024] in 512-row
  * blocks cost the GEMM 0.7% more (B is packed again per call), 256-row
@@ -525,7 +526,14 @@ lt_status lt_kernel_matmul_epi(lt_op op, const lt_attrs *attrs, const lt_view *i
     /* in parallel: two blocks per worker, at least 16 rows or columns */
     double flops = 2.0 * (double)M * N * K;
     int par = nt >= 2 && (gemm_done ? M * N >= 32768 : flops >= 2e6);
-    int split_m = gemm_done || M >= N || !par;
+    /* Rows also when M < N if every block can pack op(B) again from cache
+     * (<= 512 KiB): an epilogue over column blocks evaluates one short,
+     * strided run per row (the MLP's weight gradient [256, 64] x [64, 784]
+     * with SGD momentum's update: 4 x 256 runs of 196 elements took 2x
+     * the epilogue's CPU time of 4 blocks of 64 whole rows, the GEMM the
+     * same, 2026-11-27). */
+    int split_m = gemm_done || M >= N || !par ||
+                  (M >= 32 * (int64_t)nt && (double)N * K * (double)es <= 512.0 * 1024);
     int64_t dim = split_m ? M : N;
     int64_t chunk = par ? (dim + 2 * (int64_t)nt - 1) / (2 * (int64_t)nt) : dim;
     if (chunk < 16) chunk = 16;
