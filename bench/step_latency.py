@@ -36,6 +36,8 @@ with LAZYTPU_PROFILE=1, which records per step boundary where the time goes
 --ab VAR runs the whole comparison twice per round in child processes,
 VAR=0 and VAR=1 alternately (rounds = --runs), and prints both sides' medians
 and ratios to eager: an A/B of a lazytpu switch on a loaded machine.
+--ab-tree DIR does the same with another source tree's build (DIR/python,
+DIR/build, e.g. main's) as side "base" against this one's ("this").
 The load average is printed: absolute times on a shared machine are noisy;
 compare ratios taken in the same run.
 """
@@ -215,6 +217,8 @@ def main():
     p.add_argument("--steps", type=int, default=0, help="steps per run (0: per model)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--ab", default=None, help="a LAZYTPU_ switch: alternate =0 / =1 runs")
+    p.add_argument("--ab-tree", default=None,
+                   help="another tree (its python/ and build/): alternate base / this runs")
     p.add_argument("--no-breakdown", action="store_true")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--breakdown-only", action="store_true", help=argparse.SUPPRESS)
@@ -226,20 +230,29 @@ def main():
     load0 = os.getloadavg()[0]
     print("torch %s, %d threads, load average %.2f" % (torch.__version__,
                                                        torch.get_num_threads(), load0))
-    if args.ab:
+    if args.ab or args.ab_tree:
+        # side tag -> the child's extra environment
+        if args.ab_tree:
+            base = os.path.abspath(args.ab_tree)
+            sides = {"base": {"PYTHONPATH": os.path.join(base, "python"),
+                              "LAZYTPU_BIN_DIR": os.path.join(base, "build")},
+                     "this": {}}
+        else:
+            sides = {"%s=0" % args.ab: {args.ab: "0"}, "%s=1" % args.ab: {args.ab: "1"}}
+        names = list(sides)
         # rounds of one run per side, alternating which side goes first
-        t = {"0": {w: [] for w in ways}, "1": {w: [] for w in ways}}
+        t = {side: {w: [] for w in ways} for side in names}
         for r in range(args.runs):
-            for side in (("0", "1") if r % 2 == 0 else ("1", "0")):
-                for w, got in run_ways(args, ways, r, {args.ab: side}):
+            for side in (names if r % 2 == 0 else names[::-1]):
+                for w, got in run_ways(args, ways, r, sides[side]):
                     t[side][w] += got
-        for side in ("0", "1"):
-            print_times(args.model, ways, t[side], tag=" %s=%s" % (args.ab, side))
+        for side in names:
+            print_times(args.model, ways, t[side], tag=" " + side)
         if not args.no_breakdown:
-            for side in ("0", "1"):
-                bd = run_child(args, {args.ab: side, "LAZYTPU_PROFILE": "1"},
+            for side in names:
+                bd = run_child(args, dict(sides[side], LAZYTPU_PROFILE="1"),
                                ["--breakdown-only"])["breakdown"]
-                print_breakdown(bd, tag=" %s=%s" % (args.ab, side))
+                print_breakdown(bd, tag=" " + side)
     else:
         times = {w: [] for w in ways}
         for r in range(args.runs):

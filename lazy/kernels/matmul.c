@@ -156,7 +156,10 @@ static int gemm_batched(const lt_kernel_ctx *ctx, int nt, lt_dtype cdt, const mm
                         const mm_operand *b, int64_t B, int64_t M, int64_t N, int64_t K,
                         const mm_operand *c)
 {
-    if (nt < 2 || B < 2 * (int64_t)nt || 2.0 * (double)M * N * K > 5e7) return 0;
+    double flops = 2.0 * (double)M * N * K;
+    /* fewer than two matrices per worker: only when each is too small to
+     * split (lt_kutil_gemm_par runs a product under 2 MFLOP serially) */
+    if (nt < 2 || B < nt || (B < 2 * (int64_t)nt && flops >= 2e6) || flops > 5e7) return 0;
     int64_t nch = (int64_t)nt * 4;          /* a late helper costs a quarter */
     int64_t per = (B + nch - 1) / nch;
     nch = (B + per - 1) / per;
@@ -230,12 +233,10 @@ static lt_status matmul_float(const lt_view *a, const lt_view *b, const lt_view 
         if (st != LT_OK) { free(cown); return st; }
         mm_operand oc;
         mm_out_init(out, cptr, M, N, &oc);
-        /* Many small matrices: OpenMP over the batch, one serial BLAS call
-         * each. Otherwise each product split over the core's helpers. */
-        if (B > 1 && nt > 1 && (double)M * N * K < 64.0 * 64 * 64 && B >= nt) {
-            #pragma omp parallel for num_threads(nt) schedule(static)
-            for (int64_t bi = 0; bi < B; bi++) gemm_one(ctx, 1, cdt, &oa, &ob, bi, M, N, K, 0.0, &oc);
-        } else if (!(B > 1 && gemm_batched(ctx, nt, cdt, &oa, &ob, B, M, N, K, &oc))) {
+        /* Many small matrices: whole matrices claimed on the core's
+         * helpers (an OpenMP team here kept spinning beside the helpers
+         * after every attention product). Otherwise each product split. */
+        if (!(B > 1 && gemm_batched(ctx, nt, cdt, &oa, &ob, B, M, N, K, &oc))) {
             for (int64_t bi = 0; bi < B; bi++) gemm_one(ctx, nt, cdt, &oa, &ob, bi, M, N, K, 0.0, &oc);
         }
         free(oa.owned);
@@ -378,9 +379,10 @@ lt_status lt_kernel_matmul(lt_op op, const lt_attrs *attrs, const lt_view *in, i
 
 /* ---- GEMM with a fused elementwise epilogue ---- */
 
-/* A product is split exactly like lt_kutil_gemm_par does (rows when
- * M >= N, else columns; two blocks per worker; one worker: one block), so
- * the GEMM costs what it costs without the epilogue. Smaller blocks, to
+/* A product is split like lt_kutil_gemm_par does (rows when M >= N, else
+ * columns, except rows whenever op(B) is small: see split_m; two blocks
+ * per worker; one worker: one block), so the GEMM costs what it costs
+ * without the epilogue. Smaller blocks, to
  * keep a block in L2 (1 MiB here) until the epilogue reads it, did not
  * pay on this machine: on one core, [2048, 256] x [256, 1024] in 512-row
  * blocks cost the GEMM 0.7% more (B is packed again per call), 256-row
@@ -524,7 +526,14 @@ lt_status lt_kernel_matmul_epi(lt_op op, const lt_attrs *attrs, const lt_view *i
     /* in parallel: two blocks per worker, at least 16 rows or columns */
     double flops = 2.0 * (double)M * N * K;
     int par = nt >= 2 && (gemm_done ? M * N >= 32768 : flops >= 2e6);
-    int split_m = gemm_done || M >= N || !par;
+    /* Rows also when M < N if every block can pack op(B) again from cache
+     * (<= 512 KiB): an epilogue over column blocks evaluates one short,
+     * strided run per row (the MLP's weight gradient [256, 64] x [64, 784]
+     * with SGD momentum's update: 4 x 256 runs of 196 elements took 2x
+     * the epilogue's CPU time of 4 blocks of 64 whole rows, the GEMM the
+     * same, 2026-11-27). */
+    int split_m = gemm_done || M >= N || !par ||
+                  (M >= 32 * (int64_t)nt && (double)N * K * (double)es <= 512.0 * 1024);
     int64_t dim = split_m ? M : N;
     int64_t chunk = par ? (dim + 2 * (int64_t)nt - 1) / (2 * (int64_t)nt) : dim;
     if (chunk < 16) chunk = 16;

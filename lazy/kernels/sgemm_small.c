@@ -192,18 +192,25 @@ int lt_sgemm_small_ok(int ta, int64_t M, int64_t N, int64_t K)
     /* Measured against single-threaded OpenBLAS 0.3.21 on Zen 3, same
      * loop (bench_core's "small gemm" rows; time per product 0.78-0.90x
      * for the attention products [128,64] x [64,128], [128,128] x
-     * [128,64] in their transposes): behind below ~64^3 (our scratch
-     * allocation and edge tiles cost more than its call overhead), for N
-     * not a multiple of 16 (partial panels: 128 x 24 x 64 ran at 1.18x)
+     * [128,64] in their transposes; the seq-64 / 32-wide heads'
+     * [64,32] x [32,64], [64,64] x [64,32] in their transposes ran at
+     * 0.92-1.06x MKL's time, OpenBLAS at 1.18-1.40x; 32^3 at 1.03-1.10x
+     * against OpenBLAS's 1.36-1.46x, thread CPU time, 2026-11-27):
+     * behind below 32^3 (our scratch allocation and edge tiles cost
+     * more than its call overhead), for N not a multiple of 16 (partial panels: 128 x 24 x 64 ran at 1.18x)
      * and for M < 32. With a row-major A it stays ahead at the
      * transformer's linear-layer blocks (1024 rows x 256-1024 x 256-1024,
      * either B layout: 0.93-0.99x, quiet machine); with a transposed A
      * and a long K (weight gradients, 192 x 256 x 4096) it is behind
      * (1.03-1.12x), so those stay on OpenBLAS above 256^3. */
     double mnk = (double)M * N * K;
-    if (!small_enabled() || N % 16 != 0 || M < 32 || K < 16 || mnk < 64.0 * 64 * 64)
+    if (!small_enabled() || N % 16 != 0 || M < 32 || K < 16 || mnk < 32.0 * 32 * 32)
         return 0;
     if (!ta && K <= 1024 && N <= 1024) return 1;
+    /* a transposed A over a short K (the MLP's weight gradient, K = batch
+     * 64: [64..512, 64]^T x [64, 784] at 0.96-1.04x MKL's thread time,
+     * OpenBLAS 1.10-1.18x; 64 x 2048 x 64 0.88x vs 0.95x) */
+    if (ta && K <= 128 && N <= 2048) return 1;
     return M <= 512 && N <= 512 && K <= 1024 && mnk <= 256.0 * 256 * 256;
 }
 

@@ -149,6 +149,10 @@ static void test_epilogue_activations(void **state)
     /* MLP layer (long K: the GEMM whole, then the epilogue in row
      * blocks), several row blocks, small and odd sizes */
     check_case(64, 784, 256, LT_F32, 1, ACT_RELU, 0, 0);
+    /* wide and short K: row blocks with op(B) packed per block (M < N),
+     * and column blocks (too few rows for two blocks per worker) */
+    check_case(128, 64, 400, LT_F32, 1, ACT_RELU, 1, 0);
+    check_case(40, 64, 400, LT_F32, 0, ACT_GELU, 1, 0);
     check_case(300, 64, 96, LT_F32, 1, ACT_GELU, 1, 0);
     check_case(7, 5, 3, LT_F32, 0, ACT_TANH, 0, 0);
     check_case(130, 33, 70, LT_F32, 0, ACT_SIGMOID, 1, 0);

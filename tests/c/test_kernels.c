@@ -149,6 +149,24 @@ static void test_bmm_layouts(void **state)
         double *r16 = mm_ref(av16, bv16, B, M, K, N, LT_BF16);
         run_mm(LT_OP_bmm, &abf, &bbf, r16, LT_BF16, 3, DIMS(B, M, N), ctx, 1e-3, 1.0 / 128, "bmm bf16");
     }
+    /* many small products (attention: [B*heads, 64, 32] x [.., 32, 64]),
+     * whole matrices claimed per worker, in place with a transposed b */
+    {
+        const int64_t B2 = 64, M2 = 64, K2 = 32, N2 = 64;
+        double *a2 = kt_rvals(B2 * M2 * K2, LT_F32), *b2 = kt_rvals(B2 * K2 * N2, LT_F32);
+        double *r2 = mm_ref(a2, b2, B2, M2, K2, N2, LT_F64);
+        lt_view va = kt_view(LT_F32, 3, DIMS(B2, M2, K2), NULL, 0, a2);
+        lt_view vb = kt_view(LT_F32, 3, DIMS(B2, K2, N2), NULL, 0, b2);
+        /* the same values stored per batch as [N2, K2] (k^T) */
+        lt_view vbt = kt_view(LT_F32, 3, DIMS(B2, K2, N2), DIMS(K2 * N2, 1, K2), 0, b2);
+        for (int c = 0; c < 2; c++) {
+            const lt_kernel_ctx *ctx = c ? &kt_ctx2 : &kt_ctx1;
+            run_mm(LT_OP_bmm, &va, &vb, r2, LT_F32, 3, DIMS(B2, M2, N2), ctx, 1e-5, 1e-5,
+                   "bmm many small");
+            run_mm(LT_OP_bmm, &va, &vbt, r2, LT_F32, 3, DIMS(B2, M2, N2), ctx, 1e-5, 1e-5,
+                   "bmm many small, b transposed");
+        }
+    }
     /* broadcast batch (stride 0) on b */
     double *bb = kt_talloc((size_t)(B * K * N) * sizeof(double));
     for (int64_t i = 0; i < B; i++) memcpy(bb + i * K * N, bv, (size_t)(K * N) * sizeof(double));

@@ -77,6 +77,8 @@ static void test_shapes_and_transposes(void **state)
     (void)state;
     static const int64_t shapes[][3] = {
         {128, 128, 64}, {128, 64, 128}, {64, 128, 128}, /* attention heads */
+        {64, 64, 32}, {64, 32, 64}, {32, 32, 32},       /* seq 64, 32-wide heads */
+        {64, 784, 64}, {40, 1040, 128},                 /* wide, short K (MLP dW) */
         {6, 16, 1}, {1, 1, 1}, {7, 17, 9},              /* one tile, edges */
         {13, 33, 300}, {100, 37, 300},                  /* K over one 256 block */
         {121, 48, 513}, {5, 70, 8},                     /* M past the 120-row block */
