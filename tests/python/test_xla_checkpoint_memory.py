@@ -1,0 +1,94 @@
+"""torch_xla.utils.checkpoint lowers the device's peak memory: the same
+training step of a deep, narrow MLP (activations dominate, weights are small)
+run in two fresh ``python -m lazytpu`` processes, once plain and once with
+each block checkpointed; the peak that ``xm.get_memory_info`` reports (the
+core's buffer accounting) must be lower with checkpointing (not yet: a
+strict xfail with the measured figures), and the gradients of both equal
+eager's on the CPU."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SCRIPT = """
+import json, sys
+import torch, torch_xla
+import torch_xla.core.xla_model as xm
+import torch_xla.debug.metrics as met
+import torch_xla.utils.checkpoint as xcp
+
+ckpt = sys.argv[1] == "ckpt"
+torch.manual_seed(0)
+blocks = [torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh(),
+                              torch.nn.Linear(64, 64), torch.nn.Tanh())
+          for _ in range(12)]
+ref = torch.nn.Sequential(*blocks)
+x = torch.randn(4096, 64)
+ref(x).pow(2).mean().backward()
+want = [p.grad.clone() for p in ref.parameters()]
+
+d = torch_xla.device()
+model = torch.nn.Sequential(*blocks).to(d)
+model.zero_grad(set_to_none=True)
+xd = x.to(d).requires_grad_()   # reentrant checkpoint needs an input that requires grad
+torch_xla.sync()
+h = xd
+for b in model:
+    h = xcp.checkpoint(b, h) if ckpt else b(h)
+h.pow(2).mean().backward()
+torch_xla.sync()
+for p, w in zip(model.parameters(), want):
+    torch.testing.assert_close(p.grad.cpu(), w, rtol=1e-4, atol=1e-6)
+print("RESULT " + json.dumps({
+    "peak": xm.get_memory_info(d)["peak_bytes_used"],
+    "barriers": met.counter_value("xla::opt_barrier") or 0}))
+"""
+
+
+def _peak(tmp_path, mode):
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith(("XLA_", "PT_XLA", "PJRT_", "CPU_NUM")) or (
+                k.startswith("LAZYTPU_") and k != "LAZYTPU_BIN_DIR"):
+            env.pop(k)
+    env["PJRT_DEVICE"] = "CPU"
+    script = tmp_path / "step.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    p = subprocess.run([sys.executable, "-m", "lazytpu", str(script), mode], env=env,
+                       capture_output=True, text=True, timeout=900, cwd=str(tmp_path))
+    assert p.returncode == 0, "exit %d\n%s\n%s" % (p.returncode, p.stdout[-4000:],
+                                                  p.stderr[-4000:])
+    line = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):])
+
+
+_RESULTS = {}
+
+
+def _both(tmp_path_factory):
+    if not _RESULTS:
+        tmp = tmp_path_factory.mktemp("ckpt")
+        _RESULTS["plain"] = _peak(tmp, "plain")
+        _RESULTS["ckpt"] = _peak(tmp, "ckpt")
+    return _RESULTS["plain"], _RESULTS["ckpt"]
+
+
+def test_checkpoint_gradients_equal_plain_and_eager(tmp_path_factory):
+    # each run asserts its gradients against eager on the CPU (exit 0)
+    plain, ckpt = _both(tmp_path_factory)
+    assert plain["barriers"] == 0 and ckpt["barriers"] > 0, (plain, ckpt)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "measured 2026-11-27: peak 55.3 MB checkpointed vs 54.3 MB plain; the "
+    "recomputation does not free the forward's activations yet"))
+def test_checkpoint_lowers_peak_memory(tmp_path_factory):
+    plain, ckpt = _both(tmp_path_factory)
+    # 12 blocks, each saving 2 activations of 4096x64 f32 (1 MiB each) for
+    # its backward: without checkpointing the backward needs all of them
+    # at once; with it, the 12 block inputs plus one block's recomputed ones
+    act = 4096 * 64 * 4
+    assert ckpt["peak"] + 2 * act <= plain["peak"], (plain, ckpt)
