@@ -6,12 +6,10 @@ core's buffer accounting) must be lower with checkpointing (not yet: a
 strict xfail with the measured figures), and the gradients of both equal
 eager's on the CPU."""
 import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
+
+from xla_script import run_xla_script
 
 SCRIPT = """
 import json, sys
@@ -49,19 +47,8 @@ print("RESULT " + json.dumps({
 
 
 def _peak(tmp_path, mode):
-    env = dict(os.environ)
-    for k in list(env):
-        if k.startswith(("XLA_", "PT_XLA", "PJRT_", "CPU_NUM")) or (
-                k.startswith("LAZYTPU_") and k != "LAZYTPU_BIN_DIR"):
-            env.pop(k)
-    env["PJRT_DEVICE"] = "CPU"
-    script = tmp_path / "step.py"
-    script.write_text(textwrap.dedent(SCRIPT))
-    p = subprocess.run([sys.executable, "-m", "lazytpu", str(script), mode], env=env,
-                       capture_output=True, text=True, timeout=900, cwd=str(tmp_path))
-    assert p.returncode == 0, "exit %d\n%s\n%s" % (p.returncode, p.stdout[-4000:],
-                                                  p.stderr[-4000:])
-    line = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")][-1]
+    out = run_xla_script(tmp_path, SCRIPT, "step.py", args=(mode,))
+    line = [l for l in out.splitlines() if l.startswith("RESULT ")][-1]
     return json.loads(line[len("RESULT "):])
 
 

@@ -4,11 +4,8 @@ writes to PT_XLA_DEBUG_FILE, their causes, graph counts and levels, checked
 against what torch_xla 2.9 writes for the same program (its format: a
 "Compilation Analysis" block and a "Post Compilation Analysis" block per
 compile, an "Execution Analysis" block per run from level 2 on)."""
-import os
 import re
-import subprocess
-import sys
-import textwrap
+from xla_script import run_xla_script
 
 SCRIPT = """
     import os, sys
@@ -68,22 +65,10 @@ SCRIPT = """
 
 
 def _run(tmp_path, **env_extra):
-    env = dict(os.environ)
-    for k in list(env):
-        if k.startswith(("XLA_", "PT_XLA", "PJRT_", "CPU_NUM")) or (
-                k.startswith("LAZYTPU_") and k != "LAZYTPU_BIN_DIR"):
-            env.pop(k)
-    env["PJRT_DEVICE"] = "CPU"
-    env["PT_XLA_DEBUG_FILE"] = str(tmp_path / "debug.txt")
-    env.update(env_extra)
-    script = tmp_path / "prog.py"
-    script.write_text(textwrap.dedent(SCRIPT))
-    p = subprocess.run([sys.executable, "-m", "lazytpu", str(script)], env=env,
-                       capture_output=True, text=True, timeout=600, cwd=str(tmp_path))
-    assert p.returncode == 0, "exit %d\n%s\n%s" % (p.returncode, p.stdout[-4000:],
-                                                  p.stderr[-4000:])
+    stdout = run_xla_script(tmp_path, SCRIPT, timeout=600,
+                            PT_XLA_DEBUG_FILE=str(tmp_path / "debug.txt"), **env_extra)
     out = {}
-    for line in p.stdout.splitlines():
+    for line in stdout.splitlines():
         tag, _, rest = line.partition(" ")
         if tag.isupper() and rest.startswith("'"):
             out[tag] = eval(rest)

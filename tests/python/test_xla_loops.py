@@ -5,26 +5,11 @@ gradients. lazytpu unrolls the loops (scan's trip count is static; a while
 loop reads its condition on the host once per iteration): the results must
 be the loop's, step for step. (torch's own while_loop higher-order op is
 refused on PyTorch 2.13: see scripts/xla_suite_expected.txt.)"""
-import os
-import subprocess
-import sys
-import textwrap
+from xla_script import run_xla_script
 
 
 def _run(tmp_path, code, name):
-    env = dict(os.environ)
-    for k in list(env):
-        if k.startswith(("XLA_", "PT_XLA", "PJRT_", "CPU_NUM")) or (
-                k.startswith("LAZYTPU_") and k != "LAZYTPU_BIN_DIR"):
-            env.pop(k)
-    env["PJRT_DEVICE"] = "CPU"
-    script = tmp_path / name
-    script.write_text(textwrap.dedent(code))
-    p = subprocess.run([sys.executable, "-m", "lazytpu", str(script)], env=env,
-                       capture_output=True, text=True, timeout=900, cwd=str(tmp_path))
-    assert p.returncode == 0, "exit %d\n%s\n%s" % (p.returncode, p.stdout[-4000:],
-                                                  p.stderr[-4000:])
-    return p.stdout
+    return run_xla_script(tmp_path, code, name)
 
 
 def test_scan_and_scan_layers_values_and_gradients_vs_eager(tmp_path):

@@ -4,27 +4,13 @@ or against 2.9's documented behaviour: torch_xla.launch's worker count,
 collectives under torch.compile, the collectives' ``output=`` tensors,
 rendezvous tags and the refusal of a partial rendezvous."""
 import os
-import subprocess
-import sys
-import textwrap
+from xla_script import run_xla_script
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
 def _run(tmp_path, code, name, **extra):
-    env = dict(os.environ)
-    for k in list(env):
-        if k.startswith(("XLA_", "PT_XLA", "PJRT_", "CPU_NUM")) or (
-                k.startswith("LAZYTPU_") and k != "LAZYTPU_BIN_DIR"):
-            env.pop(k)
-    env.update(extra)
-    script = tmp_path / name
-    script.write_text(textwrap.dedent(code))
-    p = subprocess.run([sys.executable, "-m", "lazytpu", str(script)], env=env,
-                       capture_output=True, text=True, timeout=900, cwd=str(tmp_path))
-    assert p.returncode == 0, "exit %d\n%s\n%s" % (p.returncode, p.stdout[-4000:],
-                                                  p.stderr[-4000:])
-    return p.stdout
+    return run_xla_script(tmp_path, code, name, pjrt=None, **extra)
 
 
 def test_launch_compiled_all_reduce_outputs_and_rendezvous(tmp_path):
