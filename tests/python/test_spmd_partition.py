@@ -45,7 +45,8 @@ def _batches(n=3, b=32, d=64, c=10):
             for _ in range(n)]
 
 
-def _train(model_fn, batches, dev=None, mesh=None, annotate=None, x_spec=None, steps=10):
+def _fit(model_fn, batches, dev=None, mesh=None, annotate=None, x_spec=None, steps=10):
+    """SGD with momentum for `steps` steps; returns (model, optimizer)."""
     torch.manual_seed(0)
     model = model_fn()
     if dev is not None:
@@ -66,6 +67,11 @@ def _train(model_fn, batches, dev=None, mesh=None, annotate=None, x_spec=None, s
         opt.step()
         if dev is not None:
             lazytpu.mark_step()
+    return model, opt
+
+
+def _train(model_fn, batches, dev=None, mesh=None, annotate=None, x_spec=None, steps=10):
+    model, _ = _fit(model_fn, batches, dev, mesh, annotate, x_spec, steps)
     return {n: p.detach().cpu() for n, p in model.named_parameters()}, model
 
 
@@ -470,27 +476,7 @@ def _train_lm(dev=None, mesh=None, annotate=None, x_spec=None, steps=10):
     """SGD with momentum on TinyLM (Adam would amplify the rounding noise of
     gradients that are exactly zero, e.g. the key bias's, to lr-sized
     steps); returns (parameters in registration order, model, optimizer)."""
-    torch.manual_seed(0)
-    model = TinyLM()
-    if dev is not None:
-        model = model.to(dev)
-    if annotate is not None:
-        model = annotate(model, mesh) or model
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    batches = _lm_batches()
-    for k in range(steps):
-        x, y = batches[k % len(batches)]
-        if dev is not None:
-            x, y = x.to(dev), y.to(dev)
-            if x_spec is not None:
-                xs.mark_sharding(x, mesh, x_spec)
-        opt.zero_grad()
-        out = model(x)
-        loss = nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
-        loss.backward()
-        opt.step()
-        if dev is not None:
-            lazytpu.mark_step()
+    model, opt = _fit(TinyLM, _lm_batches(), dev, mesh, annotate, x_spec, steps)
     return dict(enumerate(p.detach().cpu() for p in model.parameters())), model, opt
 
 
