@@ -156,8 +156,6 @@ Taps pad_taps(int64_t n, int64_t a, int64_t b, bool reflect, const char *op) {
 
 /* ------------------------------------------------------------- upsample */
 
-double opt_or(c10::optional<double> s) { return s ? *s : -1; }
-
 /* Resamples the last k dims of x (k = sizes.size()). mode 0 nearest,
  * 1 nearest-exact, 2 linear. */
 at::Tensor upsample(const at::Tensor &self, std::vector<int64_t> sizes, int mode, bool align,
