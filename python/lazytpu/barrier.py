@@ -40,9 +40,18 @@ def optimization_barrier(tensors):
         return list(torch.ops.lazytpu.optimization_barrier([t.detach() for t in tensors]))
 
 
-def optimization_barrier_(tensors):
+def optimization_barrier_(tensors, skip_host=False):
     """Puts the device tensors of ``tensors`` behind one barrier, in place
-    (values and autograd history unchanged)."""
+    (values and autograd history unchanged). A host tensor is refused, or
+    with ``skip_host`` left alone (torch_xla 2.9's ``xm.optimization_barrier_``
+    ignores non-XLA tensors); anything else raises TypeError."""
+    tensors = list(tensors)
+    for t in tensors:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError("optimization_barrier_: expected a list of tensors, got %s"
+                            % type(t).__name__)
+    if skip_host:
+        tensors = [t for t in tensors if t.device.type in _core.DEVICE_TYPES]
     tensors = _check(tensors, "optimization_barrier_")
     with torch.no_grad():
         for t, b in zip(tensors, optimization_barrier(tensors)):
