@@ -5,7 +5,8 @@
  *   reduce_scatter(Tensor t, int reduce_type, int dim, float scale) -> Tensor
  *   broadcast(Tensor t, int root) -> Tensor
  * (collectives as IR ops of the step's graph; used by lazytpu.spawn),
- *   optimization_barrier(Tensor t) -> Tensor   (lazytpu.barrier: the opt_barrier IR op), and
+ *   optimization_barrier(Tensor[] ts) -> Tensor[]   (lazytpu.barrier: one opt_barrier IR node
+ *     per tensor: result k is ts[k]'s value, fenced by all of ts), and
  *   tensor_info(Tensor t) -> str   (lazytpu.debug.tensor_info)
  */
 #include "lt_aten.h"
@@ -38,8 +39,19 @@ at::Tensor lt_broadcast(const at::Tensor &t, int64_t root) {
   return wrap(collective(LT_OP_broadcast, t, {root}, 1.0));
 }
 
-at::Tensor lt_optimization_barrier(const at::Tensor &t) {
-  return wrap(trace(LT_OP_opt_barrier, {handle_of(t)}, nullptr));
+/* Result k = opt_barrier(ts[k], every other ts[j]): each value is read only
+ * once all of ts exist (XLA's tuple-wide barrier; n^2 edges in the IR). */
+std::vector<at::Tensor> lt_optimization_barrier(at::TensorList ts) {
+  std::vector<lt_tensor *> all;
+  for (const at::Tensor &t : ts) all.push_back(handle_of(t));
+  std::vector<at::Tensor> out;
+  for (size_t k = 0; k < all.size(); k++) {
+    std::vector<lt_tensor *> in{all[k]};
+    for (size_t j = 0; j < all.size(); j++)
+      if (j != k) in.push_back(all[j]);
+    out.push_back(wrap(trace_n(LT_OP_opt_barrier, in, nullptr)));
+  }
+  return out;
 }
 
 std::string lt_tensor_info(const at::Tensor &t) {
@@ -61,7 +73,7 @@ TORCH_LIBRARY(lazytpu, m) {
   m.def("reduce_scatter(Tensor t, int reduce_type, int dim, float scale) -> Tensor");
   m.def("broadcast(Tensor t, int root) -> Tensor");
   m.def("tensor_info(Tensor t) -> str");
-  m.def("optimization_barrier(Tensor t) -> Tensor");
+  m.def("optimization_barrier(Tensor[] ts) -> Tensor[]");
 }
 
 TORCH_LIBRARY_IMPL(lazytpu, PrivateUse1, m) {

@@ -206,7 +206,9 @@ typedef enum lt_op_kind {
     LT_KIND_RANDOM,
     LT_KIND_COLLECTIVE,
     LT_KIND_BITCAST,    /* same bytes, another dtype (complex <-> real pairs) */
-    LT_KIND_LINALG      /* matrix decompositions over the last two dims (f64 inside) */
+    LT_KIND_LINALG,     /* matrix decompositions over the last two dims (f64 inside) */
+    LT_KIND_BARRIER     /* optimization barrier: the value of input 0, available only
+                           once every input is (a scheduling fence; never merged) */
 } lt_op_kind;
 
 /* enum lt_op { LT_OP_<name>, ..., LT_NUM_OPS }: one value per line of the op

@@ -45,7 +45,23 @@ int lt_cc_new_buf(lt_cctx *c, int64_t bytes)
     b->output = -1;
     b->first = b->last = -1;
     b->offset = 0;
+    b->is_alias = 0;
+    b->al_base = 0;
+    b->al_index = -1;
+    b->al_off = 0;
+    b->after = NULL;
+    b->n_after = 0;
     return c->n_bufs++;
+}
+
+void lt_cc_resolve_alias(const lt_cctx *c, lt_pview *pv)
+{
+    if (pv->base != LT_BASE_BUF || !c->bufs[pv->index].is_alias)
+        return;
+    const lt_cbuf *b = &c->bufs[pv->index];
+    pv->base = b->al_base;
+    pv->index = b->al_index;
+    pv->byte_off = b->al_off;
 }
 
 lt_pview lt_cc_buf_view(int buf, const lt_shape *s, lt_dtype dt)
@@ -146,6 +162,8 @@ static void ctx_free(lt_cctx *c)
 {
     free(c->cn);
     free(c->param_of_pos);
+    for (int b = 0; b < c->n_bufs; b++)
+        free(c->bufs[b].after);
     free(c->bufs);
     free(c->uf);
     free(c->gsize);

@@ -7,6 +7,9 @@
  * collisions never merge different nodes. Parameters (data leaves, scalar
  * parameters), random and collective ops are never merged. DCE keeps what
  * the outputs reach. One forward and one backward pass, no recursion.
+ * Optimization barriers are never merged either: computation on a barrier's
+ * value stays distinct from the same computation on its input (activation
+ * checkpointing's recomputation), since the barrier is a node of its own.
  *
  * Algebraic identities are folded in the same forward pass by making the
  * node's representative its operand: x op u for a binary op whose identity
@@ -29,7 +32,7 @@ static int mergeable(const lt_node *n)
     if (n->op == LT_OP_scalar && !(n->flags & LT_NODE_CONST))
         return 0;
     lt_op_kind k = lt_op_kind_of(n->op);
-    return k != LT_KIND_RANDOM && k != LT_KIND_COLLECTIVE;
+    return k != LT_KIND_RANDOM && k != LT_KIND_COLLECTIVE && k != LT_KIND_BARRIER;
 }
 
 /* 1 if canonical position q is the constant `value` (a constant scalar,

@@ -333,7 +333,9 @@ static lt_status emit_output(lt_cctx *c, int k)
     p->out_alias[k] = -1;
     p->out_donor[k] = -1;
     p->out_same[k] = -1;
-    const lt_pview *pv = &cn->pv;
+    lt_pview rpv = cn->pv;
+    lt_cc_resolve_alias(c, &rpv);   /* a barrier's value: the storage it names */
+    const lt_pview *pv = &rpv;
     int contig = cn->has_pv && pv->v.offset == 0 &&
                  lt_view_is_contiguous(&pv->v);
     int64_t bytes = lt_shape_numel(&nd->shape) * (int64_t)lt_cc_esize(nd->dtype);

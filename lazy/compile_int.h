@@ -4,7 +4,9 @@
  * Pipeline (lt_compile in compile.c):
  *   lt_cc_cse       compile_cse.c   CSE by (node hash, operands), DCE, users
  *   lt_cc_views     compile_view.c  leaves -> params/consts, movement ops ->
- *                                   strided views of their source
+ *                                   strided views of their source,
+ *                                   optimization barriers -> views through
+ *                                   an alias buffer that orders its readers
  *   lt_cc_patterns  compile_pattern.c  scalar scale folded into softmax /
  *                                   softmax_backward kernels
  *   lt_cc_fuse      compile_fuse.c  elementwise groups, stored values,
@@ -66,6 +68,17 @@ typedef struct lt_cbuf {
     int output;       /* >= 0: lives in out_bufs[output] */
     int first, last;  /* step indices of production / last use */
     int64_t offset;   /* scratch byte offset */
+    /* An alias (an optimization barrier's value, compile_view.c): no storage
+     * and no producer of its own; a view over it reads the storage
+     * (al_base, al_index, al_off) of another pview base (never an alias),
+     * and a step reading it runs after the producers of the buffers
+     * after[0 .. n_after) (buffers with storage; lt_cc_step_edges). */
+    int is_alias;
+    uint8_t al_base;
+    int al_index;
+    int64_t al_off;
+    int *after;       /* owned */
+    int n_after;
 } lt_cbuf;
 
 typedef struct lt_cctx {
@@ -122,6 +135,10 @@ lt_status lt_cc_plan(lt_cctx *c);
  * are caller-allocated and zeroed; *adj is malloc'd (caller frees).
  * LT_ERR_OOM (nothing allocated) on failure. */
 lt_status lt_cc_step_edges(const lt_cctx *c, const int *prod, int *off, int *indeg, int **adj);
+
+/* pv with an alias buffer base (an optimization barrier's value) replaced by
+ * the storage it names; any other pv unchanged. */
+void lt_cc_resolve_alias(const lt_cctx *c, lt_pview *pv);
 
 /* Union-find root of position p's group. */
 int lt_cc_group(lt_cctx *c, int p);

@@ -1,13 +1,22 @@
 /*
  * lazy/compile_plan.c — step order, buffer planning, donation.
  *
- * 1. Steps are ordered topologically (Kahn, ties broken by the graph
- *    position the step was anchored at, so the order follows the user's
- *    program and liveness stays short).
+ * 1. Steps are ordered topologically (Kahn); among the ready steps the one
+ *    whose anchor node was traced first runs first (lt_node.seq, the
+ *    user's program order), so each value is consumed when the program
+ *    consumed it and liveness stays as short as in eager: a backward's
+ *    weight gradients run beside the gradient they read, not after the
+ *    whole input-gradient chain (the graph's post-order, which roots the
+ *    chain at the first layer's weight gradient, would put them last and
+ *    keep every activation and gradient alive to the end).
  * 2. Every intermediate buffer lives from its producing step to its last
  *    reader and gets an offset in one scratch arena (first fit over a free
  *    list, 64-byte aligned, freed ranges reused). Output buffers are the
  *    caller's out_bufs.
+ *    An alias buffer (an optimization barrier's value) has no storage: its
+ *    readers keep the storage it names alive and are ordered after its
+ *    fence (lt_cc_step_edges); finally its views become views of that
+ *    storage.
  * 3. Donation: output k written by a fused step that reads parameter j at
  *    the identical index (contiguous, same shape and dtype) while no later
  *    step reads j may be written into j's buffer (in a horizontal fusion:
@@ -17,8 +26,8 @@
 #include <string.h>
 #include "compile_int.h"
 
-/* ---- binary min-heap of step indices keyed by anchor ---- */
-typedef struct heap { int *a; int n; const int *key; } heap;
+/* ---- binary min-heap of step indices keyed by program order ---- */
+typedef struct heap { int *a; int n; const uint64_t *key; } heap;
 
 static void heap_push(heap *h, int v)
 {
@@ -55,16 +64,40 @@ static int heap_pop(heap *h)
     return top;
 }
 
+/* The steps reading pv (in step s) must follow: the producer of its buffer,
+ * or for an alias (an optimization barrier's value) the producer of the
+ * storage it names and of every buffer of its fence. Each one q != s is
+ * counted (a == NULL: off[q + 1]++) or recorded (a[off[q] + fill[q]++] = s,
+ * indeg[s]++). */
+static void pv_edges(const lt_cctx *c, const int *prod, const lt_pview *pv, int s,
+                     int *off, int *a, int *fill, int *indeg)
+{
+    if (pv->base != LT_BASE_BUF)
+        return;
+    const lt_cbuf *b = &c->bufs[pv->index];
+    int n = b->is_alias ? b->n_after + 1 : 1;
+    for (int k = 0; k < n; k++) {
+        int buf = !b->is_alias ? pv->index : k < b->n_after ? b->after[k]
+                  : b->al_base == LT_BASE_BUF ? b->al_index : -1;
+        int q = buf >= 0 ? prod[buf] : -1;
+        if (q < 0 || q == s)
+            continue;
+        if (!a) {
+            off[q + 1]++;
+        } else {
+            a[off[q] + fill[q]++] = s;
+            indeg[s]++;
+        }
+    }
+}
+
 lt_status lt_cc_step_edges(const lt_cctx *c, const int *prod, int *off, int *indeg, int **adj)
 {
     int ns = c->n_steps;
     *adj = NULL;
     for (int s = 0; s < ns; s++)
-        for (int k = 0; k < c->steps[s].n_in; k++) {
-            const lt_pview *pv = &c->steps[s].in[k];
-            if (pv->base == LT_BASE_BUF && prod[pv->index] >= 0 && prod[pv->index] != s)
-                off[prod[pv->index] + 1]++;
-        }
+        for (int k = 0; k < c->steps[s].n_in; k++)
+            pv_edges(c, prod, &c->steps[s].in[k], s, off, NULL, NULL, NULL);
     for (int s = 0; s < ns; s++)
         off[s + 1] += off[s];
     int *a = malloc((off[ns] ? off[ns] : 1) * sizeof(int));
@@ -75,14 +108,8 @@ lt_status lt_cc_step_edges(const lt_cctx *c, const int *prod, int *off, int *ind
         return lt_set_error(LT_ERR_OOM, "compile: out of host memory");
     }
     for (int s = 0; s < ns; s++)
-        for (int k = 0; k < c->steps[s].n_in; k++) {
-            const lt_pview *pv = &c->steps[s].in[k];
-            if (pv->base == LT_BASE_BUF && prod[pv->index] >= 0 && prod[pv->index] != s) {
-                int q = prod[pv->index];
-                a[off[q] + fill[q]++] = s;
-                indeg[s]++;
-            }
-        }
+        for (int k = 0; k < c->steps[s].n_in; k++)
+            pv_edges(c, prod, &c->steps[s].in[k], s, off, a, fill, indeg);
     free(fill);
     *adj = a;
     return LT_OK;
@@ -99,15 +126,22 @@ static lt_status order_steps(lt_cctx *c, int *prod)
     int *adj = NULL;
     lt_step *sorted = malloc(n1 * sizeof *sorted);
     int *sorted_anchor = malloc(n1 * sizeof(int));
+    uint64_t *key = malloc(n1 * sizeof *key);
     lt_status st = LT_OK;
-    if (!indeg || !off || !order || !hp || !sorted || !sorted_anchor) {
+    if (!indeg || !off || !order || !hp || !sorted || !sorted_anchor || !key) {
         st = lt_set_error(LT_ERR_OOM, "compile: out of host memory");
         goto done;
+    }
+    /* program order of the anchor node; output copies (anchored past the
+     * nodes) last, in output order */
+    for (int s = 0; s < ns; s++) {
+        int a = c->step_anchor[s];
+        key[s] = a < c->n ? lt_cc_node(c, a)->seq : ((uint64_t)1 << 63) + (uint64_t)(a - c->n);
     }
     st = lt_cc_step_edges(c, prod, off, indeg, &adj);
     if (st != LT_OK)
         goto done;
-    heap h = {hp, 0, c->step_anchor};
+    heap h = {hp, 0, key};
     for (int s = 0; s < ns; s++)
         if (indeg[s] == 0)
             heap_push(&h, s);
@@ -141,6 +175,7 @@ done:
     free(adj);
     free(sorted);
     free(sorted_anchor);
+    free(key);
     return st;
 }
 
@@ -220,9 +255,12 @@ static lt_status plan_scratch(lt_cctx *c, int *prod)
                 prod[st->out[k].index] = s;
                 c->bufs[st->out[k].index].first = s;
             }
-        for (int k = 0; k < st->n_in; k++)
-            if (st->in[k].base == LT_BASE_BUF)
-                c->bufs[st->in[k].index].last = s;
+        for (int k = 0; k < st->n_in; k++) {
+            lt_pview pv = st->in[k];
+            lt_cc_resolve_alias(c, &pv);   /* a barrier's value: its storage */
+            if (pv.base == LT_BASE_BUF)
+                c->bufs[pv.index].last = s;
+        }
     }
     /* per step: buffers born here, buffers dying here (linked lists) */
     int n1 = c->n_bufs ? c->n_bufs : 1;
@@ -238,7 +276,7 @@ static lt_status plan_scratch(lt_cctx *c, int *prod)
         born[s] = dies[s] = -1;
     for (int b = 0; b < c->n_bufs; b++) {
         lt_cbuf *cb = &c->bufs[b];
-        if (cb->output >= 0 || cb->first < 0)
+        if (cb->output >= 0 || cb->first < 0 || cb->is_alias)
             continue;
         if (cb->last < cb->first)
             cb->last = cb->first;
@@ -268,6 +306,7 @@ done:
 
 static void finalize_pview(lt_cctx *c, lt_pview *pv)
 {
+    lt_cc_resolve_alias(c, pv);
     if (pv->base != LT_BASE_BUF)
         return;
     const lt_cbuf *b = &c->bufs[pv->index];

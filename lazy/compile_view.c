@@ -8,6 +8,13 @@
  * intermediate/output. A reshape that cannot be expressed over a strided
  * source (or as_strided over a non-contiguous one) materialises the source
  * first with a copy kernel.
+ *
+ * An optimization barrier (opt_barrier: the value of input 0, fenced by all
+ * of its inputs) becomes a view of input 0's storage through an alias
+ * buffer of its own: no copy, and every step reading it (or a view of it)
+ * is ordered after the steps producing its inputs (compile_plan.c), so
+ * computation on it cannot be scheduled before the fence; the barrier
+ * node itself is never merged (compile_cse.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +166,69 @@ static lt_pview leaf_view(int base, int index, const lt_node *nd)
     return pv;
 }
 
+/* Appends buffer b to alias a's fence unless there already. */
+static int fence_add(lt_cbuf *a, int b)
+{
+    for (int k = 0; k < a->n_after; k++)
+        if (a->after[k] == b)
+            return 0;
+    int *n = realloc(a->after, (a->n_after + 1) * sizeof *n);
+    if (!n)
+        return -1;
+    a->after = n;
+    a->after[a->n_after++] = b;
+    return 0;
+}
+
+/* Classifies barrier i: every input materialised (a fence input must be a
+ * step's result or a leaf to wait for), then i = input 0's view over a new
+ * alias buffer whose fence is the inputs' buffers (an input that is itself
+ * a barrier's value brings its storage and its fence: aliases never nest). */
+static lt_status barrier_view(lt_cctx *c, int i)
+{
+    int nin = lt_cc_nin(c, i);
+    for (int k = 0; k < nin; k++) {
+        lt_status st = lt_cc_materialise(c, lt_cc_in(c, i, k));
+        if (st != LT_OK)
+            return st;
+    }
+    int b = lt_cc_new_buf(c, 0);
+    if (b < 0)
+        return lt_set_error(LT_ERR_OOM, "compile: out of host memory");
+    lt_pview src = c->cn[lt_cc_in(c, i, 0)].pv;
+    lt_cc_resolve_alias(c, &src);
+    lt_cbuf *a = &c->bufs[b];
+    a->is_alias = 1;
+    a->al_base = src.base;
+    a->al_index = src.index;
+    a->al_off = src.byte_off;
+    for (int k = 0; k < nin; k++) {
+        const lt_pview *pv = &c->cn[lt_cc_in(c, i, k)].pv;
+        if (pv->base != LT_BASE_BUF)
+            continue;           /* a leaf: there from the start */
+        const lt_cbuf *q = &c->bufs[pv->index];
+        int bad = 0;
+        if (!q->is_alias) {
+            bad = fence_add(a, pv->index);
+        } else {
+            for (int j = 0; j < q->n_after && !bad; j++)
+                bad = fence_add(a, q->after[j]);
+            if (!bad && q->al_base == LT_BASE_BUF)
+                bad = fence_add(a, q->al_index);
+        }
+        if (bad)
+            return lt_set_error(LT_ERR_OOM, "compile: out of host memory");
+    }
+    lt_cnode *cn = &c->cn[i];
+    cn->kind = CN_VIEW;
+    cn->pv = c->cn[lt_cc_in(c, i, 0)].pv;
+    cn->pv.base = LT_BASE_BUF;
+    cn->pv.index = b;
+    cn->pv.byte_off = 0;
+    cn->has_pv = 1;
+    return LT_OK;
+}
+
 lt_status lt_cc_views(lt_cctx *c)
 {
     for (int i = 0; i < c->n; i++) {
@@ -191,6 +261,10 @@ lt_status lt_cc_views(lt_cctx *c)
                 cn->pv = leaf_view(LT_BASE_SLOT, cn->param, nd);
             }
             cn->has_pv = 1;
+        } else if (kind == LT_KIND_BARRIER) {
+            lt_status st = barrier_view(c, i);
+            if (st != LT_OK)
+                return st;
         } else if (kind == LT_KIND_MOVEMENT) {
             int s = lt_cc_in(c, i, 0);
             lt_status st = lt_cc_materialise(c, s);

@@ -78,6 +78,8 @@ static void node_hashes(lt_node *n)
 
 /* ------------------------------------------------------------------- nodes */
 
+static _Atomic uint64_t g_node_seq;   /* lt_node.seq */
+
 static lt_node *node_alloc(int n_in)
 {
     lt_node *n;
@@ -92,6 +94,7 @@ static lt_node *node_alloc(int n_in)
     }
     n->cap_mark = 0;
     n->cap_pos = -1;
+    n->seq = atomic_fetch_add_explicit(&g_node_seq, 1, memory_order_relaxed);
     return n;
 }
 

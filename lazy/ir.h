@@ -51,6 +51,9 @@ typedef struct lt_node {
     struct lt_node *in_inline[3];
     uint64_t cap_mark;        /* graph capture (graph.c): the capture that last */
     int cap_pos;              /* placed this node, and its position there */
+    uint64_t seq;             /* creation order, process-wide: the user's program
+                                 order, which the compiler's step order follows
+                                 (compile_plan.c); not part of any hash */
 } lt_node;
 
 /* Creates a node holding one new reference to each input (inputs must be

@@ -175,7 +175,7 @@ lt_status lt_infer_dtype(lt_op op, const lt_operand *in, int n,
 static int moves_only(lt_op op)
 {
     switch (lt_op_kind_of(op)) {
-    case LT_KIND_MOVEMENT: case LT_KIND_CONCAT: case LT_KIND_SCATTER:
+    case LT_KIND_MOVEMENT: case LT_KIND_CONCAT: case LT_KIND_SCATTER: case LT_KIND_BARRIER:
         return 1;
     default:
         return op == LT_OP_index_select || op == LT_OP_view_as_real ||
@@ -211,7 +211,8 @@ lt_status lt_infer(lt_op op, const lt_operand *in, int n, lt_attrs *attrs,
                         "or bool tensors");
     } else {
         /* moved bytes are never converted to or from these dtypes */
-        int k = op == LT_OP_index_select ? 1 : n;   /* its index is an integer */
+        /* an index is an integer; a barrier's fence inputs are any tensors */
+        int k = op == LT_OP_index_select || op == LT_OP_opt_barrier ? 1 : n;
         for (int i = 1; i < k; i++)
             if (in[i].dtype != in[0].dtype &&
                 (!computed_dtype(in[0].dtype) || !computed_dtype(in[i].dtype)))
@@ -375,6 +376,9 @@ lt_status lt_shape_rule_same(lt_op op, const lt_operand *in, int n,
                 return lt_shape_fail(LT_ERR_DTYPE, op, in, n, "bad dtype");
         }
         break;
+    case LT_OP_opt_barrier:     /* input 0's shape; the fence inputs any */
+        *out = *s;
+        return LT_OK;
     case LT_OP_cummax_indices:
         TRY(lt_shape_need_attrs(op, in, n, a, 1, "dim"));
         TRY(check_dim(op, in, n, a->i[0], s->ndim, "dim"));

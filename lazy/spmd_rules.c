@@ -250,6 +250,13 @@ static int rule(xs *x, int i)
     }
     lt_op op = (lt_op)n->op;
     const lt_shape *O = &n->shape;
+    if (op == LT_OP_opt_barrier) {
+        /* the value of input 0 in its layout; the fence inputs stay as
+         * they are (they are only waited for) */
+        for (int k = 0; k < nin; k++) W[k] = *Tin(x, i, k);
+        *T = W[0];
+        return 1;
+    }
     switch (lt_spmd_rule_of(op)) {
     case LT_SPMD_EW:
         /* an annotated elementwise value takes its annotation (GSPMD's

@@ -27,7 +27,7 @@ int64_t dt_rng_int(int64_t lo, int64_t hi) { return lo + (int64_t)(dt_rng_u64() 
 const char *const dt_kind_names[] = {
     "leaf", "unary", "binary", "ternary", "reduce", "matmul", "conv", "pool",
     "norm", "movement", "scatter", "concat", "index", "loss", "random",
-    "collective", "bitcast", "linalg"};
+    "collective", "bitcast", "linalg", "barrier"};
 
 dt_family dt_fam[NKINDS];
 int dt_op_cases[LT_NUM_OPS];

@@ -18,7 +18,7 @@ enum { G_NORM, G_POS, G_UNIT, G_NZ, G_TIES, G_BOOL, G_NEAR1, G_NAN, G_IDX, G_POS
 enum { K_TENSOR, K_WRAPPED, K_ZERODIM };
 /* Input modes: how a tensor input reaches the op (see dt_make_input). */
 enum { M_DATA, M_PENDING, M_TRANSPOSED, M_STRIDED, N_MODES };
-#define NKINDS 18
+#define NKINDS 19
 
 typedef struct in_spec {
     int kind;

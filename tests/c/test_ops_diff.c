@@ -979,6 +979,66 @@ static void cases_bitcast(lt_op op)
     free(got);
 }
 
+/* opt_barrier: the value of input 0, bit for bit, whatever the fence
+ * inputs (other shapes and dtypes): over a parameter, a transposed view and a
+ * computed value (lazy/compile_view.c; ordering: tests/c/test_barrier.c) */
+static void cases_barrier(lt_op op)
+{
+    int k = dt_op_kind[op];
+    const int64_t R = 7, C = 5;
+    static const lt_dtype dts[] = {LT_F32, LT_I64, LT_BF16, LT_BOOL};
+    for (size_t d = 0; d < sizeof dts / sizeof *dts; d++)
+        for (int mode = 0; mode < 3; mode++) {
+            dt_fam[k].cases++;
+            dt_op_cases[op]++;
+            lt_dtype dt = dts[d];
+            lt_shape s = lt_shape_make(2, (int64_t[]){R, C}), fs = lt_shape_make(1, (int64_t[]){3});
+            double src[35], fv[3] = {1, 2, 3}, got[35];
+            for (int i = 0; i < R * C; i++)
+                src[i] = dt == LT_BOOL ? (double)(dt_rng_u64() & 1) : dt == LT_I64
+                         ? (double)dt_rng_int(-50, 50) : dt_rng_range(-3, 3);
+            lt_tensor *x = NULL, *f = NULL, *v = NULL, *y = NULL;
+            int bad = lt_tensor_from_host(0, src, LT_F64, &s, &x) != LT_OK;
+            if (!bad) {     /* the device value of src in dt */
+                lt_tensor *c = NULL;
+                lt_attrs ca = {.n = 1, .i = {dt}};
+                bad |= lt_trace1(LT_OP_cast, x, &ca, &c) != LT_OK;
+                lt_tensor_release(x);
+                x = c;
+            }
+            bad |= !x || lt_tensor_from_host(0, fv, LT_F64, &fs, &f) != LT_OK;
+            lt_attrs a;
+            memset(&a, 0, sizeof a);
+            if (!bad && mode == 1) {
+                a.n = 2; a.i[0] = 1; a.i[1] = 0;
+                bad |= lt_trace1(LT_OP_permute, x, &a, &v) != LT_OK;
+            } else if (!bad && mode == 2 && dt != LT_BOOL) {
+                bad |= lt_trace(LT_OP_neg, (lt_tensor *[]){x}, 1, NULL, &v) != LT_OK;
+            } else if (!bad) {
+                v = lt_tensor_retain(x);
+            }
+            if (!bad)
+                bad |= lt_trace(op, (lt_tensor *[]){v, f, x}, 3, NULL, &y) != LT_OK;
+            bad |= !bad && (lt_tensor_dtype(y) != dt ||
+                            !lt_shape_equal(lt_tensor_shape(y), lt_tensor_shape(v)));
+            if (!bad) {
+                double want[35];
+                bad |= lt_tensor_to_host(v, want, LT_F64) != LT_OK ||
+                       lt_tensor_to_host(y, got, LT_F64) != LT_OK ||
+                       memcmp(want, got, (size_t)(R * C) * sizeof(double)) != 0;
+            }
+            if (bad) {
+                printf("FAIL %s %s mode %d: %s\n", dt_op_names[op], lt_dtype_name(dt), mode,
+                       lt_last_error());
+                dt_fam[k].failed++;
+            }
+            lt_tensor_release(x);
+            lt_tensor_release(f);
+            lt_tensor_release(v);
+            lt_tensor_release(y);
+        }
+}
+
 /* -------------------------------------------------------- the tests */
 
 static void cases_for(lt_op op)
@@ -1002,6 +1062,7 @@ static void cases_for(lt_op op)
     case LT_KIND_COLLECTIVE: dt_cases_collective(op); break;   /* support_diff_random.c */
     case LT_KIND_BITCAST: cases_bitcast(op); break;
     case LT_KIND_LINALG: dt_cases_linalg(op); break;   /* support_diff_linalg.c */
+    case LT_KIND_BARRIER: cases_barrier(op); break;
     }
     if (!dt_bf16_mode) cases_large(op);
 }

@@ -907,7 +907,7 @@ def _opt_barrier(draw):
     x = draw(tensors(shapes()))
 
     def fn(t):
-        return torch.ops.lazytpu.optimization_barrier(t) if t.device.type == "lazytpu" else t
+        return torch.ops.lazytpu.optimization_barrier([t])[0] if t.device.type == "lazytpu" else t
     return Case("opt_barrier", fn, [x], grad=False, desc="", names=("opt_barrier",))
 
 

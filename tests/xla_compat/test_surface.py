@@ -95,9 +95,12 @@ def test_fork_rng_and_optimization_barrier():
     assert torch.equal(a, b)
     x = torch.arange(3.0, device=d)
     before = met.counter_value("xla::opt_barrier") or 0
-    xm.optimization_barrier_([x])
-    assert (x * 2).cpu().tolist() == [0.0, 2.0, 4.0]
+    h = torch.ones(2)                 # a host tensor: left alone, as in 2.9
+    xm.optimization_barrier_([x, h])
+    assert (x * 2).cpu().tolist() == [0.0, 2.0, 4.0] and h.tolist() == [1.0, 1.0]
     assert met.counter_value("xla::opt_barrier") == before + 1
+    with pytest.raises(TypeError):
+        xm.optimization_barrier_([x, None])
 
 
 def test_xlac_entry_points():

@@ -112,7 +112,7 @@ def _get_use_eager_mode():
 
 
 def _xla_optimization_barrier_(tensors):
-    _barrier.optimization_barrier_(tensors)
+    _barrier.optimization_barrier_(tensors, skip_host=True)
 
 
 def _xla_memory_info(device):

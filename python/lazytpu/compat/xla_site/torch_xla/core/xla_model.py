@@ -179,12 +179,9 @@ MemoryInfo = dict
 
 
 def optimization_barrier_(tensors):
-    """Keeps the compiler from merging or moving computation across this
-    point: each tensor is replaced in place by a barrier value (an IR op
-    the compiler's CSE and fusion do not look through). Gradient
-    checkpointing uses it so the recomputed forward is not merged back into
-    the saved one."""
-    _barrier.optimization_barrier_(tensors)
+    """One barrier over the xla tensors of the list, in place, values
+    unchanged (lazytpu.barrier); other tensors are left alone, as in 2.9."""
+    _barrier.optimization_barrier_(tensors, skip_host=True)
 
 
 # ------------------------------------------------------------- data

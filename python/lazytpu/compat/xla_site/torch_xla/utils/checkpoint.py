@@ -1,11 +1,16 @@
 """torch_xla.utils.checkpoint: activation checkpointing for xla tensors.
 
-As torch.utils.checkpoint, plus what a lazy device needs: the inputs of the
-recomputation go through ``xm.optimization_barrier_`` first, so the
-compiler sees the recomputed forward as new values and does not merge it
-with the forward of the same step (CSE would otherwise keep the forward's
-activations alive and undo the memory saving). The device random state
-(dropout) is restored for the recomputation, like the CPU one.
+As torch.utils.checkpoint, plus what a lazy device needs (as torch_xla 2.9):
+in the backward, the saved inputs AND the incoming gradients go through one
+optimization barrier before the forward is recomputed from the barrier's
+results. The compiler then sees the recomputation as new values that it
+does not merge (CSE) with the forward of the same step, and cannot run
+before the gradient it serves arrives, so the forward's activations are
+not kept until the backward: only the checkpointed inputs are. The device
+random state (dropout) is restored for the recomputation, like the CPU one.
+(torch_xla also puts the parameters of a bound module method behind the
+barrier; on lazytpu a parameter is a program input, there from the start,
+so it would add nothing to the fence.)
 
 use_reentrant=False is refused with ValueError, as torch_xla 2.9 does.
 """
@@ -13,6 +18,7 @@ import torch
 import torch.utils.checkpoint as _tc
 
 import torch_xla.core.xla_model as xm
+from lazytpu import barrier as _barrier
 
 
 class CheckpointStatus:
@@ -42,6 +48,17 @@ def get_device_states(*args):
 def set_device_states(devices, states):
     for d, s in zip(devices, states):
         xm.set_rng_state(s, device=d)
+
+
+def _on_xla(t):
+    return torch.is_tensor(t) and t.device.type == "xla"
+
+
+def _saved_inputs(ctx):
+    inputs = list(ctx.inputs)
+    for i, t in zip(ctx.tensor_idx, ctx.saved_tensors):
+        inputs[i] = t
+    return inputs
 
 
 class CheckpointFunction(torch.autograd.Function):
@@ -74,14 +91,19 @@ class CheckpointFunction(torch.autograd.Function):
             raise RuntimeError("Checkpointing is not compatible with .grad() or when an "
                                "`inputs` parameter is passed to .backward(). Please use "
                                ".backward() and do not pass its `inputs` argument.")
-        inputs = list(ctx.inputs)
-        for i, t in zip(ctx.tensor_idx, ctx.saved_tensors):
-            inputs[i] = t
-        detached = [x.detach().requires_grad_(x.requires_grad) if torch.is_tensor(x)
-                    else x for x in inputs]
-        barrier = [x for x in detached if torch.is_tensor(x) and x.device.type == "xla"]
-        if barrier:
-            xm.optimization_barrier_(barrier)
+        saved = _saved_inputs(ctx)
+        grads = list(grads)
+        # one barrier over the device inputs and gradients: the recomputation
+        # and its backward read its results (same values, no history)
+        fenced = [(0, i) for i, x in enumerate(saved) if _on_xla(x)] + \
+                 [(1, i) for i, g in enumerate(grads) if _on_xla(g)]
+        vals = _barrier.optimization_barrier(
+            [saved[i] if w == 0 else grads[i] for w, i in fenced])
+        detached = [x.detach() if torch.is_tensor(x) else x for x in saved]
+        for (w, i), v in zip(fenced, vals):
+            (detached if w == 0 else grads)[i] = v
+        detached = [x.requires_grad_(s.requires_grad) if torch.is_tensor(x) else x
+                    for x, s in zip(detached, saved)]
         with torch.random.fork_rng(devices=[], enabled=ctx.preserve_rng_state):
             if ctx.preserve_rng_state:
                 torch.set_rng_state(ctx.cpu_state)
