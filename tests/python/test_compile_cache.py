@@ -135,9 +135,9 @@ def test_readonly_writes_nothing(tmp_path):
 def test_changed_graph_or_options_miss(tmp_path):
     cache = tmp_path / "cache"
     n = run_step(tmp_path, cache)["counters"]["UncachedCompile"]
-    r = run_step(tmp_path, cache, "20")       # other shapes: other graphs
-    assert r["counters"]["PersistentCacheHit"] is None
+    r = run_step(tmp_path, cache, "20")       # the first layer's graphs change shape
     assert r["counters"]["PersistentCacheMiss"] == r["counters"]["UncachedCompile"] > 0
+    assert (r["counters"]["PersistentCacheHit"] or 0) < n     # the unchanged graphs may hit
     _assert_matches_eager(r, 20)
     assert len(_files(cache)) == n + r["counters"]["UncachedCompile"]
     # the same graphs compiled with other options are other programs
