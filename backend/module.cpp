@@ -16,6 +16,7 @@
 
 #include "lazytpu.h"
 #include "lazytpu_events.h"
+#include "lazytpu_cache.h"
 #include "lt_shim.h"
 #include "world_py.h"
 #include "constants_py.h"
@@ -120,6 +121,32 @@ PyObject *py_set_matmul_precision(PyObject *, PyObject *args) {
 PyObject *py_matmul_precision(PyObject *, PyObject *) {
   const char *n = lt_matmul_precision_name(lt_get_matmul_precision());
   return PyUnicode_FromString(n ? n : "f32");
+}
+
+/* compile_cache_set_dir(path or None, readonly): the persistent compile
+ * cache (lazy/pcache.h). RuntimeError once the compile cache is in use or
+ * when the directory cannot be created. */
+PyObject *py_compile_cache_set_dir(PyObject *, PyObject *args) {
+  const char *dir = nullptr;
+  int readonly = 0;
+  if (!PyArg_ParseTuple(args, "zp", &dir, &readonly)) return nullptr;
+  lt_status st;
+  Py_BEGIN_ALLOW_THREADS st = lt_compile_cache_set_dir(dir, readonly);
+  Py_END_ALLOW_THREADS
+  if (st != LT_OK) return raise_status(st);
+  Py_RETURN_NONE;
+}
+
+/* compile_cache_info() -> (initialized, path or None, readonly, programs in memory). */
+PyObject *py_compile_cache_info(PyObject *, PyObject *) {
+  char dir[4096];
+  int readonly = 0;
+  int64_t n = 0;
+  int started = lt_compile_cache_info(dir, sizeof dir, &readonly, &n);
+  PyObject *path = dir[0] ? PyUnicode_DecodeFSDefault(dir) : (Py_INCREF(Py_None), Py_None);
+  if (!path) return nullptr;
+  return Py_BuildValue("(NNNL)", PyBool_FromLong(started), path, PyBool_FromLong(readonly),
+                       (long long)n);
 }
 
 PyObject *py_used_cores(PyObject *, PyObject *) {
@@ -486,6 +513,10 @@ PyMethodDef methods[] = {
     {"keep_f32_storage", py_keep_f32_storage, METH_VARARGS,
      "keep_f32_storage(on) -> previous: in bf16 mode this thread's traced f32 results stay f32."},
     {"used_cores", py_used_cores, METH_NOARGS, "Cores that hold tensors."},
+    {"compile_cache_set_dir", py_compile_cache_set_dir, METH_VARARGS,
+     "compile_cache_set_dir(path or None, readonly): the persistent compile cache."},
+    {"compile_cache_info", py_compile_cache_info, METH_NOARGS,
+     "(initialized, path or None, readonly, programs in memory)."},
     {"set_matmul_precision", py_set_matmul_precision, METH_VARARGS,
      "set_matmul_precision(name): f32, default, high or highest."},
     {"matmul_precision", py_matmul_precision, METH_NOARGS, "The matmul precision's name."},

@@ -14,6 +14,7 @@
 #include <strings.h>
 #include "tensor.h"
 #include "cache.h"
+#include "pcache.h"
 #include "compile.h"
 #include "device.h"
 #include "diagnose.h"
@@ -77,7 +78,12 @@ lt_status lt_init(void)
     rt.no_hfuse = !lt_opt_int(LT_OPT_HFUSE);
     rt.no_epilogue = !lt_opt_int(LT_OPT_GEMM_EPILOGUE);
     rt.cache = lt_cache_new(rt.cache_size, prog_retain, prog_release);
-    if (!rt.cache) {
+    rt.pcache = lt_pcache_new();
+    if (!rt.cache || !rt.pcache) {
+        lt_cache_free(rt.cache);
+        lt_pcache_free(rt.pcache);
+        rt.cache = NULL;
+        rt.pcache = NULL;
         lt_devices_shutdown();
         pthread_mutex_unlock(&rt_mu);
         return lt_set_error(LT_ERR_INTERNAL, "init: out of host memory");
@@ -110,6 +116,8 @@ void lt_shutdown(void)
     lt_devices_shutdown();
     lt_cache_free(rt.cache);
     rt.cache = NULL;
+    lt_pcache_free(rt.pcache);
+    rt.pcache = NULL;
     lt_sync_state_reset();
     lt_trace_events_close();
     pthread_mutex_unlock(&rt_mu);

@@ -9,6 +9,7 @@
 #include "submit.h"
 #include "tensor.h"
 #include "cache.h"
+#include "pcache.h"
 #include "diagnose.h"
 #include "fault.h"
 #include "trace_events.h"
@@ -27,14 +28,20 @@ lt_status lt_submit_program(const lt_graph *g, lt_submit_origin origin, lt_sync_
     if (compiled) *compiled = 0;
     if (!r) return LT_ERR_DEVICE;
     lt_metric_add(m->graph_size, (double)g->n_nodes);
+    lt_status pst = lt_pcache_start(r->pcache);   /* the compile cache is now in use */
+    if (pst != LT_OK) return pst;
+    lt_compile_opts opts = lt_rt_compile_opts();
     lt_program *p = lt_cache_get(r->cache, g->key);
+    if (!p && (p = lt_pcache_load(r->pcache, g, &opts)))   /* compiled by an earlier process */
+        lt_cache_put(r->cache, g->key, p);
     if (p) {
         lt_counter_add(m->cached, 1);
     } else {
         int64_t t0 = lt_now_ns();
-        lt_status st = lt_compile(g, &p);
+        lt_status st = lt_compile_with(g, &opts, &p);
         if (st != LT_OK) return st;
         int64_t t1 = lt_now_ns();
+        lt_pcache_store(r->pcache, g, &opts, p);   /* not in CompileTime */
         lt_metric_add(m->compile_time, (double)(t1 - t0));
         if (lt_trace_enabled()) {
             char a[96];

@@ -49,6 +49,7 @@ typedef struct lt_runtime {
                                     (compile_pattern.c) */
     atomic_int mm_precision;     /* lt_matmul_precision (lazy/precision.c) */
     struct lt_cache *cache;
+    struct lt_pcache *pcache;    /* persistent compile cache (lazy/pcache.h) */
     lt_core_live live[LT_RT_MAX_CORES];
 } lt_runtime;
 

@@ -127,6 +127,9 @@ FILES = [
     ("pjrt/test_mesh_service.py", {"devices": 4}),
     ("test_devices.py", {"devices": 4}),
     ("test_persistent_cache.py", {}),
+    # its tests skip unless the device is a TPU: lazytpu's simulated TPU runs
+    # them (fresh processes, xmp.spawn and SPMD over the persistent cache)
+    ("test_persistent_cache.py@tpu", {"env": {"PJRT_DEVICE": "TPU"}}),
     ("test_compilation_cache_utils.py", {}),
     ("test_async_closures.py", {}),
     ("test_deprecation.py", {}),

@@ -17,7 +17,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CODE_DIRS = ("lazy", "spawn", "metrics", "backend", "base", "include", "python")
 CODE_EXT = (".c", ".h", ".cpp", ".def", ".py")
 # preprocessor and CMake names, not environment variables
-BUILD_NAMES = {"LAZYTPU_H", "LAZYTPU_SPMD_H", "LAZYTPU_EVENTS_H", "LAZYTPU_HAVE_MPI", "LAZYTPU_LSAN_KEEP_PLUGINS",
+BUILD_NAMES = {"LAZYTPU_H", "LAZYTPU_SPMD_H", "LAZYTPU_EVENTS_H", "LAZYTPU_CACHE_H", "LAZYTPU_HAVE_MPI", "LAZYTPU_LSAN_KEEP_PLUGINS",
                "LAZYTPU_MPI"}
 
 

@@ -295,8 +295,9 @@ def test_amp_autocast_gradscaler_syncfree():
 
 def test_env_var_names_and_runtime_cache(capsys):
     assert xenv.PJRT_DEVICE == "PJRT_DEVICE" and xenv.TPU_VISIBLE_CHIPS == "TPU_VISIBLE_CHIPS"
+    (torch.ones(2, device=torch_xla.device()) + 1).cpu()   # a computation ...
     with pytest.raises(AssertionError, match="already been initialized"):
-        xr.initialize_cache("/tmp/lazytpu-xla-cache")      # after computations (2.9)
+        xr.initialize_cache("/tmp/lazytpu-xla-cache")      # ... then too late (2.9)
     assert xr.get_num_cached_compilation_graph() >= 0
 
 

@@ -18,6 +18,12 @@ def _xla_runtime_is_initialized():
     return bool(_C.used_cores())
 
 
+def _xla_computation_cache_is_initialized():
+    """True once a graph went through the compile cache in this process
+    (torch_xla.runtime.initialize_cache refuses afterwards)."""
+    return _C.compile_cache_info()[0]
+
+
 def _init_computation_client():
     """Starts the runtime of this process's device (in lazytpu a core starts
     with its first tensor); afterwards _xla_runtime_is_initialized() is True

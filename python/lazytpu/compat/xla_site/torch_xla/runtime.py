@@ -130,20 +130,23 @@ def get_master_ip():
 
 
 def initialize_cache(path, readonly=False):
-    """torch_xla's persistent compile cache: must come before the first
-    computation (AssertionError after, as in torch_xla). lazytpu keeps its
-    compiled programs in memory per process: nothing is written to `path`
-    (a note says so)."""
-    assert not _runtime_initialized(), "Computation cache has already been initialized"
+    """torch_xla's persistent compile cache, on lazytpu's
+    (lazytpu.set_compile_cache_dir): compiled programs are stored under
+    `path` and loaded by later processes (counters PersistentCacheHit /
+    PersistentCacheMiss). Must come before the first computation
+    (AssertionError after, as in torch_xla)."""
+    import torch_xla
+    assert not torch_xla._XLAC._xla_computation_cache_is_initialized(), \
+        "Computation cache has already been initialized"
     os.environ["XLA_PERSISTENT_CACHE_PATH"] = path
     os.environ["XLA_PERSISTENT_CACHE_READ_ONLY"] = "1" if readonly else "0"
-    lazytpu.compat.note("torch_xla.runtime.initialize_cache(%r): lazytpu keeps its "
-                        "compile cache in memory; nothing is written there" % path)
+    lazytpu.set_compile_cache_dir(path, readonly)
 
 
 def get_num_cached_compilation_graph():
-    """Graphs compiled by this process (the in-memory compile cache)."""
-    return lazytpu.metrics.counter_value("UncachedCompile") or 0
+    """Graphs held by the in-memory compile cache (a program loaded from the
+    persistent cache is held there too)."""
+    return lazytpu.compile_cache_info()["programs"]
 
 
 # ---- SPMD (lazytpu.spmd): these replace the definitions above ----
