@@ -759,6 +759,19 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
                  (double)lt_shape_numel(&ls) * (double)lt_dtype_size((lt_dtype)n->dtype));
         }
     }
+    /* results that view one value (a parameter and its view) keep the same
+     * per-core shards: they get one buffer, as a whole step gives them, so
+     * the next step's graph sees one parameter through two data nodes and a
+     * host read assembles it once */
+    for (int k = 1; k < g->n_outputs && st == LT_OK; k++) {
+        if (!out_bufs[k] || !out_bufs[k]->parts) continue;
+        for (int k2 = 0; k2 < k; k2++)
+            if (out_bufs[k2] != out_bufs[k] && lt_buffer_same_storage(out_bufs[k2], out_bufs[k])) {
+                lt_buffer_release(out_bufs[k]);
+                out_bufs[k] = lt_buffer_retain(out_bufs[k2]);
+                break;
+            }
+    }
     for (int q = 0; q < x->nd; q++) x->peak[q] = lt_core_peak_since_mark(m->dev[q]);
     if (st == LT_OK) {
         *ran = 1;
