@@ -12,8 +12,9 @@ lazytpu.loader.MpDeviceLoader (input_sharding= for SPMD). Both runs use the
 same batches; the parameters after the run are compared (max abs diff).
 The two runs alternate `repeat` times; the best images/s of each count.
 
-What runs: the SPMD run sets LAZYTPU_SPMD_PARTITION=1 (--unpartitioned:
-0): each step runs partitioned over the 8 cores (per-core programs on local
+What runs: the SPMD run is partitioned, lazytpu's default
+(LAZYTPU_SPMD_PARTITION=1; --unpartitioned sets 0: the step runs whole on
+one core): each step runs over the 8 cores (per-core programs on local
 shapes, the gradients' all-reduce in-process; docs/spmd.md); "partitioned"
 in the output is read from the SpmdPartitionedExecute counter. Target
 (issue 23): SPMD >= 0.8x one core.

@@ -1,6 +1,7 @@
 /*
  * lazy/spmd_exec.c — partitioned execution of a sharded graph over the
- * cores of its mesh (LAZYTPU_SPMD_PARTITION=1; spmd.h, docs/spmd.md).
+ * cores of its mesh (the default; LAZYTPU_SPMD_PARTITION=0 turns it off;
+ * spmd.h, docs/spmd.md).
  *
  * Layouts (spmd_rules.c). Every computed value gets a layout: per dim the
  * packed mesh axes that split it, plus the mesh axes over which it is a

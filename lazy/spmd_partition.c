@@ -509,7 +509,7 @@ lt_status lt_spmd_plan(const lt_graph *g, lt_spmd_plan_out *res, int report)
         if (report == 2)
             snprintf(line, sizeof line,
                      "graph %016llx: mesh %s, %d of %d values sharded (%d annotated in the graph); "
-                     "partitioned (LAZYTPU_SPMD_PARTITION=1): see the executed lines below",
+                     "partitioned: the plan, then the executed lines",
                      (unsigned long long)g->key, m, sharded, g->n_nodes, annotated);
         else
             snprintf(line, sizeof line,

@@ -1,6 +1,7 @@
-"""LAZYTPU_SPMD_PARTITION=1: sharded steps run partitioned over the cores of
-the mesh (per-core programs with local shapes, collectives between them) and
-train exactly like one core and eager PyTorch (lazytpu's equivalents of
+"""Partitioned execution (LAZYTPU_SPMD_PARTITION=1, the default; the fixture
+sets it): sharded steps run partitioned over the cores of the mesh
+(per-core programs with local shapes, collectives between them) and train
+exactly like one core and eager PyTorch (lazytpu's equivalents of
 pytorch/xla's test/spmd/test_train_spmd_linear_model.py and
 examples/fsdp/train_decoder_only_fsdp_v2.py)."""
 import functools
