@@ -130,6 +130,41 @@ def test_data_parallel_mlp_runs_partitioned_and_equals_one_core(monkeypatch):
     assert xs.sharding_spec_text(model.fc1.weight) in ("", "{replicated}")
 
 
+def test_data_parallel_update_runs_on_the_first_core_alone():
+    """Data parallel: the optimizer update of the all-reduced gradients is
+    whole, and only the step's results read it: the first core of the mesh
+    computes it alone (SpmdFirstCoreOnlyOps), the other cores run the
+    forward and backward (fewer programs than levels x cores)."""
+    dev = lazytpu.device()
+    mesh = xs.Mesh(np.arange(N), (N,), ("data",))
+    batches = _batches()
+    torch.manual_seed(0)
+    model = MLP().to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    def step(k):
+        x, y = batches[k % len(batches)]
+        x, y = x.to(dev), y.to(dev)
+        xs.mark_sharding(x, mesh, ("data", None))
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        lazytpu.mark_step(wait=True)
+
+    met.clear_all()
+    for k in range(3):
+        step(k)
+    levels = re.findall(r"ran PARTITIONED over 8 cores \((\d+) levels", _sharding_section())
+    assert levels, _sharding_section()
+    met.clear_all()
+    step(3)                                         # a steady step: compiled before
+    assert (met.counter_value("SpmdPartitionedExecute") or 0) == 1
+    # per parameter, the new momentum buffer and the new parameter at least
+    assert (met.counter_value("SpmdFirstCoreOnlyOps") or 0) >= 8
+    runs = met.metric_data("ExecuteTime")[0]
+    assert runs < int(levels[-1]) * N, (runs, levels)
+
+
 def test_partitioned_forward_values_and_sharded_results():
     dev = lazytpu.device()
     mesh = xs.Mesh(np.arange(N), (N,), ("data",))
