@@ -77,6 +77,36 @@ static const char *kname[K_NUM] = {"all-gather", "all-reduce", "reduce-scatter",
 
 /* ----------------------------------------------------- host-side movement */
 
+/* d[t] += s[t] for t < n, 8 (4) lanes at a time: the all-reduce's sums, the
+ * same additions in the same order as one at a time */
+static void add_f32(float *restrict d, const float *restrict s, int64_t n)
+{
+    typedef float v8 __attribute__((vector_size(32)));
+    int64_t t = 0;
+    for (; t + 8 <= n; t += 8) {
+        v8 a, b;
+        memcpy(&a, d + t, sizeof a);
+        memcpy(&b, s + t, sizeof b);
+        a += b;
+        memcpy(d + t, &a, sizeof a);
+    }
+    for (; t < n; t++) d[t] += s[t];
+}
+
+static void add_f64(double *restrict d, const double *restrict s, int64_t n)
+{
+    typedef double v4 __attribute__((vector_size(32)));
+    int64_t t = 0;
+    for (; t + 4 <= n; t += 4) {
+        v4 a, b;
+        memcpy(&a, d + t, sizeof a);
+        memcpy(&b, s + t, sizeof b);
+        a += b;
+        memcpy(d + t, &a, sizeof a);
+    }
+    for (; t < n; t++) d[t] += s[t];
+}
+
 /* mode 0: L = block of G at off; 1: block of G = L; 2: block of G += L */
 static void block(char *G, const lt_shape *gs, char *L, const lt_shape *ls, const int64_t *off,
                   size_t es, int mode, lt_dtype dt)
@@ -92,9 +122,9 @@ static void block(char *G, const lt_shape *gs, char *L, const lt_shape *ls, cons
         if (mode == 0) memcpy(lp, gp, (size_t)run * es);
         else if (mode == 1) memcpy(gp, lp, (size_t)run * es);
         else if (dt == LT_F32)
-            for (int64_t t = 0; t < run; t++) ((float *)gp)[t] += ((float *)lp)[t];
+            add_f32((float *)gp, (const float *)lp, run);
         else
-            for (int64_t t = 0; t < run; t++) ((double *)gp)[t] += ((double *)lp)[t];
+            add_f64((double *)gp, (const double *)lp, run);
         for (int d = nd - 2; d >= 0; d--) {
             if (++idx[d] < ls->dims[d]) break;
             idx[d] = 0;
