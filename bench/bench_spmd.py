@@ -9,11 +9,24 @@ images/s and a ratio, in one run.
 Models: the MLP and CNN of examples/fashion_mnist.py, SGD with momentum,
 cross entropy, synthetic Fashion-MNIST-shaped data fed through
 lazytpu.loader.MpDeviceLoader (input_sharding= for SPMD). Both runs use the
-same batches; the parameters after the run are compared (max abs diff).
-The two runs alternate `repeat` times; the best images/s of each count.
+same batches. The two runs alternate `repeat` times; the best images/s of
+each count.
 
-What runs: the SPMD run sets LAZYTPU_SPMD_PARTITION=1 (--unpartitioned:
-0): each step runs partitioned over the 8 cores (per-core programs on local
+The "max diff" column: both runs again in float64, same batches, same
+warmup+steps steps, untimed; the max abs difference of the state dict
+(parameters AND buffers: batch norm's running_mean / running_var) between
+them. It is ~1e-15 when SPMD computes what one core computes. The float32
+timed runs' own end-of-run difference is printed beside it ("f32 end") but
+means little after many steps: SPMD sums the batch in a different order
+(per-core partial sums, then the all-reduce), the ~1e-8 rounding
+difference of step 1 is amplified by training (the CNN: 7e-9 after step 1,
+3e-8 after 5, 2e-5 after 10, 2e-4 after 20, ~1e-3-2e-2 after 45 at lr
+0.01, momentum 0.9: any change in summation order drifts as much, and the
+run-to-run figure changes with the all-reduce's order).
+
+What runs: the SPMD run is partitioned, lazytpu's default
+(LAZYTPU_SPMD_PARTITION=1; --unpartitioned sets 0: the step runs whole on
+one core): each step runs over the 8 cores (per-core programs on local
 shapes, the gradients' all-reduce in-process; docs/spmd.md); "partitioned"
 in the output is read from the SpmdPartitionedExecute counter. Target
 (issue 23): SPMD >= 0.8x one core.
@@ -47,10 +60,12 @@ def _batches(n, batch):
 PARTITION = True
 
 
-def run(model_cls, batches, warmup, spmd):
+def run(model_cls, batches, warmup, spmd, dtype=torch.float32):
     dev = lazytpu.device()
     torch.manual_seed(0)
-    model = model_cls().to(dev)
+    model = model_cls().to(dtype).to(dev)
+    if dtype != torch.float32:
+        batches = [(x.to(dtype), y) for x, y in batches]
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     kw = {}
     if spmd:
@@ -72,6 +87,11 @@ def run(model_cls, batches, warmup, spmd):
     lazytpu.mark_step(wait=True)
     dt = time.perf_counter() - t0
     return n / dt, {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+
+def _max_diff(a, b):
+    """Max abs difference over the floating entries of two state dicts."""
+    return max(float((a[k].double() - b[k].double()).abs().max()) for k in a if a[k].is_floating_point())
 
 
 def main():
@@ -97,13 +117,17 @@ def main():
             r1, p1 = run(cls, batches, a.warmup, spmd=False)
             r8, p8 = run(cls, batches, a.warmup, spmd=True)
             one, sp = max(one, r1), max(sp, r8)
-        diff = max(float((p1[k] - p8[k]).abs().max()) for k in p1)
+        d32 = _max_diff(p1, p8)
+        nparts = (met.counter_value("SpmdPartitionedExecute") or 0) - runs0
+        _, q1 = run(cls, batches, a.warmup, spmd=False, dtype=torch.float64)
+        _, q8 = run(cls, batches, a.warmup, spmd=True, dtype=torch.float64)
+        diff = _max_diff(q1, q8)
         res[name] = {"one_core_img_s": one, "spmd8_img_s": sp, "ratio": sp / one,
-                     "max_param_diff": diff,
-                     "partitioned_steps": (met.counter_value("SpmdPartitionedExecute") or 0) - runs0}
+                     "max_state_diff_f64": diff, "max_state_diff_f32_end": d32,
+                     "partitioned_steps": nparts}
         print("%s: one core %.0f img/s, SPMD 8-way DP %.0f img/s, ratio %.2fx, "
-              "max param diff %.1e (batch %d, %d steps, %d steps ran partitioned)"
-              % (name, one, sp, sp / one, diff, a.batch, a.steps, res[name]["partitioned_steps"]))
+              "max diff %.1e in float64 (f32 end %.1e) (batch %d, %d steps, %d steps ran partitioned)"
+              % (name, one, sp, sp / one, diff, d32, a.batch, a.steps, res[name]["partitioned_steps"]))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)

@@ -688,6 +688,24 @@ lt_status lt_buffer_whole(lt_buffer *b)
     return st;
 }
 
+int lt_buffer_same_storage(lt_buffer *a, lt_buffer *b)
+{
+    if (a == b)
+        return a != NULL;
+    if (!a || !b || a->dtype != b->dtype || a->numel != b->numel)
+        return 0;
+    pthread_mutex_lock(&g_whole_mu);
+    const lt_buffer_parts *p = a->parts, *q = b->parts;
+    int same = p && q && p->n == q->n && p->ndim == q->ndim &&
+               p->layout_key == q->layout_key;
+    for (int d = 0; same && d < p->ndim; d++)
+        same = p->dims[d] == q->dims[d] && p->ldims[d] == q->ldims[d];
+    for (int k = 0; same && k < p->n; k++)
+        same = p->part[k] == q->part[k];
+    pthread_mutex_unlock(&g_whole_mu);
+    return same;
+}
+
 lt_status lt_buffer_unpart(lt_buffer *b)
 {
     lt_status st = lt_buffer_whole(b);

@@ -91,6 +91,11 @@ void lt_buffer_parts_free(lt_buffer_parts *p);
  * lt_buffer_whole. Caller owns 1 reference. */
 lt_status lt_buffer_new_parts(int core, lt_dtype dt, int64_t numel, lt_buffer_parts *parts,
                               lt_buffer **out);
+/* 1 when a and b hold one storage: the same buffer, or two buffers held as
+ * the same per-core parts (the same part buffer at every position, the same
+ * layout and global dims: two results of a partitioned step that view one
+ * value); else 0. Thread-safe. */
+int lt_buffer_same_storage(lt_buffer *a, lt_buffer *b);
 /* Makes b->data hold the whole value: a buffer held as parts is assembled
  * once (its bytes then accounted on b->core; LT_ERR_OOM naming the core when
  * they do not fit); the parts stay (readers that want a shard keep using

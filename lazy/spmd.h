@@ -16,14 +16,13 @@
  * graph key. After a sync each output's data node keeps the root's sharding,
  * so a parameter updated every step stays sharded.
  *
- * Execution: by default a graph with shardings runs unpartitioned on its
- * core (the values are the ones the partitioned program must give); at
- * each compile lt_spmd_plan works out the partition (layouts, collectives,
- * per-core memory) and the report's "== sharding ==" section shows it and
- * says that the step was not partitioned. With LAZYTPU_SPMD_PARTITION=1
- * the sync hands the graph to lt_spmd_execute (spmd_exec.c): per-core
- * programs with local shapes on every core of the mesh, layout changes
- * (all-reduce, all-gather, ...) between them.
+ * Execution: by default (LAZYTPU_SPMD_PARTITION=1) the sync hands a graph
+ * with shardings to lt_spmd_execute (spmd_exec.c): per-core programs with
+ * local shapes on every core of the mesh, layout changes (all-reduce,
+ * all-gather, ...) between them. With LAZYTPU_SPMD_PARTITION=0 it runs
+ * whole on its core. Either way, at each compile lt_spmd_plan works out the
+ * partition (layouts, collectives, per-core memory) and the report's
+ * "== sharding ==" section shows it and says how the step ran.
  */
 #ifndef LT_SPMD_H
 #define LT_SPMD_H

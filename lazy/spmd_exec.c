@@ -1,6 +1,7 @@
 /*
  * lazy/spmd_exec.c — partitioned execution of a sharded graph over the
- * cores of its mesh (LAZYTPU_SPMD_PARTITION=1; spmd.h, docs/spmd.md).
+ * cores of its mesh (the default; LAZYTPU_SPMD_PARTITION=0 turns it off;
+ * spmd.h, docs/spmd.md).
  *
  * Layouts (spmd_rules.c). Every computed value gets a layout: per dim the
  * packed mesh axes that split it, plus the mesh axes over which it is a
@@ -40,7 +41,10 @@
  * serves every core) and queued on every core of the mesh with that core's
  * buffers: the cores run it in parallel on their workers (their helper
  * threads, their HBM budgets); the host waits for the level before the
- * next. Between levels the layout changes run on the host over the
+ * next. A whole value that only whole consumers read in its layout, up to
+ * the step's results (x->solo: a data-parallel optimizer update), is in the
+ * first position's program alone; the other positions run the level
+ * without it (a second program). Between levels the layout changes run on the host over the
  * per-core buffers: all-reduce (into one buffer every core reads),
  * reduce-scatter (sum of the addends), all-gather (concatenation),
  * all-to-all, local slices; a partial value every reader wants
@@ -73,6 +77,36 @@ static const char *kname[K_NUM] = {"all-gather", "all-reduce", "reduce-scatter",
 
 /* ----------------------------------------------------- host-side movement */
 
+/* d[t] += s[t] for t < n, 8 (4) lanes at a time: the all-reduce's sums, the
+ * same additions in the same order as one at a time */
+static void add_f32(float *restrict d, const float *restrict s, int64_t n)
+{
+    typedef float v8 __attribute__((vector_size(32)));
+    int64_t t = 0;
+    for (; t + 8 <= n; t += 8) {
+        v8 a, b;
+        memcpy(&a, d + t, sizeof a);
+        memcpy(&b, s + t, sizeof b);
+        a += b;
+        memcpy(d + t, &a, sizeof a);
+    }
+    for (; t < n; t++) d[t] += s[t];
+}
+
+static void add_f64(double *restrict d, const double *restrict s, int64_t n)
+{
+    typedef double v4 __attribute__((vector_size(32)));
+    int64_t t = 0;
+    for (; t + 4 <= n; t += 4) {
+        v4 a, b;
+        memcpy(&a, d + t, sizeof a);
+        memcpy(&b, s + t, sizeof b);
+        a += b;
+        memcpy(d + t, &a, sizeof a);
+    }
+    for (; t < n; t++) d[t] += s[t];
+}
+
 /* mode 0: L = block of G at off; 1: block of G = L; 2: block of G += L */
 static void block(char *G, const lt_shape *gs, char *L, const lt_shape *ls, const int64_t *off,
                   size_t es, int mode, lt_dtype dt)
@@ -88,9 +122,9 @@ static void block(char *G, const lt_shape *gs, char *L, const lt_shape *ls, cons
         if (mode == 0) memcpy(lp, gp, (size_t)run * es);
         else if (mode == 1) memcpy(gp, lp, (size_t)run * es);
         else if (dt == LT_F32)
-            for (int64_t t = 0; t < run; t++) ((float *)gp)[t] += ((float *)lp)[t];
+            add_f32((float *)gp, (const float *)lp, run);
         else
-            for (int64_t t = 0; t < run; t++) ((double *)gp)[t] += ((double *)lp)[t];
+            add_f64((double *)gp, (const double *)lp, run);
         for (int d = nd - 2; d >= 0; d--) {
             if (++idx[d] < ls->dims[d]) break;
             idx[d] = 0;
@@ -382,6 +416,93 @@ static void free_after_level(xs *x, int L, const char *keep_val)
 
 /* ------------------------------------------------------------- one level */
 
+typedef struct src_buf { lt_node *node; lt_buffer **bufs; } src_buf;
+
+/* The level graph of `roots` (nodes of the level's local graph; roots_i:
+ * their nodes in x->g), captured, compiled through the compile cache and
+ * queued on the cores of positions [q0, q1) with each position's buffers
+ * (src: the per-position buffers of the graph's data leaves); the roots'
+ * per-position results go to x->val. */
+static lt_status queue_level(xs *x, lt_node **roots, const int *roots_i, int nr, int q0, int q1,
+                             const src_buf *src, int n_src, lt_sync_cause cause, const char *frame)
+{
+    lt_graph lg;
+    memset(&lg, 0, sizeof lg);
+    lt_program *p = NULL;
+    lt_status st = lt_graph_capture(roots, nr, &lg);
+    if (st != LT_OK) goto out;
+    int compiled = 0;
+    st = lt_submit_program(&lg, LT_SUBMIT_RECORD, cause, NULL, &p, &compiled);
+    x->compiled |= compiled;
+    if (st != LT_OK) goto out;
+    /* each parameter of the local graph: the per-position buffers it came from */
+    lt_buffer ***pb = calloc((size_t)(lg.n_params ? lg.n_params : 1), sizeof *pb);
+    if (!pb) {
+        st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+        goto out;
+    }
+    for (int jp = 0; jp < lg.n_params; jp++) {
+        lt_node *pn = lg.nodes[lg.param_pos[jp]];
+        if (pn->op != LT_OP_data) continue;
+        for (int t = 0; t < n_src && !pb[jp]; t++)
+            if (src[t].node == pn) pb[jp] = src[t].bufs;
+        if (!pb[jp]) st = lt_set_error(LT_ERR_INTERNAL, "spmd: a parameter of a level's program without its source");
+    }
+    for (int q = q0; q < q1 && st == LT_OK; q++) {
+        int core = x->m->dev[q];
+        lt_submit_job *job = lt_submit_job_new();
+        char *fresh = calloc((size_t)(lg.n_outputs ? lg.n_outputs : 1), 1);
+        if (!job || !fresh) {
+            free(job);
+            free(fresh);
+            st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+            break;
+        }
+        job->eager_op = 0;
+        lt_exec_args *args = &job->args;
+        args->n_params = lg.n_params;
+        args->n_outputs = lg.n_outputs;
+        args->param_bufs = calloc((size_t)(lg.n_params ? lg.n_params : 1), sizeof *args->param_bufs);
+        args->param_values = calloc((size_t)(lg.n_params ? lg.n_params : 1), sizeof *args->param_values);
+        args->out_bufs = calloc((size_t)(lg.n_outputs ? lg.n_outputs : 1), sizeof *args->out_bufs);
+        if (!args->param_bufs || !args->param_values || !args->out_bufs)
+            st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+        for (int jp = 0; jp < lg.n_params && st == LT_OK; jp++) {
+            lt_node *pn = lg.nodes[lg.param_pos[jp]];
+            if (pn->op == LT_OP_data) args->param_bufs[jp] = lt_buffer_retain(pb[jp][q]);
+            else args->param_values[jp] = pn->value;
+        }
+        /* the capture's aliasing (two leaves, one buffer) must hold on this core too */
+        for (int jp = 0; jp < lg.n_params && st == LT_OK; jp++)
+            if (lg.param_alias[jp] >= 0 && args->param_bufs[jp] != args->param_bufs[lg.param_alias[jp]])
+                st = lt_set_error(LT_ERR_INTERNAL, "spmd: a level's parameters alias on one core only");
+        if (st == LT_OK) st = lt_submit_outputs(core, p, args, fresh);
+        for (int r = 0; r < nr && st == LT_OK; r++) {
+            int i = roots_i[r];
+            if (!x->val[i]) x->val[i] = calloc((size_t)x->nd, sizeof *x->val[i]);
+            if (!x->val[i]) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+            else x->val[i][q] = lt_buffer_retain(args->out_bufs[lg.root_out[r]]);
+        }
+        if (st != LT_OK) {
+            lt_submit_job_free(job);
+            free(fresh);
+            break;
+        }
+        job->prog = lt_program_retain(p);
+        job->key = lg.key;
+        args->cause = cause;
+        job->frame = frame && frame[0] ? strdup(frame) : NULL;
+        job->job.wake = LT_WAKE_NOW;
+        lt_submit_queue(core, job, fresh);
+        free(fresh);
+    }
+    free(pb);
+out:
+    if (p) lt_program_release(p);
+    if (lg.nodes) lt_graph_free(&lg);
+    return st;
+}
+
 /* Level L: one local graph (the level's nodes with local shapes; inputs
  * from earlier levels as data leaves), built and captured once, compiled
  * through the compile cache, then queued on every core of the mesh with
@@ -398,12 +519,9 @@ static lt_status run_level(xs *x, int L, lt_sync_cause cause, const char *frame,
     int *roots_i = malloc((size_t)nn * sizeof *roots_i);
     lt_node **roots = malloc((size_t)nn * sizeof *roots);
     int n_src = 0, cap_src = 64;
-    struct { lt_node *node; lt_buffer **bufs; } *src = malloc((size_t)cap_src * sizeof *src);
+    src_buf *src = malloc((size_t)cap_src * sizeof *src);
     lt_status st = LT_OK;
     int nr = 0;
-    lt_graph lg;
-    memset(&lg, 0, sizeof lg);
-    lt_program *p = NULL;
     if (!ln || !roots_i || !roots || !src) {
         st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
         goto out;
@@ -478,77 +596,23 @@ static lt_status run_level(xs *x, int L, lt_sync_cause cause, const char *frame,
         }
     }
     if (st != LT_OK || nr == 0) goto out;
-    st = lt_graph_capture(roots, nr, &lg);
-    if (st != LT_OK) goto out;
-    int compiled = 0;
-    st = lt_submit_program(&lg, LT_SUBMIT_RECORD, cause, NULL, &p, &compiled);
-    x->compiled |= compiled;
-    if (st != LT_OK) goto out;
-    /* each parameter of the local graph: the per-position buffers it came from */
-    lt_buffer ***pb = calloc((size_t)(lg.n_params ? lg.n_params : 1), sizeof *pb);
-    if (!pb) {
-        st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
-        goto out;
+    /* values only the first position computes (x->solo) go in its program
+     * alone; the other positions run the level without them */
+    int n_solo = 0;
+    for (int r = 0; r < nr; r++) n_solo += x->solo[roots_i[r]];
+    if (!n_solo) {
+        st = queue_level(x, roots, roots_i, nr, 0, x->nd, src, n_src, cause, frame);
+    } else {
+        st = queue_level(x, roots, roots_i, nr, 0, 1, src, n_src, cause, frame);
+        int nk = 0;
+        for (int r = 0; r < nr; r++)
+            if (!x->solo[roots_i[r]]) {
+                roots_i[nk] = roots_i[r];
+                roots[nk++] = roots[r];
+            }
+        if (st == LT_OK && nk) st = queue_level(x, roots, roots_i, nk, 1, x->nd, src, n_src, cause, frame);
     }
-    for (int jp = 0; jp < lg.n_params; jp++) {
-        lt_node *pn = lg.nodes[lg.param_pos[jp]];
-        if (pn->op != LT_OP_data) continue;
-        for (int t = 0; t < n_src && !pb[jp]; t++)
-            if (src[t].node == pn) pb[jp] = src[t].bufs;
-        if (!pb[jp]) st = lt_set_error(LT_ERR_INTERNAL, "spmd: a parameter of a level's program without its source");
-    }
-    for (int q = 0; q < x->nd && st == LT_OK; q++) {
-        int core = x->m->dev[q];
-        lt_submit_job *job = lt_submit_job_new();
-        char *fresh = calloc((size_t)(lg.n_outputs ? lg.n_outputs : 1), 1);
-        if (!job || !fresh) {
-            free(job);
-            free(fresh);
-            st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
-            break;
-        }
-        job->eager_op = 0;
-        lt_exec_args *args = &job->args;
-        args->n_params = lg.n_params;
-        args->n_outputs = lg.n_outputs;
-        args->param_bufs = calloc((size_t)(lg.n_params ? lg.n_params : 1), sizeof *args->param_bufs);
-        args->param_values = calloc((size_t)(lg.n_params ? lg.n_params : 1), sizeof *args->param_values);
-        args->out_bufs = calloc((size_t)(lg.n_outputs ? lg.n_outputs : 1), sizeof *args->out_bufs);
-        if (!args->param_bufs || !args->param_values || !args->out_bufs)
-            st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
-        for (int jp = 0; jp < lg.n_params && st == LT_OK; jp++) {
-            lt_node *pn = lg.nodes[lg.param_pos[jp]];
-            if (pn->op == LT_OP_data) args->param_bufs[jp] = lt_buffer_retain(pb[jp][q]);
-            else args->param_values[jp] = pn->value;
-        }
-        /* the capture's aliasing (two leaves, one buffer) must hold on this core too */
-        for (int jp = 0; jp < lg.n_params && st == LT_OK; jp++)
-            if (lg.param_alias[jp] >= 0 && args->param_bufs[jp] != args->param_bufs[lg.param_alias[jp]])
-                st = lt_set_error(LT_ERR_INTERNAL, "spmd: a level's parameters alias on one core only");
-        if (st == LT_OK) st = lt_submit_outputs(core, p, args, fresh);
-        for (int r = 0; r < nr && st == LT_OK; r++) {
-            int i = roots_i[r];
-            if (!x->val[i]) x->val[i] = calloc((size_t)x->nd, sizeof *x->val[i]);
-            if (!x->val[i]) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
-            else x->val[i][q] = lt_buffer_retain(args->out_bufs[lg.root_out[r]]);
-        }
-        if (st != LT_OK) {
-            lt_submit_job_free(job);
-            free(fresh);
-            break;
-        }
-        job->prog = lt_program_retain(p);
-        job->key = lg.key;
-        args->cause = cause;
-        job->frame = frame && frame[0] ? strdup(frame) : NULL;
-        job->job.wake = LT_WAKE_NOW;
-        lt_submit_queue(core, job, fresh);
-        free(fresh);
-    }
-    free(pb);
 out:
-    if (p) lt_program_release(p);
-    if (lg.nodes) lt_graph_free(&lg);
     if (ln)
         for (int i = 0; i < nn; i++) lt_node_release(ln[i]);
     free(ln);
@@ -655,6 +719,7 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
     x->bump = calloc((size_t)(ne ? ne : 1), 1);
     x->level = calloc((size_t)nn, sizeof *x->level);
     x->repl = calloc((size_t)nn, 1);
+    x->solo = calloc((size_t)nn, 1);
     x->val = calloc((size_t)nn, sizeof *x->val);
     x->last_use = calloc((size_t)nn, sizeof *x->last_use);
     char *is_out = calloc((size_t)nn, 1);
@@ -664,7 +729,7 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
     char *keep_val = calloc((size_t)nn, 1);   /* a result read from x->val */
     lay *eg_w = calloc((size_t)nn, sizeof *eg_w);
     lt_status st = LT_OK;
-    if (!x->T || !x->W || !x->bump || !x->level || !x->repl || !x->val || !x->last_use ||
+    if (!x->T || !x->W || !x->bump || !x->level || !x->repl || !x->solo || !x->val || !x->last_use ||
         !is_out || !is_gout || !eg || !eg_w || !keep_val || !whole) {
         st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
         goto out;
@@ -679,6 +744,17 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
         }
     for (int k = 0; k < g->n_outputs; k++)
         is_out[g->output_pos[k]] = is_gout[g->output_pos[k]] = keep_val[g->output_pos[k]] = 1;
+    /* a whole value (not split, not partial) that only whole consumers read
+     * in its own layout, up to the step's results (data parallel: the
+     * all-reduced gradients' optimizer update), is computed by the first
+     * position alone, not by every core of the mesh: its consumers are
+     * solo too, and a whole result is taken from the first position */
+    for (int i = 0; i < nn; i++)
+        x->solo[i] = lt_node_is_pending(g->nodes[i]) && !x->T[i].partial &&
+                     !lay_split(&x->T[i], g->nodes[i]->shape.ndim);
+    for (int i = nn - 1; i >= 0; i--)
+        for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++)
+            if (!x->solo[i] || x->bump[e]) x->solo[g->in_pos[e]] = 0;
     for (int i = 0; i < nn; i++)
         for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++)
             if (x->level[i] > x->last_use[g->in_pos[e]]) x->last_use[g->in_pos[e]] = x->level[i];
@@ -759,6 +835,19 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
                  (double)lt_shape_numel(&ls) * (double)lt_dtype_size((lt_dtype)n->dtype));
         }
     }
+    /* results that view one value (a parameter and its view) keep the same
+     * per-core shards: they get one buffer, as a whole step gives them, so
+     * the next step's graph sees one parameter through two data nodes and a
+     * host read assembles it once */
+    for (int k = 1; k < g->n_outputs && st == LT_OK; k++) {
+        if (!out_bufs[k] || !out_bufs[k]->parts) continue;
+        for (int k2 = 0; k2 < k; k2++)
+            if (out_bufs[k2] != out_bufs[k] && lt_buffer_same_storage(out_bufs[k2], out_bufs[k])) {
+                lt_buffer_release(out_bufs[k]);
+                out_bufs[k] = lt_buffer_retain(out_bufs[k2]);
+                break;
+            }
+    }
     for (int q = 0; q < x->nd; q++) x->peak[q] = lt_core_peak_since_mark(m->dev[q]);
     if (st == LT_OK) {
         *ran = 1;
@@ -767,6 +856,9 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
         for (int k = 0; k < K_NUM; k++)
             if (k != K_SLICE) nc += x->count[k];
         lt_counter_inc_name("SpmdExecutedCollectives", nc);
+        int n_solo = 0;
+        for (int i = 0; i < nn; i++) n_solo += x->solo[i];
+        lt_counter_inc_name("SpmdFirstCoreOnlyOps", n_solo);
         size_t pk = 0, hd = 0;
         for (int q = 0; q < x->nd; q++) {
             if (x->peak[q] > pk) pk = x->peak[q];
@@ -812,6 +904,7 @@ out:
     free(x->bump);
     free(x->level);
     free(x->repl);
+    free(x->solo);
     free(x->val);
     free(x);
     return st;

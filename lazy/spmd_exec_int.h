@@ -38,6 +38,8 @@ typedef struct xs {
     char *bump;                /* per edge: layout change before the consumer */
     int *level;
     char *repl;                /* per node: run replicated (no rule) */
+    char *solo;                /* per node: whole, and read only by the first position:
+                                  computed there alone */
     lt_buffer ***val;          /* per node: per-position buffers, layout T */
     conv *convs;
     int n_levels;

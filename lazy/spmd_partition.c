@@ -46,6 +46,7 @@
 #include "spmd.h"
 #include "registry.h"
 #include "tensor.h"
+#include "device.h"
 
 enum { C_ALL_GATHER = 0, C_ALL_REDUCE, C_REDUCE_SCATTER, C_ALL_TO_ALL, C_NUM };
 static const char *cname[C_NUM] = {"all-gather", "all-reduce", "reduce-scatter", "all-to-all"};
@@ -373,9 +374,26 @@ static double peak_bytes(plan *p, int split, double *param_bytes)
         for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++) last[g->in_pos[e]] = i;
     for (int k = 0; k < g->n_outputs; k++) keep[g->output_pos[k]] = 1;
     /* a buffer reached through several data nodes (views made before an
-     * annotation, aliases) is held once */
-    for (int j = 0; j < g->n_params; j++)
-        if (g->param_alias[j] >= 0) keep[g->param_pos[j]] = 2;
+     * annotation, aliases) is held once; so is a value held per core that
+     * several data nodes reach through distinct buffers of the same parts
+     * (the results of a partitioned step that view one value, such as a
+     * parameter and its view) */
+    for (int j = 0; j < g->n_params; j++) {
+        if (g->param_alias[j] >= 0) {
+            keep[g->param_pos[j]] = 2;
+            continue;
+        }
+        lt_buffer *bj = g->nodes[g->param_pos[j]]->buf;
+        if (!bj || !bj->parts) continue;
+        for (int q = 0; q < j; q++) {
+            const lt_node *nq = g->nodes[g->param_pos[q]];
+            if (keep[g->param_pos[q]] != 2 && nq->buf && nq->buf->parts &&
+                lt_buffer_same_storage(bj, nq->buf)) {
+                keep[g->param_pos[j]] = 2;
+                break;
+            }
+        }
+    }
     double live = 0, peak = 0, params = 0;
     for (int i = 0; i < n; i++)
         if (!lt_node_is_pending(g->nodes[i]) && keep[i] != 2) {
@@ -491,7 +509,7 @@ lt_status lt_spmd_plan(const lt_graph *g, lt_spmd_plan_out *res, int report)
         if (report == 2)
             snprintf(line, sizeof line,
                      "graph %016llx: mesh %s, %d of %d values sharded (%d annotated in the graph); "
-                     "partitioned (LAZYTPU_SPMD_PARTITION=1): see the executed lines below",
+                     "partitioned: the plan, then the executed lines",
                      (unsigned long long)g->key, m, sharded, g->n_nodes, annotated);
         else
             snprintf(line, sizeof line,

@@ -88,7 +88,7 @@ static lt_status sync_nothing(int core, int wait, int report)
     return report ? lt_submit_bound(core, 0, 1) : LT_OK;
 }
 
-/* Step 2b (LAZYTPU_SPMD_PARTITION=1): a graph holding shardings runs
+/* Step 2b (LAZYTPU_SPMD_PARTITION=1, the default): a graph holding shardings runs
  * partitioned over its mesh (lt_spmd_execute, synchronously); its roots
  * then take data nodes of the assembled results, with their layouts.
  * *ran = 0: nothing was run, the caller runs g whole. */
@@ -206,7 +206,7 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
     PHASE(LT_PHASE_CAPTURE);
     if (lt_graph_dump_enabled()) lt_graph_dump_sync(&g, cause, lt_caller_frame());
 
-    /* 2b SPMD: run partitioned over the mesh (LAZYTPU_SPMD_PARTITION=1) */
+    /* 2b SPMD: run partitioned over the mesh (LAZYTPU_SPMD_PARTITION, default 1) */
     if (lt_opt_int(LT_OPT_SPMD_PARTITION)) {
         int ran = 0;
         st = sync_spmd(core, &g, rts, roots, nr, cause, &ran);

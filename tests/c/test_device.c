@@ -1,6 +1,7 @@
 /* tests/c/test_device.c — simulated cores: budget errors, FIFO jobs and
  * sequence numbers, job error propagation, shutdown draining, the
- * pipeline bound (lt_limit_inflight), cores in a fork child. */
+ * pipeline bound (lt_limit_inflight), cores in a fork child, buffers of
+ * the same per-core parts (lt_buffer_same_storage). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -289,6 +290,49 @@ static void test_buffer_cache_grows_to_peak(void **state)
     start("1G", "2");
 }
 
+/* Parts of a [4] f32 value split in two over cores 0 and 1 (the given part
+ * buffers retained). */
+static lt_buffer *two_parts(lt_buffer *p0, lt_buffer *p1, uint64_t key)
+{
+    lt_buffer_parts *P = lt_buffer_parts_new(2);
+    assert_non_null(P);
+    P->ndim = 1;
+    P->dims[0] = 4;
+    P->ldims[0] = 2;
+    P->layout_key = key;
+    P->part[0] = lt_buffer_retain(p0);
+    P->part[1] = lt_buffer_retain(p1);
+    P->off[1][0] = 2;
+    P->owner[0] = P->owner[1] = 1;
+    lt_buffer *b = NULL;
+    assert_int_equal(lt_buffer_new_parts(0, LT_F32, 4, P, &b), LT_OK);
+    return b;
+}
+
+/* lt_buffer_same_storage: one buffer, or two buffers of the same parts
+ * (same part buffers, layout and dims); not two buffers of equal values. */
+static void test_buffer_same_storage(void **state)
+{
+    start("1G", "2");
+    lt_buffer *p0 = NULL, *p1 = NULL, *q1 = NULL, *w = NULL;
+    assert_int_equal(lt_buffer_alloc(0, LT_F32, 2, &p0), LT_OK);
+    assert_int_equal(lt_buffer_alloc(1, LT_F32, 2, &p1), LT_OK);
+    assert_int_equal(lt_buffer_alloc(1, LT_F32, 2, &q1), LT_OK);
+    assert_int_equal(lt_buffer_alloc(0, LT_F32, 4, &w), LT_OK);
+    lt_buffer *a = two_parts(p0, p1, 7), *b = two_parts(p0, p1, 7);
+    lt_buffer *c = two_parts(p0, q1, 7), *d = two_parts(p0, p1, 8);
+    assert_true(lt_buffer_same_storage(a, a));
+    assert_true(lt_buffer_same_storage(a, b));
+    assert_false(lt_buffer_same_storage(a, c));      /* another part on core 1 */
+    assert_false(lt_buffer_same_storage(a, d));      /* another layout */
+    assert_false(lt_buffer_same_storage(a, w));      /* a whole buffer */
+    assert_false(lt_buffer_same_storage(a, NULL));
+    assert_true(lt_buffer_same_storage(w, w));
+    lt_buffer *bufs[] = {a, b, c, d, p0, p1, q1, w};
+    for (int i = 0; i < 8; i++)
+        lt_buffer_release(bufs[i]);
+}
+
 /* lt_limit_inflight(core, depth) after each one-job step: once it returns,
  * at most depth - 1 steps besides the newest are unfinished; a failed step
  * is reported once, by the call that waits for it. */
@@ -390,6 +434,7 @@ int main(void)
         cmocka_unit_test(test_many_unread_errors),
         cmocka_unit_test(test_shutdown_drains),
         cmocka_unit_test(test_limit_inflight),
+        cmocka_unit_test(test_buffer_same_storage),
         cmocka_unit_test(test_fork_child_gets_working_cores),
     };
     int r = cmocka_run_group_tests(tests, NULL, NULL);

@@ -552,6 +552,41 @@ def test_fsdp_plan_per_core_memory_is_an_eighth(dev):
     assert "all-gather" in text and "reduce-scatter" in text, text
 
 
+@pytest.mark.parametrize("opt_name", ["sgd", "adam"])
+def test_plan_counts_each_parameter_share_once(dev, monkeypatch, opt_name):
+    """The plan's per-core share of the leaves of the steady step is the
+    eighth of parameters + optimizer state + input, whether the previous
+    step ran whole or partitioned. A partitioned step hands a parameter
+    and its view (two results) the same per-core shards: counted once."""
+    got = {}
+    for part in ("0", "1"):
+        monkeypatch.setenv("LAZYTPU_SPMD_PARTITION", part)
+        met.clear_all()
+        mesh = xs.Mesh(np.arange(N), (N,), ("fsdp",))
+        torch.manual_seed(0)
+        m = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64)).to(dev)
+        for p in m.parameters():
+            xs.mark_sharding(p, mesh, ("fsdp",) + (None,) * (p.dim() - 1))
+        opt = (torch.optim.Adam(m.parameters(), lr=1e-3) if opt_name == "adam"
+               else torch.optim.SGD(m.parameters(), lr=0.1))
+        for _ in range(3):
+            x = torch.randn(32, 64).to(dev)
+            xs.mark_sharding(x, mesh, ("fsdp", None))
+            m(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+            lazytpu.mark_step()
+        plans = _plans()
+        assert len(plans) >= 2, plans
+        got[part] = plans[-1][1]                    # the steady step's leaves per core
+    pbytes = (64 * 128 + 128 + 128 * 64 + 64) * 4
+    state = (3 if opt_name == "adam" else 1) * pbytes
+    expect = (state + 32 * 64 * 4) / N               # params (+ moments) and x, an eighth each
+    # the rest: the step's scalars (lr, betas, ...), 8 bytes each
+    assert expect <= got["0"] <= expect + 512, (got, expect)
+    assert got["1"] == got["0"], got
+
+
 def test_patched_linear_matches_linear(dev):
     torch.manual_seed(0)
     lin = nn.Linear(6, 5)

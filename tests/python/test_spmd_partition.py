@@ -1,6 +1,7 @@
-"""LAZYTPU_SPMD_PARTITION=1: sharded steps run partitioned over the cores of
-the mesh (per-core programs with local shapes, collectives between them) and
-train exactly like one core and eager PyTorch (lazytpu's equivalents of
+"""Partitioned execution (LAZYTPU_SPMD_PARTITION=1, the default; the fixture
+sets it): sharded steps run partitioned over the cores of the mesh
+(per-core programs with local shapes, collectives between them) and train
+exactly like one core and eager PyTorch (lazytpu's equivalents of
 pytorch/xla's test/spmd/test_train_spmd_linear_model.py and
 examples/fsdp/train_decoder_only_fsdp_v2.py)."""
 import functools
@@ -127,6 +128,41 @@ def test_data_parallel_mlp_runs_partitioned_and_equals_one_core(monkeypatch):
     _check_close(unpart, one, eager)
     # the parameters stay replicated, the input's layout is kept
     assert xs.sharding_spec_text(model.fc1.weight) in ("", "{replicated}")
+
+
+def test_data_parallel_update_runs_on_the_first_core_alone():
+    """Data parallel: the optimizer update of the all-reduced gradients is
+    whole, and only the step's results read it: the first core of the mesh
+    computes it alone (SpmdFirstCoreOnlyOps), the other cores run the
+    forward and backward (fewer programs than levels x cores)."""
+    dev = lazytpu.device()
+    mesh = xs.Mesh(np.arange(N), (N,), ("data",))
+    batches = _batches()
+    torch.manual_seed(0)
+    model = MLP().to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    def step(k):
+        x, y = batches[k % len(batches)]
+        x, y = x.to(dev), y.to(dev)
+        xs.mark_sharding(x, mesh, ("data", None))
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        lazytpu.mark_step(wait=True)
+
+    met.clear_all()
+    for k in range(3):
+        step(k)
+    levels = re.findall(r"ran PARTITIONED over 8 cores \((\d+) levels", _sharding_section())
+    assert levels, _sharding_section()
+    met.clear_all()
+    step(3)                                         # a steady step: compiled before
+    assert (met.counter_value("SpmdPartitionedExecute") or 0) == 1
+    # per parameter, the new momentum buffer and the new parameter at least
+    assert (met.counter_value("SpmdFirstCoreOnlyOps") or 0) >= 8
+    runs = met.metric_data("ExecuteTime")[0]
+    assert runs < int(levels[-1]) * N, (runs, levels)
 
 
 def test_partitioned_forward_values_and_sharded_results():
@@ -571,3 +607,80 @@ def test_transformer_2d_mesh_megatron_equals_one_core():
     assert re.search(r"executed all-reduce\s+x\d+\s+\S+ per core  mesh axis 1\(2\)", sec), sec
     one, eager = _lm_reference()
     _check_close(spmd, one, eager)
+
+
+# ------------------------------------------------------- batch norm CNN (DP)
+
+class _BnCNN(nn.Module):
+    """The shape of examples/fashion_mnist.py's CNN, smaller: conv, batch
+    norm (batch statistics over N, H, W), relu, max-pool, twice, linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 4, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(4)
+        self.conv2 = nn.Conv2d(4, 8, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8 * 4 * 4, 10)
+
+    def forward(self, x):
+        x = nn.functional.max_pool2d(torch.relu(self.bn1(self.conv1(x))), 2)
+        x = nn.functional.max_pool2d(torch.relu(self.bn2(self.conv2(x))), 2)
+        return self.fc(x.flatten(1))
+
+
+def _bn_batches(dtype, n=3, b=4 * N):
+    g = torch.Generator().manual_seed(3)
+    return [(torch.randn(b, 1, 16, 16, generator=g).to(dtype), torch.randint(0, 10, (b,), generator=g))
+            for _ in range(n)]
+
+
+def _bn_fit(batches, steps, dtype, dev=None, mesh=None, per_shard=False):
+    """SGD with momentum; the state dict (parameters AND running stats) after
+    `steps` steps. per_shard (eager only): batch norm's statistics taken
+    over each core's slice of the batch, what a rule that split the batch
+    without reducing the statistics would compute."""
+    torch.manual_seed(0)
+    model = _BnCNN().to(dtype)
+    if dev is not None:
+        model = model.to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    for k in range(steps):
+        x, y = batches[k % len(batches)]
+        if dev is not None:
+            x, y = x.to(dev), y.to(dev)
+            if mesh is not None:
+                xs.mark_sharding(x, mesh, ("data", None, None, None))
+        opt.zero_grad()
+        out = torch.cat([model(c) for c in x.chunk(N)]) if per_shard else model(x)
+        nn.functional.cross_entropy(out, y).backward()
+        opt.step()
+        if dev is not None:
+            lazytpu.mark_step()
+    return {n: v.detach().cpu() for n, v in model.state_dict().items() if v.is_floating_point()}
+
+
+def _max_diff(a, b):
+    return max((a[n].double() - b[n].double()).abs().max().item() for n in a)
+
+
+@pytest.mark.parametrize("dtype,steps,tol", [(torch.float32, 1, 1e-5), (torch.float64, 10, 1e-10)])
+def test_data_parallel_batch_norm_cnn_equals_one_core(dtype, steps, tol):
+    """Batch norm under a batch split over 8 cores: its statistics and their
+    gradients are over the global batch (all-reduced), so the parameters and
+    running_mean / running_var equal one core's and eager's: float32 after
+    one step, float64 after 10 (float32 over many steps drifts by rounding
+    alone, amplified by training: bench/bench_spmd.py)."""
+    dev = lazytpu.device()
+    mesh = xs.Mesh(np.arange(N), (N,), ("data",))
+    batches = _bn_batches(dtype)
+    met.clear_all()
+    spmd = _bn_fit(batches, steps, dtype, dev, mesh)
+    assert (met.counter_value("SpmdPartitionedExecute") or 0) == steps
+    one = _bn_fit(batches, steps, dtype, dev)
+    eager = _bn_fit(batches, steps, dtype)
+    assert set(spmd) >= {"bn1.running_mean", "bn1.running_var", "bn2.running_mean", "bn2.running_var"}
+    assert _max_diff(spmd, one) < tol, {n: (spmd[n] - one[n]).abs().max().item() for n in one}
+    assert _max_diff(spmd, eager) < tol * 10, {n: (spmd[n] - eager[n]).abs().max().item() for n in one}
+    # the tolerance tells per-core statistics from global ones
+    assert _max_diff(_bn_fit(batches, steps, dtype, per_shard=True), eager) > 100 * tol

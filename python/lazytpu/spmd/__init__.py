@@ -11,9 +11,10 @@ SPMD API; docs/spmd.md).
 An annotation is an attribute of the value in the IR (part of the graph
 key) and propagates to the values computed from it; each compiled graph
 gets a partition plan (layouts, collectives, per-core memory) in the
-report's "== sharding ==" section. The step itself still runs unpartitioned
-on core 0 (its values are those the partitioned program must give), and
-the report says so.
+report's "== sharding ==" section. A step holding annotations runs
+partitioned over the cores of the mesh (per-core programs, collectives
+between them; LAZYTPU_SPMD_PARTITION=0 runs it whole on one core), and the
+report says how it ran.
 """
 from .runtime import use_spmd, is_spmd, global_runtime_device_count  # noqa: F401
 

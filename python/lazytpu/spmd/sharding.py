@@ -123,8 +123,8 @@ def mark_sharding(t, mesh, partition_spec):
     Requires SPMD mode (use_spmd()), like torch_xla."""
     if torch.compiler.is_compiling():
         # inside torch.compile / torch_xla.compile(full_graph=True): the
-        # recorded graph keeps no annotation (values are unaffected: the step
-        # runs unpartitioned); docs/spmd.md
+        # recorded graph keeps no annotation (values are unaffected: the
+        # compiled graph runs whole); docs/spmd.md
         return t
     from .sharded_tensor import XLAShardedTensor
     g = t.global_tensor if isinstance(t, XLAShardedTensor) else t
