@@ -296,10 +296,12 @@ def disable_manual_sharding(t, partition_spec, full_shape, *, mesh=None):
 
 
 def optimization_barrier_(tensors):
-    """XLA's optimization barrier: the values pass unchanged; it only keeps
-    XLA from moving computation across it. lazytpu's compiler keeps a
-    step's graph whole and does not reorder across such points, so there is
-    nothing to do; kept for torch_xla programs (FSDPv2)."""
+    """FSDPv2's backward barrier: the values pass unchanged. In XLA it keeps
+    the next layer's all-gathers from being hoisted (a memory matter, never
+    a value one). Here it does nothing yet: the partitioned step runs its
+    levels in program order, and a real barrier
+    (``lazytpu.barrier.optimization_barrier_``, used by checkpointing) is
+    not yet placed on sharded gradients."""
     return None
 
 
