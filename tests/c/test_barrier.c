@@ -135,7 +135,7 @@ static void test_recompute_waits_for_fence(void **state)
     lt_node *r = N(LT_OP_mm, LT_F32, s, NULL, 2, hb, P(LT_F32, S(2, C, C), w));
     /* r first: its position precedes the loss's unless the fence puts g's
      * chain before it */
-    lt_node *roots[3] = {r, lt_node_retain(f), g};
+    lt_node *roots[3] = {r, f, g};   /* run() releases them */
 
     lt_graph gr;
     assert_int_equal(lt_graph_capture(roots, 3, &gr), LT_OK);
