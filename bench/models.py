@@ -60,7 +60,13 @@ import lazytpu.compile  # noqa: E402,F401  (the "lazytpu" dynamo backend)
 HERE = os.path.dirname(os.path.abspath(__file__))
 # ResNet-18 is the example's own definition (torchvision cannot be installed)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
+_OMP_BEFORE = {k: v for k, v in os.environ.items() if k.startswith(("OMP_", "KMP_", "GOMP_"))}
 from resnet18 import ResNet18  # noqa: E402
+
+# every child process inherits this environment: nothing imported here may
+# set an OpenMP variable for the peers (eager, inductor)
+assert {k: v for k, v in os.environ.items() if k.startswith(("OMP_", "KMP_", "GOMP_"))} == \
+    _OMP_BEFORE, "an import set an OpenMP variable: the peers would not run at their defaults"
 WAYS = ["eager", "inductor", "lazy", "compile", "lazy-sync", "compile-sync"]
 
 

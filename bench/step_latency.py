@@ -58,7 +58,7 @@ import lazytpu.metrics as met
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from models import CNN, mlp, Transformer  # noqa: E402
+from models import CNN, mlp, Transformer  # noqa: E402  (checks the OpenMP variables)
 
 # name: (model, input shape, optimizer, default steps per run)
 MODELS = {
@@ -228,8 +228,9 @@ def main():
         return
     ways = args.ways.split(",")
     load0 = os.getloadavg()[0]
-    print("torch %s, %d threads, load average %.2f" % (torch.__version__,
-                                                       torch.get_num_threads(), load0))
+    omp = " ".join("%s=%s" % kv for kv in sorted(os.environ.items()) if kv[0].startswith("OMP_"))
+    print("torch %s, %d threads, load average %.2f, %s" % (
+        torch.__version__, torch.get_num_threads(), load0, omp or "no OMP_* variable set"))
     if args.ab or args.ab_tree:
         # side tag -> the child's extra environment
         if args.ab_tree:

@@ -15,7 +15,10 @@ import argparse
 import os
 import time
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep
+if __name__ == "__main__":
+    # idle OpenMP threads sleep; only when run as a script: bench/models.py
+    # imports this module and its peers must run at their own defaults
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
