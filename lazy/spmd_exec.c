@@ -59,6 +59,7 @@
  * when a consumer wants its layout, gathered from the shards otherwise.
  * The sharding stays an attribute of the result.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -418,13 +419,46 @@ static void free_after_level(xs *x, int L, const char *keep_val)
 
 typedef struct src_buf { lt_node *node; lt_buffer **bufs; } src_buf;
 
+/* The conversion of value j to layout w already made this step, or NULL. */
+static conv *conv_find(const xs *x, int j, const lay *w)
+{
+    int nd = x->g->nodes[j]->shape.ndim;
+    for (conv *c = x->convs; c; c = c->next)
+        if (c->j == j && lay_same(&c->w, w, nd)) return c;
+    return NULL;
+}
+
+/* Keeps b, the whole sum of partial value j computed by the first
+ * position's program (x->fuse), as j's whole layout for its later readers
+ * and the step's results: every position reads that one buffer. */
+static lt_status keep_sum(xs *x, int j, lt_buffer *b)
+{
+    conv *c = calloc(1, sizeof *c);
+    lt_buffer **buf = calloc((size_t)x->nd, sizeof *buf);
+    if (!c || !buf) {
+        free(c);
+        free(buf);
+        return lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+    }
+    memset(&c->w, 0, sizeof c->w);
+    c->w.pscale = 1;
+    c->j = j;
+    c->buf = buf;
+    c->last = x->n_levels;     /* a result, or read by a later level */
+    for (int q = 0; q < x->nd; q++) buf[q] = lt_buffer_retain(b);
+    c->next = x->convs;
+    x->convs = c;
+    return LT_OK;
+}
+
 /* The level graph of `roots` (nodes of the level's local graph; roots_i:
  * their nodes in x->g), captured, compiled through the compile cache and
  * queued on the cores of positions [q0, q1) with each position's buffers
  * (src: the per-position buffers of the graph's data leaves); the roots'
  * per-position results go to x->val. */
 static lt_status queue_level(xs *x, lt_node **roots, const int *roots_i, int nr, int q0, int q1,
-                             const src_buf *src, int n_src, lt_sync_cause cause, const char *frame)
+                             const src_buf *src, int n_src, lt_sync_cause cause, const char *frame,
+                             int after)
 {
     lt_graph lg;
     memset(&lg, 0, sizeof lg);
@@ -479,9 +513,24 @@ static lt_status queue_level(xs *x, lt_node **roots, const int *roots_i, int nr,
         if (st == LT_OK) st = lt_submit_outputs(core, p, args, fresh);
         for (int r = 0; r < nr && st == LT_OK; r++) {
             int i = roots_i[r];
+            if (i < 0) {               /* the in-program sum of partial value -1 - i */
+                st = keep_sum(x, -1 - i, args->out_bufs[lg.root_out[r]]);
+                continue;
+            }
             if (!x->val[i]) x->val[i] = calloc((size_t)x->nd, sizeof *x->val[i]);
             if (!x->val[i]) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
             else x->val[i][q] = lt_buffer_retain(args->out_bufs[lg.root_out[r]]);
+        }
+        /* a program summing other cores' addends runs after their jobs */
+        if (st == LT_OK && after && !x->waited) {
+            job->after_core = malloc((size_t)x->nd * sizeof *job->after_core);
+            job->after_seq = malloc((size_t)x->nd * sizeof *job->after_seq);
+            if (!job->after_core || !job->after_seq) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+            for (int t = 0; t < x->nd && st == LT_OK; t++)
+                if (x->m->dev[t] != core && x->last_seq[t]) {
+                    job->after_core[job->n_after] = x->m->dev[t];
+                    job->after_seq[job->n_after++] = x->last_seq[t];
+                }
         }
         if (st != LT_OK) {
             lt_submit_job_free(job);
@@ -493,13 +542,135 @@ static lt_status queue_level(xs *x, lt_node **roots, const int *roots_i, int nr,
         args->cause = cause;
         job->frame = frame && frame[0] ? strdup(frame) : NULL;
         job->job.wake = LT_WAKE_NOW;
-        lt_submit_queue(core, job, fresh);
+        x->last_seq[q] = lt_submit_queue(core, job, fresh);
+        x->waited = 0;
         free(fresh);
     }
     free(pb);
 out:
     if (p) lt_program_release(p);
     if (lg.nodes) lt_graph_free(&lg);
+    return st;
+}
+
+/* A reshape or permute of one value: the same in whole or in addends. */
+static int linear_view(const lt_graph *g, int i)
+{
+    int op = g->nodes[i]->op;
+    return (op == LT_OP_reshape || op == LT_OP_permute) && g->in_off[i + 1] - g->in_off[i] == 1;
+}
+
+/* 1 if value j is one of the step's results. */
+static int is_out_step(const xs *x, int j)
+{
+    for (int k = 0; k < x->g->n_outputs; k++)
+        if (x->g->output_pos[k] == j) return 1;
+    return 0;
+}
+
+/* Appends (node, bufs) to the level's sources. */
+static lt_status add_src(src_buf **src, int *n_src, int *cap, lt_node *node, lt_buffer **bufs)
+{
+    if (*n_src == *cap) {
+        void *t = realloc(*src, (size_t)(*cap * 2) * sizeof **src);
+        if (!t) return lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+        *src = t;
+        *cap *= 2;
+    }
+    (*src)[*n_src].node = node;
+    (*src)[(*n_src)++].bufs = bufs;
+    return LT_OK;
+}
+
+/* The whole value of partial value j (x->fuse) as nodes of the first
+ * position's program: its addends (one per position holding one, each a
+ * data leaf over that position's buffer) summed in position order, then
+ * scaled by the partial's scale: the additions assemble() makes on the
+ * host, in the same order. *out: a new reference. */
+static lt_status sum_node(xs *x, int j, int core0, lt_node **out, src_buf **src, int *n_src, int *cap);
+
+/* The whole value of fused value j in the first position's program:
+ * sumn[j] (made once per level): a data leaf over its sum made by an
+ * earlier level, the view of its fused input's whole value, or the sum of
+ * its addends (sum_node). */
+static lt_status whole_node(xs *x, int j, int core0, lt_node **sumn, src_buf **src, int *n_src,
+                            int *cap)
+{
+    if (sumn[j]) return LT_OK;
+    const lt_graph *g = x->g;
+    const lt_node *y = g->nodes[j];
+    lay wl;
+    memset(&wl, 0, sizeof wl);
+    wl.pscale = 1;
+    conv *c = conv_find(x, j, &wl);
+    if (c) {
+        sumn[j] = lt_node_new_data(lt_buffer_retain(c->buf[0]), &y->shape, (lt_dtype)y->dtype, core0);
+        if (!sumn[j]) return lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+        return add_src(src, n_src, cap, sumn[j], c->buf);
+    }
+    if (linear_view(g, j) && x->fuse[g->in_pos[g->in_off[j]]]) {
+        int u = g->in_pos[g->in_off[j]];
+        lt_status st = whole_node(x, u, core0, sumn, src, n_src, cap);
+        if (st != LT_OK) return st;
+        lt_attrs a = y->attrs;
+        sumn[j] = lt_node_new((lt_op)y->op, &sumn[u], 1, &a, &y->shape, (lt_dtype)y->dtype, core0, 0);
+        return sumn[j] ? LT_OK : lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+    }
+    return sum_node(x, j, core0, &sumn[j], src, n_src, cap);
+}
+
+static lt_status sum_node(xs *x, int j, int core0, lt_node **out, src_buf **src, int *n_src, int *cap)
+{
+    const lt_node *y = x->g->nodes[j];
+    const lay *A = &x->T[j];
+    lt_attrs na;
+    memset(&na, 0, sizeof na);
+    lt_node *acc = NULL;
+    lt_status st = LT_OK;
+    for (int q = 0; q < x->nd && st == LT_OK; q++) {
+        int rep = 1;
+        for (int a = 0; a < x->m->mesh_ndim; a++)
+            if (!(A->partial >> a & 1) && x->coord[q][a]) rep = 0;
+        if (!rep) continue;
+        /* the leaf reads x->val[j][q]: its source array, seen from position
+         * 0 (the only one running this program), starts there */
+        lt_node *d = lt_node_new_data(lt_buffer_retain(x->val[j][q]), &y->shape, (lt_dtype)y->dtype, core0);
+        if (!d) {
+            st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+            break;
+        }
+        st = add_src(src, n_src, cap, d, &x->val[j][q]);
+        if (acc && st == LT_OK) {
+            lt_node *two[2] = {acc, d};
+            lt_node *sum = lt_node_new(LT_OP_add, two, 2, &na, &y->shape, (lt_dtype)y->dtype, core0, 0);
+            if (!sum) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+            lt_node_release(acc);
+            lt_node_release(d);
+            acc = sum;
+        } else if (st == LT_OK) {
+            acc = d;
+        } else {
+            lt_node_release(d);
+        }
+    }
+    if (st == LT_OK && acc && A->pscale != 1) {
+        lt_node *sc = lt_node_new_scalar(A->pscale, (lt_dtype)y->dtype, core0, LT_NODE_WRAPPED);
+        lt_node *two[2] = {acc, sc};
+        lt_node *m = sc ? lt_node_new(LT_OP_mul, two, 2, &na, &y->shape, (lt_dtype)y->dtype, core0, 0) : NULL;
+        lt_node_release(sc);
+        lt_node_release(acc);
+        acc = m;
+        if (!m) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+    }
+    if (st != LT_OK) {
+        lt_node_release(acc);
+        acc = NULL;
+    } else {
+        /* an all-reduce, run by the first position's program */
+        note(x, K_REDUCE, A->partial,
+             (double)lt_shape_numel(&y->shape) * (double)lt_dtype_size((lt_dtype)y->dtype));
+    }
+    *out = acc;
     return st;
 }
 
@@ -516,13 +687,14 @@ static lt_status run_level(xs *x, int L, lt_sync_cause cause, const char *frame,
     int core0 = x->m->dev[0];
     int nn = g->n_nodes;
     lt_node **ln = calloc((size_t)nn, sizeof *ln);
-    int *roots_i = malloc((size_t)nn * sizeof *roots_i);
-    lt_node **roots = malloc((size_t)nn * sizeof *roots);
+    int *roots_i = malloc((size_t)(2 * nn) * sizeof *roots_i);
+    lt_node **roots = malloc((size_t)(2 * nn) * sizeof *roots);
     int n_src = 0, cap_src = 64;
     src_buf *src = malloc((size_t)cap_src * sizeof *src);
+    lt_node **sumn = calloc((size_t)nn, sizeof *sumn);   /* per fused value: its sum here */
     lt_status st = LT_OK;
     int nr = 0;
-    if (!ln || !roots_i || !roots || !src) {
+    if (!ln || !roots_i || !roots || !src || !sumn) {
         st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
         goto out;
     }
@@ -540,6 +712,10 @@ static lt_status run_level(xs *x, int L, lt_sync_cause cause, const char *frame,
                 in[k] = lt_node_new_scalar(y->value, (lt_dtype)y->dtype, core0, y->flags);
             } else if (lt_node_is_pending(y) && x->level[j] == L && !x->bump[e]) {
                 in[k] = lt_node_retain(ln[j]);
+            } else if (x->fuse[j] && !conv_find(x, j, &x->W[e])) {
+                st = whole_node(x, j, core0, sumn, &src, &n_src, &cap_src);
+                in[k] = st == LT_OK ? lt_node_retain(sumn[j]) : NULL;
+                if (st != LT_OK) break;
             } else {
                 lt_buffer **b = NULL;
                 st = value_in(x, j, &x->W[e], &b);
@@ -595,26 +771,47 @@ static lt_status run_level(xs *x, int L, lt_sync_cause cause, const char *frame,
             roots[nr++] = ln[i];
         }
     }
+    /* a fused result no program reads (a data-parallel loss): summed in
+     * the last level's first-position program */
+    lay whole_lay;
+    memset(&whole_lay, 0, sizeof whole_lay);
+    whole_lay.pscale = 1;
+    for (int j = 0; j < nn && st == LT_OK && L == x->n_levels - 1; j++)
+        if (x->fuse[j] && !sumn[j] && !conv_find(x, j, &whole_lay) && is_out_step(x, j))
+            st = whole_node(x, j, core0, sumn, &src, &n_src, &cap_src);
+    /* a sum a later level or the step reads: a root too (kept by keep_sum) */
+    int n_sums = 0;
+    for (int j = 0; j < nn && st == LT_OK; j++) {
+        if (!sumn[j] || sumn[j]->op == LT_OP_data) continue;
+        n_sums++;
+        if (x->last_use[j] > L || is_out_step(x, j)) {
+            roots_i[nr] = -1 - j;
+            roots[nr++] = sumn[j];
+        }
+    }
     if (st != LT_OK || nr == 0) goto out;
     /* values only the first position computes (x->solo) go in its program
      * alone; the other positions run the level without them */
     int n_solo = 0;
-    for (int r = 0; r < nr; r++) n_solo += x->solo[roots_i[r]];
+    for (int r = 0; r < nr; r++) n_solo += roots_i[r] < 0 || x->solo[roots_i[r]];
     if (!n_solo) {
-        st = queue_level(x, roots, roots_i, nr, 0, x->nd, src, n_src, cause, frame);
+        st = queue_level(x, roots, roots_i, nr, 0, x->nd, src, n_src, cause, frame, 0);
     } else {
-        st = queue_level(x, roots, roots_i, nr, 0, 1, src, n_src, cause, frame);
+        st = queue_level(x, roots, roots_i, nr, 0, 1, src, n_src, cause, frame, n_sums > 0);
         int nk = 0;
         for (int r = 0; r < nr; r++)
-            if (!x->solo[roots_i[r]]) {
+            if (roots_i[r] >= 0 && !x->solo[roots_i[r]]) {
                 roots_i[nk] = roots_i[r];
                 roots[nk++] = roots[r];
             }
-        if (st == LT_OK && nk) st = queue_level(x, roots, roots_i, nk, 1, x->nd, src, n_src, cause, frame);
+        if (st == LT_OK && nk) st = queue_level(x, roots, roots_i, nk, 1, x->nd, src, n_src, cause, frame, 0);
     }
 out:
     if (ln)
         for (int i = 0; i < nn; i++) lt_node_release(ln[i]);
+    if (sumn)
+        for (int i = 0; i < nn; i++) lt_node_release(sumn[i]);
+    free(sumn);
     free(ln);
     free(roots_i);
     free(roots);
@@ -674,6 +871,54 @@ static void report(const xs *x, const char *why)
         lt_spmd_note_replicated("  executed replicated (inputs gathered):", x->replicated);
 }
 
+/* x->fuse: partial values (f32/f64, not split, a power-of-two scale: the
+ * sums exact as the host's) whose every reader is a first-position program
+ * wanting them whole, or a reshape/permute of them that is fused too, with
+ * the graph on the first position's core. Their whole value is made in the
+ * first position's program of their first reader (or, for a result no
+ * program reads, of the last level): the sum of the addends, or the view of
+ * the fused value it views (whole_node) — not a host all-reduce or
+ * reduce-scatter between levels. A data-parallel gradient, the views of it
+ * the step keeps, and the loss are all made so. */
+static void plan_fuse(xs *x)
+{
+    const lt_graph *g = x->g;
+    if (x->m->dev[0] != g->core) return;
+    for (int j = 0; j < g->n_nodes; j++) {
+        const lt_node *y = g->nodes[j];
+        int e2;
+        /* summed at a later level than its own (the addends complete) */
+        x->fuse[j] = lt_node_is_pending(y) && x->level[j] < x->n_levels - 1 && x->T[j].partial && partial_ok(y) &&
+                     !lay_split(&x->T[j], y->shape.ndim) && frexp(x->T[j].pscale, &e2) == 0.5;
+    }
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int i = 0; i < g->n_nodes; i++)
+            for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++) {
+                int j = g->in_pos[e];
+                if (!x->fuse[j]) continue;
+                int ok = x->bump[e] ? x->solo[i] && !x->W[e].partial &&
+                                          !lay_split(&x->W[e], g->nodes[j]->shape.ndim)
+                                    : x->fuse[i] && linear_view(g, i) &&
+                                          x->T[i].partial == x->T[j].partial &&
+                                          x->T[i].pscale == x->T[j].pscale;
+                if (!ok) {
+                    x->fuse[j] = 0;
+                    changed = 1;
+                }
+            }
+    }
+    /* read by a program, or a result */
+    for (int j = 0; j < g->n_nodes; j++) {
+        if (!x->fuse[j] || is_out_step(x, j)) continue;
+        int read = 0;
+        for (int i = j + 1; i < g->n_nodes && !read; i++)
+            for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++)
+                if (g->in_pos[e] == j) read = 1;
+        x->fuse[j] = (char)read;
+    }
+}
+
 /* ------------------------------------------------------------- entry point */
 
 lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *frame,
@@ -697,8 +942,6 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
         report(&y, why);
         return LT_OK;
     }
-    /* every core of the mesh idle: their buffers are complete and their
-     * helper threads free for the programs run here */
     for (int q = 0; q < m->n_dev; q++) {
         lt_status st = lt_core_wait(m->dev[q], 0, 0);
         if (st != LT_OK) return st;
@@ -722,6 +965,8 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
     x->solo = calloc((size_t)nn, 1);
     x->val = calloc((size_t)nn, sizeof *x->val);
     x->last_use = calloc((size_t)nn, sizeof *x->last_use);
+    char *wait_after = NULL;
+    x->fuse = calloc((size_t)nn, 1);
     char *is_out = calloc((size_t)nn, 1);
     char *is_gout = calloc((size_t)nn, 1);
     char *eg = calloc((size_t)nn, 1);
@@ -729,7 +974,7 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
     char *keep_val = calloc((size_t)nn, 1);   /* a result read from x->val */
     lay *eg_w = calloc((size_t)nn, sizeof *eg_w);
     lt_status st = LT_OK;
-    if (!x->T || !x->W || !x->bump || !x->level || !x->repl || !x->solo || !x->val || !x->last_use ||
+    if (!x->T || !x->W || !x->bump || !x->level || !x->repl || !x->solo || !x->val || !x->last_use || !x->fuse ||
         !is_out || !is_gout || !eg || !eg_w || !keep_val || !whole) {
         st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
         goto out;
@@ -758,6 +1003,47 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
     for (int i = 0; i < nn; i++)
         for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++)
             if (x->level[i] > x->last_use[g->in_pos[e]]) x->last_use[g->in_pos[e]] = x->level[i];
+    plan_fuse(x);
+    /* the levels after which the host must wait for the cores: before a
+     * level that changes the layout of a computed value on the host (it
+     * reads the cores' buffers; it also keeps a level's buffers freed
+     * before the next allocates), and after a level whose partial values
+     * are converted as soon as they are complete. Elsewhere (data
+     * parallel: the forward/backward level, then the first core's sum of
+     * the gradients and update) the next level is queued at once, and a
+     * first-core program summing other cores' addends runs after their
+     * jobs; the last level is not waited for when every result is a
+     * buffer a program writes (the host traces the next step meanwhile). */
+    for (int j = 0; j < nn; j++)
+        if (x->fuse[j]) {
+            keep_val[j] = 0;           /* a result is its sum (keep_sum) */
+            /* the addends of a value summed (not a view of a fused value)
+             * are kept per position until the sum has run */
+            if (!(linear_view(g, j) && x->fuse[g->in_pos[g->in_off[j]]])) {
+                is_out[j] = 1;
+                x->last_use[j] = x->n_levels - 1;
+            }
+        }
+    wait_after = calloc((size_t)(x->n_levels + 1), 1);
+    if (!wait_after) {
+        st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+        goto out;
+    }
+    for (int i = 0; i < nn; i++)
+        for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++) {
+            int j = g->in_pos[e];
+            if (!lt_node_is_pending(g->nodes[j]) || x->fuse[j] || !x->bump[e]) continue;
+            if (x->level[i] > 0) wait_after[x->level[i] - 1] = 1;
+        }
+    for (int j = 0; j < nn; j++)
+        if (lt_node_is_pending(g->nodes[j]) && x->T[j].partial && !x->fuse[j]) wait_after[x->level[j]] = 1;
+    for (int k = 0; k < g->n_outputs; k++) {
+        int j = g->output_pos[k];
+        const lt_node *n = g->nodes[j];
+        if (lt_node_is_pending(n) && !x->fuse[j] &&
+            (x->T[j].partial || lay_split(&x->T[j], n->shape.ndim) || !x->solo[j] || x->m->dev[0] != g->core))
+            wait_after[x->n_levels - 1] = 1;
+    }
     for (int q = 0; q < x->nd; q++) {
         x->held[q] = lt_core_bytes_in_use(m->dev[q]);
         lt_core_peak_mark(m->dev[q]);
@@ -768,10 +1054,13 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
         st = run_level(x, L, cause, frame, is_out);
         /* the level done on every core before the next: the buffers it
          * frees are free before the next level allocates */
-        for (int q = 0; q < x->nd && st == LT_OK; q++) lt_core_wait(m->dev[q], 0, 0);
+        if (wait_after[L] || x->compiled) {
+            for (int q = 0; q < x->nd && st == LT_OK; q++) lt_core_wait(m->dev[q], 0, 0);
+            x->waited = 1;
+        }
         /* partial values reduce-scattered as soon as they are complete */
         for (int j = 0; j < nn && st == LT_OK; j++) {
-            if (x->level[j] != L || !x->val[j] || !x->T[j].partial) continue;
+            if (x->level[j] != L || !x->val[j] || !x->T[j].partial || x->fuse[j]) continue;
             lay B;
             if (!result_layout(x, j, eg, eg_w, whole, &B)) continue;
             if (eg[j] != 1 && !is_gout[j] && !whole[j]) continue;
@@ -790,8 +1079,10 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
         }
         free_after_level(x, L, keep_val);
     }
-    /* the cores' programs done (a failed one reports here, naming its core) */
-    for (int q = 0; q < x->nd; q++) {
+    /* the cores' programs done (a failed one reports here, naming its
+     * core); left running when the last level was not waited for (a
+     * failure then poisons the results, reported when they are read) */
+    for (int q = 0; q < x->nd && (st != LT_OK || x->waited); q++) {
         lt_status sq = lt_core_wait(m->dev[q], 0, 1);
         if (st == LT_OK) st = sq;
     }
@@ -817,6 +1108,14 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
             continue;
         }
         lay B;
+        if (x->fuse[j]) {              /* summed by the first position's program */
+            memset(&B, 0, sizeof B);
+            B.pscale = 1;
+            conv *c = conv_find(x, j, &B);
+            if (!c) st = lt_set_error(LT_ERR_INTERNAL, "spmd: a summed result without its sum");
+            else out_bufs[k] = lt_buffer_retain(c->buf[0]);
+            continue;
+        }
         if (A->partial && result_layout(x, j, eg, eg_w, whole, &B)) {
             /* a sum of addends (a gradient): reduce-scattered over the axes
              * it is partial on, each core keeps its shard */
@@ -892,6 +1191,8 @@ out:
         free(c->buf);
         free(c);
     }
+    free(wait_after);
+    free(x->fuse);
     free(is_out);
     free(is_gout);
     free(eg);

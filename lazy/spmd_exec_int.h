@@ -54,6 +54,11 @@ typedef struct xs {
     size_t held[LT_SPMD_MAX_DEVICES];   /* per position: bytes on its core before the step */
     size_t peak[LT_SPMD_MAX_DEVICES];   /* and the step's high-water mark */
     int n_parts;               /* results kept as per-core shards */
+    char *fuse;                /* per node: a partial value whose every reader is a
+                                  first-position program wanting it whole: summed
+                                  there, in that program (no host all-reduce) */
+    uint64_t last_seq[LT_SPMD_MAX_DEVICES];   /* per position: its core's last job */
+    int waited;                /* every job queued so far is done */
     int cur_level;             /* the level being run */
 } xs;
 
