@@ -189,7 +189,7 @@ static lt_status distribute(const xs *x, const lt_node *n, const lay *B, char *G
 
 
 /* Counts an executed layout change of kind k over the mesh axes `axes`. */
-static void note(xs *x, int k, unsigned axes, double bytes)
+void lt_spmdx_note(xs *x, int k, unsigned axes, double bytes)
 {
     x->count[k]++;
     x->bytes[k] += bytes;
@@ -254,7 +254,7 @@ static lt_status value_in(xs *x, int j, const lay *w, lt_buffer ***out)
         for (int d = 0; d < P->ndim; d++) ln *= P->ldims[d];
         unsigned wa = 0;
         for (int d = 0; d < n->shape.ndim; d++) wa |= lt_spmd_axes_mask(w->ax[d]);
-        note(x, k, P->layout_axes | wa, (double)ln * (double)es);
+        lt_spmdx_note(x, k, P->layout_axes | wa, (double)ln * (double)es);
     } else if (!pending) {
         lt_status s0 = lt_buffer_wait(n->buf);
         if (s0 != LT_OK) return s0;
@@ -283,7 +283,7 @@ static lt_status value_in(xs *x, int j, const lay *w, lt_buffer ***out)
         int k = kind_of(&x->T[j], w, n->shape.ndim);
         lt_shape ls;
         local_shape(x, &n->shape, &x->T[j], &ls);
-        note(x, k, change_axes(&x->T[j], w, n->shape.ndim),
+        lt_spmdx_note(x, k, change_axes(&x->T[j], w, n->shape.ndim),
              (double)lt_shape_numel(&ls) * (double)lt_dtype_size((lt_dtype)n->dtype));
     }
     return st;
@@ -417,39 +417,6 @@ static void free_after_level(xs *x, int L, const char *keep_val)
 
 /* ------------------------------------------------------------- one level */
 
-typedef struct src_buf { lt_node *node; lt_buffer **bufs; } src_buf;
-
-/* The conversion of value j to layout w already made this step, or NULL. */
-static conv *conv_find(const xs *x, int j, const lay *w)
-{
-    int nd = x->g->nodes[j]->shape.ndim;
-    for (conv *c = x->convs; c; c = c->next)
-        if (c->j == j && lay_same(&c->w, w, nd)) return c;
-    return NULL;
-}
-
-/* Keeps b, the whole sum of partial value j computed by the first
- * position's program (x->fuse), as j's whole layout for its later readers
- * and the step's results: every position reads that one buffer. */
-static lt_status keep_sum(xs *x, int j, lt_buffer *b)
-{
-    conv *c = calloc(1, sizeof *c);
-    lt_buffer **buf = calloc((size_t)x->nd, sizeof *buf);
-    if (!c || !buf) {
-        free(c);
-        free(buf);
-        return lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
-    }
-    memset(&c->w, 0, sizeof c->w);
-    c->w.pscale = 1;
-    c->j = j;
-    c->buf = buf;
-    c->last = x->n_levels;     /* a result, or read by a later level */
-    for (int q = 0; q < x->nd; q++) buf[q] = lt_buffer_retain(b);
-    c->next = x->convs;
-    x->convs = c;
-    return LT_OK;
-}
 
 /* The level graph of `roots` (nodes of the level's local graph; roots_i:
  * their nodes in x->g), captured, compiled through the compile cache and
@@ -514,7 +481,7 @@ static lt_status queue_level(xs *x, lt_node **roots, const int *roots_i, int nr,
         for (int r = 0; r < nr && st == LT_OK; r++) {
             int i = roots_i[r];
             if (i < 0) {               /* the in-program sum of partial value -1 - i */
-                st = keep_sum(x, -1 - i, args->out_bufs[lg.root_out[r]]);
+                st = lt_spmdx_keep_sum(x, -1 - i, args->out_bufs[lg.root_out[r]]);
                 continue;
             }
             if (!x->val[i]) x->val[i] = calloc((size_t)x->nd, sizeof *x->val[i]);
@@ -550,127 +517,6 @@ static lt_status queue_level(xs *x, lt_node **roots, const int *roots_i, int nr,
 out:
     if (p) lt_program_release(p);
     if (lg.nodes) lt_graph_free(&lg);
-    return st;
-}
-
-/* A reshape or permute of one value: the same in whole or in addends. */
-static int linear_view(const lt_graph *g, int i)
-{
-    int op = g->nodes[i]->op;
-    return (op == LT_OP_reshape || op == LT_OP_permute) && g->in_off[i + 1] - g->in_off[i] == 1;
-}
-
-/* 1 if value j is one of the step's results. */
-static int is_out_step(const xs *x, int j)
-{
-    for (int k = 0; k < x->g->n_outputs; k++)
-        if (x->g->output_pos[k] == j) return 1;
-    return 0;
-}
-
-/* Appends (node, bufs) to the level's sources. */
-static lt_status add_src(src_buf **src, int *n_src, int *cap, lt_node *node, lt_buffer **bufs)
-{
-    if (*n_src == *cap) {
-        void *t = realloc(*src, (size_t)(*cap * 2) * sizeof **src);
-        if (!t) return lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
-        *src = t;
-        *cap *= 2;
-    }
-    (*src)[*n_src].node = node;
-    (*src)[(*n_src)++].bufs = bufs;
-    return LT_OK;
-}
-
-/* The whole value of partial value j (x->fuse) as nodes of the first
- * position's program: its addends (one per position holding one, each a
- * data leaf over that position's buffer) summed in position order, then
- * scaled by the partial's scale: the additions assemble() makes on the
- * host, in the same order. *out: a new reference. */
-static lt_status sum_node(xs *x, int j, int core0, lt_node **out, src_buf **src, int *n_src, int *cap);
-
-/* The whole value of fused value j in the first position's program:
- * sumn[j] (made once per level): a data leaf over its sum made by an
- * earlier level, the view of its fused input's whole value, or the sum of
- * its addends (sum_node). */
-static lt_status whole_node(xs *x, int j, int core0, lt_node **sumn, src_buf **src, int *n_src,
-                            int *cap)
-{
-    if (sumn[j]) return LT_OK;
-    const lt_graph *g = x->g;
-    const lt_node *y = g->nodes[j];
-    lay wl;
-    memset(&wl, 0, sizeof wl);
-    wl.pscale = 1;
-    conv *c = conv_find(x, j, &wl);
-    if (c) {
-        sumn[j] = lt_node_new_data(lt_buffer_retain(c->buf[0]), &y->shape, (lt_dtype)y->dtype, core0);
-        if (!sumn[j]) return lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
-        return add_src(src, n_src, cap, sumn[j], c->buf);
-    }
-    if (linear_view(g, j) && x->fuse[g->in_pos[g->in_off[j]]]) {
-        int u = g->in_pos[g->in_off[j]];
-        lt_status st = whole_node(x, u, core0, sumn, src, n_src, cap);
-        if (st != LT_OK) return st;
-        lt_attrs a = y->attrs;
-        sumn[j] = lt_node_new((lt_op)y->op, &sumn[u], 1, &a, &y->shape, (lt_dtype)y->dtype, core0, 0);
-        return sumn[j] ? LT_OK : lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
-    }
-    return sum_node(x, j, core0, &sumn[j], src, n_src, cap);
-}
-
-static lt_status sum_node(xs *x, int j, int core0, lt_node **out, src_buf **src, int *n_src, int *cap)
-{
-    const lt_node *y = x->g->nodes[j];
-    const lay *A = &x->T[j];
-    lt_attrs na;
-    memset(&na, 0, sizeof na);
-    lt_node *acc = NULL;
-    lt_status st = LT_OK;
-    for (int q = 0; q < x->nd && st == LT_OK; q++) {
-        int rep = 1;
-        for (int a = 0; a < x->m->mesh_ndim; a++)
-            if (!(A->partial >> a & 1) && x->coord[q][a]) rep = 0;
-        if (!rep) continue;
-        /* the leaf reads x->val[j][q]: its source array, seen from position
-         * 0 (the only one running this program), starts there */
-        lt_node *d = lt_node_new_data(lt_buffer_retain(x->val[j][q]), &y->shape, (lt_dtype)y->dtype, core0);
-        if (!d) {
-            st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
-            break;
-        }
-        st = add_src(src, n_src, cap, d, &x->val[j][q]);
-        if (acc && st == LT_OK) {
-            lt_node *two[2] = {acc, d};
-            lt_node *sum = lt_node_new(LT_OP_add, two, 2, &na, &y->shape, (lt_dtype)y->dtype, core0, 0);
-            if (!sum) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
-            lt_node_release(acc);
-            lt_node_release(d);
-            acc = sum;
-        } else if (st == LT_OK) {
-            acc = d;
-        } else {
-            lt_node_release(d);
-        }
-    }
-    if (st == LT_OK && acc && A->pscale != 1) {
-        lt_node *sc = lt_node_new_scalar(A->pscale, (lt_dtype)y->dtype, core0, LT_NODE_WRAPPED);
-        lt_node *two[2] = {acc, sc};
-        lt_node *m = sc ? lt_node_new(LT_OP_mul, two, 2, &na, &y->shape, (lt_dtype)y->dtype, core0, 0) : NULL;
-        lt_node_release(sc);
-        lt_node_release(acc);
-        acc = m;
-        if (!m) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
-    }
-    if (st != LT_OK) {
-        lt_node_release(acc);
-        acc = NULL;
-    } else {
-        /* an all-reduce, run by the first position's program */
-        note(x, K_REDUCE, A->partial,
-             (double)lt_shape_numel(&y->shape) * (double)lt_dtype_size((lt_dtype)y->dtype));
-    }
-    *out = acc;
     return st;
 }
 
@@ -712,8 +558,8 @@ static lt_status run_level(xs *x, int L, lt_sync_cause cause, const char *frame,
                 in[k] = lt_node_new_scalar(y->value, (lt_dtype)y->dtype, core0, y->flags);
             } else if (lt_node_is_pending(y) && x->level[j] == L && !x->bump[e]) {
                 in[k] = lt_node_retain(ln[j]);
-            } else if (x->fuse[j] && !conv_find(x, j, &x->W[e])) {
-                st = whole_node(x, j, core0, sumn, &src, &n_src, &cap_src);
+            } else if (x->fuse[j] && !lt_spmdx_conv_find(x, j, &x->W[e])) {
+                st = lt_spmdx_whole_node(x, j, core0, sumn, &src, &n_src, &cap_src);
                 in[k] = st == LT_OK ? lt_node_retain(sumn[j]) : NULL;
                 if (st != LT_OK) break;
             } else {
@@ -777,14 +623,14 @@ static lt_status run_level(xs *x, int L, lt_sync_cause cause, const char *frame,
     memset(&whole_lay, 0, sizeof whole_lay);
     whole_lay.pscale = 1;
     for (int j = 0; j < nn && st == LT_OK && L == x->n_levels - 1; j++)
-        if (x->fuse[j] && !sumn[j] && !conv_find(x, j, &whole_lay) && is_out_step(x, j))
-            st = whole_node(x, j, core0, sumn, &src, &n_src, &cap_src);
+        if (x->fuse[j] && !sumn[j] && !lt_spmdx_conv_find(x, j, &whole_lay) && lt_spmdx_is_result(x, j))
+            st = lt_spmdx_whole_node(x, j, core0, sumn, &src, &n_src, &cap_src);
     /* a sum a later level or the step reads: a root too (kept by keep_sum) */
     int n_sums = 0;
     for (int j = 0; j < nn && st == LT_OK; j++) {
         if (!sumn[j] || sumn[j]->op == LT_OP_data) continue;
         n_sums++;
-        if (x->last_use[j] > L || is_out_step(x, j)) {
+        if (x->last_use[j] > L || lt_spmdx_is_result(x, j)) {
             roots_i[nr] = -1 - j;
             roots[nr++] = sumn[j];
         }
@@ -871,54 +717,6 @@ static void report(const xs *x, const char *why)
         lt_spmd_note_replicated("  executed replicated (inputs gathered):", x->replicated);
 }
 
-/* x->fuse: partial values (f32/f64, not split, a power-of-two scale: the
- * sums exact as the host's) whose every reader is a first-position program
- * wanting them whole, or a reshape/permute of them that is fused too, with
- * the graph on the first position's core. Their whole value is made in the
- * first position's program of their first reader (or, for a result no
- * program reads, of the last level): the sum of the addends, or the view of
- * the fused value it views (whole_node) — not a host all-reduce or
- * reduce-scatter between levels. A data-parallel gradient, the views of it
- * the step keeps, and the loss are all made so. */
-static void plan_fuse(xs *x)
-{
-    const lt_graph *g = x->g;
-    if (x->m->dev[0] != g->core) return;
-    for (int j = 0; j < g->n_nodes; j++) {
-        const lt_node *y = g->nodes[j];
-        int e2;
-        /* summed at a later level than its own (the addends complete) */
-        x->fuse[j] = lt_node_is_pending(y) && x->level[j] < x->n_levels - 1 && x->T[j].partial && partial_ok(y) &&
-                     !lay_split(&x->T[j], y->shape.ndim) && frexp(x->T[j].pscale, &e2) == 0.5;
-    }
-    for (int changed = 1; changed;) {
-        changed = 0;
-        for (int i = 0; i < g->n_nodes; i++)
-            for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++) {
-                int j = g->in_pos[e];
-                if (!x->fuse[j]) continue;
-                int ok = x->bump[e] ? x->solo[i] && !x->W[e].partial &&
-                                          !lay_split(&x->W[e], g->nodes[j]->shape.ndim)
-                                    : x->fuse[i] && linear_view(g, i) &&
-                                          x->T[i].partial == x->T[j].partial &&
-                                          x->T[i].pscale == x->T[j].pscale;
-                if (!ok) {
-                    x->fuse[j] = 0;
-                    changed = 1;
-                }
-            }
-    }
-    /* read by a program, or a result */
-    for (int j = 0; j < g->n_nodes; j++) {
-        if (!x->fuse[j] || is_out_step(x, j)) continue;
-        int read = 0;
-        for (int i = j + 1; i < g->n_nodes && !read; i++)
-            for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++)
-                if (g->in_pos[e] == j) read = 1;
-        x->fuse[j] = (char)read;
-    }
-}
-
 /* ------------------------------------------------------------- entry point */
 
 lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *frame,
@@ -1003,7 +801,7 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
     for (int i = 0; i < nn; i++)
         for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++)
             if (x->level[i] > x->last_use[g->in_pos[e]]) x->last_use[g->in_pos[e]] = x->level[i];
-    plan_fuse(x);
+    lt_spmdx_plan_fuse(x);
     /* the levels after which the host must wait for the cores: before a
      * level that changes the layout of a computed value on the host (it
      * reads the cores' buffers; it also keeps a level's buffers freed
@@ -1016,10 +814,10 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
      * buffer a program writes (the host traces the next step meanwhile). */
     for (int j = 0; j < nn; j++)
         if (x->fuse[j]) {
-            keep_val[j] = 0;           /* a result is its sum (keep_sum) */
+            keep_val[j] = 0;           /* a result is its sum (lt_spmdx_keep_sum) */
             /* the addends of a value summed (not a view of a fused value)
              * are kept per position until the sum has run */
-            if (!(linear_view(g, j) && x->fuse[g->in_pos[g->in_off[j]]])) {
+            if (!(lt_spmdx_linear_view(g, j) && x->fuse[g->in_pos[g->in_off[j]]])) {
                 is_out[j] = 1;
                 x->last_use[j] = x->n_levels - 1;
             }
@@ -1111,7 +909,7 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
         if (x->fuse[j]) {              /* summed by the first position's program */
             memset(&B, 0, sizeof B);
             B.pscale = 1;
-            conv *c = conv_find(x, j, &B);
+            conv *c = lt_spmdx_conv_find(x, j, &B);
             if (!c) st = lt_set_error(LT_ERR_INTERNAL, "spmd: a summed result without its sum");
             else out_bufs[k] = lt_buffer_retain(c->buf[0]);
             continue;
@@ -1130,7 +928,7 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
         if (A->partial) {
             lt_shape ls;
             local_shape(x, &n->shape, A, &ls);
-            note(x, K_REDUCE, A->partial,
+            lt_spmdx_note(x, K_REDUCE, A->partial,
                  (double)lt_shape_numel(&ls) * (double)lt_dtype_size((lt_dtype)n->dtype));
         }
     }
