@@ -59,6 +59,7 @@
  * when a consumer wants its layout, gathered from the shards otherwise.
  * The sharding stays an attribute of the result.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,7 +189,7 @@ static lt_status distribute(const xs *x, const lt_node *n, const lay *B, char *G
 
 
 /* Counts an executed layout change of kind k over the mesh axes `axes`. */
-static void note(xs *x, int k, unsigned axes, double bytes)
+void lt_spmdx_note(xs *x, int k, unsigned axes, double bytes)
 {
     x->count[k]++;
     x->bytes[k] += bytes;
@@ -253,7 +254,7 @@ static lt_status value_in(xs *x, int j, const lay *w, lt_buffer ***out)
         for (int d = 0; d < P->ndim; d++) ln *= P->ldims[d];
         unsigned wa = 0;
         for (int d = 0; d < n->shape.ndim; d++) wa |= lt_spmd_axes_mask(w->ax[d]);
-        note(x, k, P->layout_axes | wa, (double)ln * (double)es);
+        lt_spmdx_note(x, k, P->layout_axes | wa, (double)ln * (double)es);
     } else if (!pending) {
         lt_status s0 = lt_buffer_wait(n->buf);
         if (s0 != LT_OK) return s0;
@@ -282,7 +283,7 @@ static lt_status value_in(xs *x, int j, const lay *w, lt_buffer ***out)
         int k = kind_of(&x->T[j], w, n->shape.ndim);
         lt_shape ls;
         local_shape(x, &n->shape, &x->T[j], &ls);
-        note(x, k, change_axes(&x->T[j], w, n->shape.ndim),
+        lt_spmdx_note(x, k, change_axes(&x->T[j], w, n->shape.ndim),
              (double)lt_shape_numel(&ls) * (double)lt_dtype_size((lt_dtype)n->dtype));
     }
     return st;
@@ -416,7 +417,6 @@ static void free_after_level(xs *x, int L, const char *keep_val)
 
 /* ------------------------------------------------------------- one level */
 
-typedef struct src_buf { lt_node *node; lt_buffer **bufs; } src_buf;
 
 /* The level graph of `roots` (nodes of the level's local graph; roots_i:
  * their nodes in x->g), captured, compiled through the compile cache and
@@ -424,7 +424,8 @@ typedef struct src_buf { lt_node *node; lt_buffer **bufs; } src_buf;
  * (src: the per-position buffers of the graph's data leaves); the roots'
  * per-position results go to x->val. */
 static lt_status queue_level(xs *x, lt_node **roots, const int *roots_i, int nr, int q0, int q1,
-                             const src_buf *src, int n_src, lt_sync_cause cause, const char *frame)
+                             const src_buf *src, int n_src, lt_sync_cause cause, const char *frame,
+                             int after)
 {
     lt_graph lg;
     memset(&lg, 0, sizeof lg);
@@ -479,9 +480,24 @@ static lt_status queue_level(xs *x, lt_node **roots, const int *roots_i, int nr,
         if (st == LT_OK) st = lt_submit_outputs(core, p, args, fresh);
         for (int r = 0; r < nr && st == LT_OK; r++) {
             int i = roots_i[r];
+            if (i < 0) {               /* the in-program sum of partial value -1 - i */
+                st = lt_spmdx_keep_sum(x, -1 - i, args->out_bufs[lg.root_out[r]]);
+                continue;
+            }
             if (!x->val[i]) x->val[i] = calloc((size_t)x->nd, sizeof *x->val[i]);
             if (!x->val[i]) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
             else x->val[i][q] = lt_buffer_retain(args->out_bufs[lg.root_out[r]]);
+        }
+        /* a program summing other cores' addends runs after their jobs */
+        if (st == LT_OK && after && !x->waited) {
+            job->after_core = malloc((size_t)x->nd * sizeof *job->after_core);
+            job->after_seq = malloc((size_t)x->nd * sizeof *job->after_seq);
+            if (!job->after_core || !job->after_seq) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+            for (int t = 0; t < x->nd && st == LT_OK; t++)
+                if (x->m->dev[t] != core && x->last_seq[t]) {
+                    job->after_core[job->n_after] = x->m->dev[t];
+                    job->after_seq[job->n_after++] = x->last_seq[t];
+                }
         }
         if (st != LT_OK) {
             lt_submit_job_free(job);
@@ -493,7 +509,8 @@ static lt_status queue_level(xs *x, lt_node **roots, const int *roots_i, int nr,
         args->cause = cause;
         job->frame = frame && frame[0] ? strdup(frame) : NULL;
         job->job.wake = LT_WAKE_NOW;
-        lt_submit_queue(core, job, fresh);
+        x->last_seq[q] = lt_submit_queue(core, job, fresh);
+        x->waited = 0;
         free(fresh);
     }
     free(pb);
@@ -516,13 +533,14 @@ static lt_status run_level(xs *x, int L, lt_sync_cause cause, const char *frame,
     int core0 = x->m->dev[0];
     int nn = g->n_nodes;
     lt_node **ln = calloc((size_t)nn, sizeof *ln);
-    int *roots_i = malloc((size_t)nn * sizeof *roots_i);
-    lt_node **roots = malloc((size_t)nn * sizeof *roots);
+    int *roots_i = malloc((size_t)(2 * nn) * sizeof *roots_i);
+    lt_node **roots = malloc((size_t)(2 * nn) * sizeof *roots);
     int n_src = 0, cap_src = 64;
     src_buf *src = malloc((size_t)cap_src * sizeof *src);
+    lt_node **sumn = calloc((size_t)nn, sizeof *sumn);   /* per fused value: its sum here */
     lt_status st = LT_OK;
     int nr = 0;
-    if (!ln || !roots_i || !roots || !src) {
+    if (!ln || !roots_i || !roots || !src || !sumn) {
         st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
         goto out;
     }
@@ -540,6 +558,10 @@ static lt_status run_level(xs *x, int L, lt_sync_cause cause, const char *frame,
                 in[k] = lt_node_new_scalar(y->value, (lt_dtype)y->dtype, core0, y->flags);
             } else if (lt_node_is_pending(y) && x->level[j] == L && !x->bump[e]) {
                 in[k] = lt_node_retain(ln[j]);
+            } else if (x->fuse[j] && !lt_spmdx_conv_find(x, j, &x->W[e])) {
+                st = lt_spmdx_whole_node(x, j, core0, sumn, &src, &n_src, &cap_src);
+                in[k] = st == LT_OK ? lt_node_retain(sumn[j]) : NULL;
+                if (st != LT_OK) break;
             } else {
                 lt_buffer **b = NULL;
                 st = value_in(x, j, &x->W[e], &b);
@@ -595,26 +617,47 @@ static lt_status run_level(xs *x, int L, lt_sync_cause cause, const char *frame,
             roots[nr++] = ln[i];
         }
     }
+    /* a fused result no program reads (a data-parallel loss): summed in
+     * the last level's first-position program */
+    lay whole_lay;
+    memset(&whole_lay, 0, sizeof whole_lay);
+    whole_lay.pscale = 1;
+    for (int j = 0; j < nn && st == LT_OK && L == x->n_levels - 1; j++)
+        if (x->fuse[j] && !sumn[j] && !lt_spmdx_conv_find(x, j, &whole_lay) && lt_spmdx_is_result(x, j))
+            st = lt_spmdx_whole_node(x, j, core0, sumn, &src, &n_src, &cap_src);
+    /* a sum a later level or the step reads: a root too (kept by keep_sum) */
+    int n_sums = 0;
+    for (int j = 0; j < nn && st == LT_OK; j++) {
+        if (!sumn[j] || sumn[j]->op == LT_OP_data) continue;
+        n_sums++;
+        if (x->last_use[j] > L || lt_spmdx_is_result(x, j)) {
+            roots_i[nr] = -1 - j;
+            roots[nr++] = sumn[j];
+        }
+    }
     if (st != LT_OK || nr == 0) goto out;
     /* values only the first position computes (x->solo) go in its program
      * alone; the other positions run the level without them */
     int n_solo = 0;
-    for (int r = 0; r < nr; r++) n_solo += x->solo[roots_i[r]];
+    for (int r = 0; r < nr; r++) n_solo += roots_i[r] < 0 || x->solo[roots_i[r]];
     if (!n_solo) {
-        st = queue_level(x, roots, roots_i, nr, 0, x->nd, src, n_src, cause, frame);
+        st = queue_level(x, roots, roots_i, nr, 0, x->nd, src, n_src, cause, frame, 0);
     } else {
-        st = queue_level(x, roots, roots_i, nr, 0, 1, src, n_src, cause, frame);
+        st = queue_level(x, roots, roots_i, nr, 0, 1, src, n_src, cause, frame, n_sums > 0);
         int nk = 0;
         for (int r = 0; r < nr; r++)
-            if (!x->solo[roots_i[r]]) {
+            if (roots_i[r] >= 0 && !x->solo[roots_i[r]]) {
                 roots_i[nk] = roots_i[r];
                 roots[nk++] = roots[r];
             }
-        if (st == LT_OK && nk) st = queue_level(x, roots, roots_i, nk, 1, x->nd, src, n_src, cause, frame);
+        if (st == LT_OK && nk) st = queue_level(x, roots, roots_i, nk, 1, x->nd, src, n_src, cause, frame, 0);
     }
 out:
     if (ln)
         for (int i = 0; i < nn; i++) lt_node_release(ln[i]);
+    if (sumn)
+        for (int i = 0; i < nn; i++) lt_node_release(sumn[i]);
+    free(sumn);
     free(ln);
     free(roots_i);
     free(roots);
@@ -697,8 +740,6 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
         report(&y, why);
         return LT_OK;
     }
-    /* every core of the mesh idle: their buffers are complete and their
-     * helper threads free for the programs run here */
     for (int q = 0; q < m->n_dev; q++) {
         lt_status st = lt_core_wait(m->dev[q], 0, 0);
         if (st != LT_OK) return st;
@@ -722,6 +763,8 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
     x->solo = calloc((size_t)nn, 1);
     x->val = calloc((size_t)nn, sizeof *x->val);
     x->last_use = calloc((size_t)nn, sizeof *x->last_use);
+    char *wait_after = NULL;
+    x->fuse = calloc((size_t)nn, 1);
     char *is_out = calloc((size_t)nn, 1);
     char *is_gout = calloc((size_t)nn, 1);
     char *eg = calloc((size_t)nn, 1);
@@ -729,7 +772,7 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
     char *keep_val = calloc((size_t)nn, 1);   /* a result read from x->val */
     lay *eg_w = calloc((size_t)nn, sizeof *eg_w);
     lt_status st = LT_OK;
-    if (!x->T || !x->W || !x->bump || !x->level || !x->repl || !x->solo || !x->val || !x->last_use ||
+    if (!x->T || !x->W || !x->bump || !x->level || !x->repl || !x->solo || !x->val || !x->last_use || !x->fuse ||
         !is_out || !is_gout || !eg || !eg_w || !keep_val || !whole) {
         st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
         goto out;
@@ -758,6 +801,47 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
     for (int i = 0; i < nn; i++)
         for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++)
             if (x->level[i] > x->last_use[g->in_pos[e]]) x->last_use[g->in_pos[e]] = x->level[i];
+    lt_spmdx_plan_fuse(x);
+    /* the levels after which the host must wait for the cores: before a
+     * level that changes the layout of a computed value on the host (it
+     * reads the cores' buffers; it also keeps a level's buffers freed
+     * before the next allocates), and after a level whose partial values
+     * are converted as soon as they are complete. Elsewhere (data
+     * parallel: the forward/backward level, then the first core's sum of
+     * the gradients and update) the next level is queued at once, and a
+     * first-core program summing other cores' addends runs after their
+     * jobs; the last level is not waited for when every result is a
+     * buffer a program writes (the host traces the next step meanwhile). */
+    for (int j = 0; j < nn; j++)
+        if (x->fuse[j]) {
+            keep_val[j] = 0;           /* a result is its sum (lt_spmdx_keep_sum) */
+            /* the addends of a value summed (not a view of a fused value)
+             * are kept per position until the sum has run */
+            if (!(lt_spmdx_linear_view(g, j) && x->fuse[g->in_pos[g->in_off[j]]])) {
+                is_out[j] = 1;
+                x->last_use[j] = x->n_levels - 1;
+            }
+        }
+    wait_after = calloc((size_t)(x->n_levels + 1), 1);
+    if (!wait_after) {
+        st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+        goto out;
+    }
+    for (int i = 0; i < nn; i++)
+        for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++) {
+            int j = g->in_pos[e];
+            if (!lt_node_is_pending(g->nodes[j]) || x->fuse[j] || !x->bump[e]) continue;
+            if (x->level[i] > 0) wait_after[x->level[i] - 1] = 1;
+        }
+    for (int j = 0; j < nn; j++)
+        if (lt_node_is_pending(g->nodes[j]) && x->T[j].partial && !x->fuse[j]) wait_after[x->level[j]] = 1;
+    for (int k = 0; k < g->n_outputs; k++) {
+        int j = g->output_pos[k];
+        const lt_node *n = g->nodes[j];
+        if (lt_node_is_pending(n) && !x->fuse[j] &&
+            (x->T[j].partial || lay_split(&x->T[j], n->shape.ndim) || !x->solo[j] || x->m->dev[0] != g->core))
+            wait_after[x->n_levels - 1] = 1;
+    }
     for (int q = 0; q < x->nd; q++) {
         x->held[q] = lt_core_bytes_in_use(m->dev[q]);
         lt_core_peak_mark(m->dev[q]);
@@ -768,10 +852,13 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
         st = run_level(x, L, cause, frame, is_out);
         /* the level done on every core before the next: the buffers it
          * frees are free before the next level allocates */
-        for (int q = 0; q < x->nd && st == LT_OK; q++) lt_core_wait(m->dev[q], 0, 0);
+        if (wait_after[L] || x->compiled) {
+            for (int q = 0; q < x->nd && st == LT_OK; q++) lt_core_wait(m->dev[q], 0, 0);
+            x->waited = 1;
+        }
         /* partial values reduce-scattered as soon as they are complete */
         for (int j = 0; j < nn && st == LT_OK; j++) {
-            if (x->level[j] != L || !x->val[j] || !x->T[j].partial) continue;
+            if (x->level[j] != L || !x->val[j] || !x->T[j].partial || x->fuse[j]) continue;
             lay B;
             if (!result_layout(x, j, eg, eg_w, whole, &B)) continue;
             if (eg[j] != 1 && !is_gout[j] && !whole[j]) continue;
@@ -790,8 +877,10 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
         }
         free_after_level(x, L, keep_val);
     }
-    /* the cores' programs done (a failed one reports here, naming its core) */
-    for (int q = 0; q < x->nd; q++) {
+    /* the cores' programs done (a failed one reports here, naming its
+     * core); left running when the last level was not waited for (a
+     * failure then poisons the results, reported when they are read) */
+    for (int q = 0; q < x->nd && (st != LT_OK || x->waited); q++) {
         lt_status sq = lt_core_wait(m->dev[q], 0, 1);
         if (st == LT_OK) st = sq;
     }
@@ -817,6 +906,14 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
             continue;
         }
         lay B;
+        if (x->fuse[j]) {              /* summed by the first position's program */
+            memset(&B, 0, sizeof B);
+            B.pscale = 1;
+            conv *c = lt_spmdx_conv_find(x, j, &B);
+            if (!c) st = lt_set_error(LT_ERR_INTERNAL, "spmd: a summed result without its sum");
+            else out_bufs[k] = lt_buffer_retain(c->buf[0]);
+            continue;
+        }
         if (A->partial && result_layout(x, j, eg, eg_w, whole, &B)) {
             /* a sum of addends (a gradient): reduce-scattered over the axes
              * it is partial on, each core keeps its shard */
@@ -831,7 +928,7 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
         if (A->partial) {
             lt_shape ls;
             local_shape(x, &n->shape, A, &ls);
-            note(x, K_REDUCE, A->partial,
+            lt_spmdx_note(x, K_REDUCE, A->partial,
                  (double)lt_shape_numel(&ls) * (double)lt_dtype_size((lt_dtype)n->dtype));
         }
     }
@@ -892,6 +989,8 @@ out:
         free(c->buf);
         free(c);
     }
+    free(wait_after);
+    free(x->fuse);
     free(is_out);
     free(is_gout);
     free(eg);

@@ -54,6 +54,11 @@ typedef struct xs {
     size_t held[LT_SPMD_MAX_DEVICES];   /* per position: bytes on its core before the step */
     size_t peak[LT_SPMD_MAX_DEVICES];   /* and the step's high-water mark */
     int n_parts;               /* results kept as per-core shards */
+    char *fuse;                /* per node: a partial value whose every reader is a
+                                  first-position program wanting it whole: summed
+                                  there, in that program (no host all-reduce) */
+    uint64_t last_seq[LT_SPMD_MAX_DEVICES];   /* per position: its core's last job */
+    int waited;                /* every job queued so far is done */
     int cur_level;             /* the level being run */
 } xs;
 
@@ -149,5 +154,35 @@ void lt_spmdx_local_attrs(const xs *x, int i, lt_attrs *a);
  * addmm with a partial result adds bias / shards; a mean nll_loss_backward
  * split over the batch scales its grad by 1 / shards. */
 double lt_spmdx_in0_scale(const xs *x, int i);
+
+/* ---- spmd_exec.c and spmd_fuse.c */
+
+/* A data leaf of a level's graph and the per-position buffers it reads. */
+typedef struct src_buf { lt_node *node; lt_buffer **bufs; } src_buf;
+
+/* Counts an executed layout change of kind k over the mesh axes `axes`
+ * (bytes per core): the report's executed lines, SpmdExecutedCollectives. */
+void lt_spmdx_note(xs *x, int k, unsigned axes, double bytes);
+/* Appends (node, bufs) to a level's sources (*src grown as needed). */
+lt_status lt_spmdx_add_src(src_buf **src, int *n_src, int *cap, lt_node *node, lt_buffer **bufs);
+/* The conversion of value j to layout w made this step, or NULL. */
+conv *lt_spmdx_conv_find(const xs *x, int j, const lay *w);
+/* 1 if value j is one of the step's results. */
+int lt_spmdx_is_result(const xs *x, int j);
+/* 1 if node i is a reshape or permute of one value (the same on a whole
+ * value and on each addend of a partial one). */
+int lt_spmdx_linear_view(const lt_graph *g, int i);
+
+/* spmd_fuse.c: x->fuse, the partial values the first position's programs
+ * sum themselves (after the layouts, solo, levels and last uses). */
+void lt_spmdx_plan_fuse(xs *x);
+/* The whole value of fused value j as a node of the first position's
+ * program being built (sumn[j], made once per level; its data leaves
+ * appended to the level's sources); the sum counted as an all-reduce. */
+lt_status lt_spmdx_whole_node(xs *x, int j, int core0, lt_node **sumn, src_buf **src, int *n_src,
+                              int *cap);
+/* Keeps b, the whole value of fused value j made by a first-position
+ * program, for j's later readers and the step's results. */
+lt_status lt_spmdx_keep_sum(xs *x, int j, lt_buffer *b);
 
 #endif

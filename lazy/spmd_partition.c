@@ -172,6 +172,12 @@ static void plan_node(plan *p, int i)
     unsigned out_split = 0;
     for (int d = 0; d < n->shape.ndim; d++) out_split |= lt_spmd_axes_mask(out[d]);
     if (nin == 0) return;
+    if (n->op == LT_OP_opt_barrier) {
+        /* input 0 as it is (its layout, a partial sum stays one); the
+         * other tensors of the barrier are only waited for: no collective */
+        p->partial[i] = p->partial[in_pos(p, i, 0)];
+        return;
+    }
     switch (lt_spmd_rule_of((lt_op)n->op)) {
     case LT_SPMD_EW:
         for (int k = 0; k < nin; k++) {

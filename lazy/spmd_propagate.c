@@ -242,6 +242,13 @@ lt_sharding *lt_spmd_forward(lt_op op, const lt_attrs *a, lt_node *const *in,
 {
     const lt_sharding *m = mesh_of(in, n_in);
     if (!m || out->ndim == 0) return NULL;
+    if (op == LT_OP_opt_barrier) {
+        /* an optimization barrier: input 0's layout, whatever the other
+         * tensors behind the same barrier are (they are only waited for) */
+        int64_t axes[LT_MAX_DIMS] = {0};
+        for (int d = 0; d < out->ndim; d++) axes[d] = axes_of(m, in[0], d);
+        return make(m, out, axes);
+    }
     switch (lt_spmd_rule_of(op)) {
     case LT_SPMD_EW: return rule_ew(m, in, n_in, out);
     case LT_SPMD_CONTRACT: return n_in >= 2 ? rule_contract(m, op, in, n_in, out) : NULL;

@@ -112,6 +112,10 @@ static lt_status job_run(lt_job *job, int core)
         lt_program_abstain(j->prog, lt_fault_origin(nf)->msg);
         return lt_set_error(nf->st, "%s", nf->msg);
     }
+    /* the other cores' jobs whose outputs this program reads: done first
+     * (a plain wait on this thread: their faults stay with their buffers,
+     * which this program then finds poisoned) */
+    for (int k = 0; k < j->n_after; k++) lt_core_wait(j->after_core[k], j->after_seq[k], 0);
     int64_t t0 = lt_now_ns();
     lt_status st = lt_program_run(j->prog, &j->args, core, &job->cause);
     int64_t t1 = lt_now_ns();
@@ -146,6 +150,8 @@ void lt_submit_job_free(lt_submit_job *j)
 {
     if (!j) return;
     free(j->frame);
+    free(j->after_core);
+    free(j->after_seq);
     lt_exec_args_free(&j->args);
     for (int i = j->n_nodes - 1; i >= 0; i--) lt_node_release(j->nodes[i]);
     free(j->nodes);

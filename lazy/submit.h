@@ -72,6 +72,9 @@ typedef struct lt_submit_job {
     int failed_node;               /* lt_exec_args.failed_node */
     int eager_op;                  /* made in an eager-op scope (lt_submit_job_new):
                                       not counted in ExecuteTime; 0 for a replay */
+    int n_after;                   /* jobs of other cores this one runs after: it */
+    int *after_core;               /* reads their outputs (an SPMD first-core program */
+    uint64_t *after_seq;           /* summing the other cores' addends); owned, or NULL */
 } lt_submit_job;
 
 /* A zeroed job (eager_op: the calling thread's eager-op scope); NULL with

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from .. import core as _core
+from ..barrier import optimization_barrier_
 from .mesh import Mesh, get_global_mesh
 from .runtime import global_runtime_device_count, is_spmd
 
@@ -295,24 +296,19 @@ def disable_manual_sharding(t, partition_spec, full_shape, *, mesh=None):
                        "lazytpu yet (see enable_manual_sharding)")
 
 
-def optimization_barrier_(tensors):
-    """FSDPv2's backward barrier: the values pass unchanged. In XLA it keeps
-    the next layer's all-gathers from being hoisted (a memory matter, never
-    a value one). Here it does nothing yet: the partitioned step runs its
-    levels in program order, and a real barrier
-    (``lazytpu.barrier.optimization_barrier_``, used by checkpointing) is
-    not yet placed on sharded gradients."""
-    return None
-
-
 def apply_backward_optimization_barrier(m):
     """Registers a full backward hook on module m that puts its parameters'
-    gradients and its input gradients behind an optimization barrier
-    (optimization_barrier_), as torch_xla's FSDPv2 does."""
+    gradients (those already set) and its input gradients behind one
+    optimization barrier (``lazytpu.barrier.optimization_barrier_``), as
+    torch_xla's FSDPv2 does: values unchanged; the step computes nothing
+    that reads them before all of them exist, and the partitioned step
+    keeps each one's layout (no collective, no replicated op)."""
 
     def barrier(module, grad_input, grad_output):
         grads = [p.grad for p in module.parameters() if p.grad is not None]
-        optimization_barrier_(grads + [g for g in grad_input if isinstance(g, torch.Tensor)])
+        tensors = [g for g in grads + list(grad_input) if isinstance(g, torch.Tensor)]
+        if tensors:
+            optimization_barrier_(tensors, skip_host=True)
 
     m.register_full_backward_hook(barrier)
 
