@@ -9,8 +9,8 @@ images/s and a ratio, in one run.
 Models: the MLP and CNN of examples/fashion_mnist.py, SGD with momentum,
 cross entropy, synthetic Fashion-MNIST-shaped data fed through
 lazytpu.loader.MpDeviceLoader (input_sharding= for SPMD). Both runs use the
-same batches. The two runs alternate `repeat` times; the best images/s of
-each count.
+same batches. The two runs alternate `repeat` times, each timed run in a
+fresh process of its own; the best images/s of each count.
 
 The "max diff" column: both runs again in float64, same batches, same
 warmup+steps steps, untimed; the max abs difference of the state dict
@@ -34,6 +34,7 @@ in the output is read from the SpmdPartitionedExecute counter. Target
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -94,6 +95,28 @@ def _max_diff(a, b):
     return max(float((a[k].double() - b[k].double()).abs().max()) for k in a if a[k].is_floating_point())
 
 
+def child_run(a):
+    """One timed run in this fresh process; prints its images/s as JSON."""
+    cls = MLP if a.child == "mlp" else CNN
+    batches = _batches(a.warmup + a.steps, a.batch)
+    rate, _ = run(cls, batches, a.warmup, spmd=a.spmd)
+    print(json.dumps({"img_s": rate}))
+
+
+def timed(name, spmd, a):
+    """A timed run in a process of its own: a core's thread budget and
+    inline execution depend on how many cores the process has started, so a
+    one-core run after an SPMD run in the same process would get 1 of the
+    2 CPUs and no inline execution (a handicapped peer)."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--batch", str(a.batch),
+           "--steps", str(a.steps), "--warmup", str(a.warmup)] + (["--spmd"] if spmd else []) + \
+        (["--unpartitioned"] if a.unpartitioned else [])
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit("timed run failed:\n" + p.stderr[-3000:])
+    return json.loads(p.stdout.strip().splitlines()[-1])["img_s"]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="both", choices=["mlp", "cnn", "both"])
@@ -103,22 +126,34 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", default=None)
     ap.add_argument("--unpartitioned", action="store_true")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--spmd", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     global PARTITION
     PARTITION = not a.unpartitioned
     xs.use_spmd()
+    if a.child:
+        child_run(a)
+        return
+    print("load average %.2f" % os.getloadavg()[0], flush=True)
     res = {}
     for name in (["mlp", "cnn"] if a.model == "both" else [a.model]):
         cls = MLP if name == "mlp" else CNN
         batches = _batches(a.warmup + a.steps, a.batch)
         one = sp = 0.0
+        for r in range(a.repeat):       # interleaved, best of each: a loaded machine
+            for spmd in ((False, True) if r % 2 == 0 else (True, False)):
+                rate = timed(name, spmd, a)
+                if spmd:
+                    sp = max(sp, rate)
+                else:
+                    one = max(one, rate)
+        # untimed, in this process: the same steps in float32 and float64
         runs0 = met.counter_value("SpmdPartitionedExecute") or 0
-        for _ in range(a.repeat):       # interleaved, best of each: a loaded machine
-            r1, p1 = run(cls, batches, a.warmup, spmd=False)
-            r8, p8 = run(cls, batches, a.warmup, spmd=True)
-            one, sp = max(one, r1), max(sp, r8)
-        d32 = _max_diff(p1, p8)
+        _, p1 = run(cls, batches, a.warmup, spmd=False)
+        _, p8 = run(cls, batches, a.warmup, spmd=True)
         nparts = (met.counter_value("SpmdPartitionedExecute") or 0) - runs0
+        d32 = _max_diff(p1, p8)
         _, q1 = run(cls, batches, a.warmup, spmd=False, dtype=torch.float64)
         _, q8 = run(cls, batches, a.warmup, spmd=True, dtype=torch.float64)
         diff = _max_diff(q1, q8)
@@ -127,7 +162,9 @@ def main():
                      "partitioned_steps": nparts}
         print("%s: one core %.0f img/s, SPMD 8-way DP %.0f img/s, ratio %.2fx, "
               "max diff %.1e in float64 (f32 end %.1e) (batch %d, %d steps, %d steps ran partitioned)"
-              % (name, one, sp, sp / one, diff, d32, a.batch, a.steps, res[name]["partitioned_steps"]))
+              % (name, one, sp, sp / one, diff, d32, a.batch, a.steps, res[name]["partitioned_steps"]),
+              flush=True)
+    print("load average %.2f" % os.getloadavg()[0])
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)
