@@ -114,8 +114,9 @@ FILES = [
     ("dynamo/test_dynamo_integrations_util.py", {}),
     ("dynamo/test_dynamo_dynamic_shape.py", {}),
     ("dynamo/test_dynamo_config.py", {}),
-    # checkpointing
+    # checkpointing: as pytorch/xla's TPU CI runs it, plain and under autocast
     ("test_grad_checkpoint.py", {}),
+    ("test_grad_checkpoint.py@autocast", {"args": ["--test_autocast"]}),
     # eager mode and compile
     ("eager/test_eager.py", {}),
     ("eager/test_eager_with_xla_compile.py", {}),

@@ -292,6 +292,29 @@ def test_fsdp_on_one_replica_matches_plain_training():
     assert names == ["0.flat_param_0", "2.flat_param_0"]
 
 
+def test_fsdp_moves_cpu_buffers_as_2_9():
+    # a CPU model with buffers (BatchNorm running stats), wrapped nested as
+    # pytorch/xla's test_train_mp_mnist_fsdp_with_ckpt.py does: the buffers
+    # are rebound to device tensors (2.9's setattr), shared ones stay shared;
+    # running stats after a step match eager
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(6, 5), nn.BatchNorm1d(5), nn.Linear(5, 3))
+    m = copy.deepcopy(ref)
+    m[1].register_buffer("alias", m[1].running_mean)
+    m[1] = FSDP(m[1])
+    model = FSDP(m)
+    bn = model.module.module[1].module.module
+    assert bn.running_mean.device.type == "xla" and bn.num_batches_tracked.device.type == "xla"
+    assert bn.alias is bn.running_mean
+    x = torch.randn(8, 6)
+    ref(x).sum().backward()
+    model(x.to(dev())).sum().backward()
+    torch_xla.sync()
+    torch.testing.assert_close(bn.running_mean.cpu(), ref[1].running_mean, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(bn.running_var.cpu(), ref[1].running_var, rtol=1e-5, atol=1e-6)
+    assert bn.num_batches_tracked.item() == 1
+
+
 def test_fsdp_refuses_as_2_9():
     with pytest.raises(RuntimeError, match="must define a `forward`"):
         FSDP(nn.ModuleList([nn.Linear(2, 2)]))

@@ -153,10 +153,15 @@ class XlaFullyShardedDataParallel(nn.Module):
         self._materialize(module, param_init_fn)
         self._fsdp_wrapped_module = _FlattenWrapper(module)
         self._shard(module)
-        for b in self._own_buffers(module):
-            b.data = b.data.to(self.xla_device, dtype=self.buffer_dtype
-                               if buffer_dtype is not None and b.is_floating_point()
-                               else b.dtype)
+        # buffers are rebound, as 2.9 does (setattr): a CPU buffer's .data
+        # cannot take a device tensor (another TensorImpl type)
+        moved = {}
+        for owner, name, b in self._own_buffers(module):
+            if id(b) not in moved:
+                moved[id(b)] = b.to(self.xla_device, dtype=self.buffer_dtype
+                                    if buffer_dtype is not None and b.is_floating_point()
+                                    else b.dtype)
+            owner._buffers[name] = moved[id(b)]
 
     # ------------------------------------------------------------ set-up
 
@@ -189,9 +194,9 @@ class XlaFullyShardedDataParallel(nn.Module):
 
     def _own_buffers(self, module):
         def walk(m):
-            for b in m._buffers.values():
+            for name, b in m._buffers.items():
                 if b is not None:
-                    yield b
+                    yield m, name, b
             for c in m.children():
                 if not isinstance(c, XlaFullyShardedDataParallel):
                     yield from walk(c)
