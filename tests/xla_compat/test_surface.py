@@ -315,6 +315,29 @@ def test_fsdp_moves_cpu_buffers_as_2_9():
     assert bn.num_batches_tracked.item() == 1
 
 
+@pytest.mark.parametrize("order", ["fsdp_of_checkpointed", "checkpointed_fsdp"])
+def test_fsdp_with_checkpoint_module_gradients_match_eager(order):
+    # FSDP(checkpoint_module(m)) (pytorch/xla's mnist FSDP script with
+    # --use_gradient_checkpointing) recomputes on regathered parameters
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(),
+                        nn.Linear(8, 2))
+    x = torch.randn(3, 4)
+    ref(x).pow(2).sum().backward()
+    m = copy.deepcopy(ref)
+    m.zero_grad()
+    wrap = ((lambda mod: FSDP(checkpoint_module(mod))) if order == "fsdp_of_checkpointed"
+            else (lambda mod: checkpoint_module(FSDP(mod))))
+    m[2] = wrap(m[2])
+    model = FSDP(m)
+    model(x.to(dev()).requires_grad_()).pow(2).sum().backward()
+    torch_xla.sync()
+    grads = {n: p.grad.cpu() for n, p in model.get_original_names_and_sharded_parameters()}
+    for n, p in ref.named_parameters():
+        g = grads[n][:p.numel()].view(p.shape)          # one replica: the padded whole
+        torch.testing.assert_close(g, p.grad, rtol=1e-5, atol=1e-6)
+
+
 def test_fsdp_refuses_as_2_9():
     with pytest.raises(RuntimeError, match="must define a `forward`"):
         FSDP(nn.ModuleList([nn.Linear(2, 2)]))
