@@ -34,7 +34,8 @@ pytorch/xla's CI. Left out, with the reason:
     test_dynamo_graph_dump.py): unit tests of torch_xla's FX bridge classes;
   - training scripts that need torchvision models or a data set
     (test_train_mp_imagenet*.py); test_train_mp_mnist.py runs in
-    tests/python/test_torch_xla.py.
+    tests/python/test_torch_xla.py. test_train_mp_mnist_fsdp_with_ckpt.py runs
+    here on fake data (one epoch), for FSDP with gradient checkpointing.
 """
 import argparse
 import ast
@@ -114,8 +115,15 @@ FILES = [
     ("dynamo/test_dynamo_integrations_util.py", {}),
     ("dynamo/test_dynamo_dynamic_shape.py", {}),
     ("dynamo/test_dynamo_config.py", {}),
-    # checkpointing
+    # checkpointing: as pytorch/xla's TPU CI runs it, plain and under autocast
     ("test_grad_checkpoint.py", {}),
+    ("test_grad_checkpoint.py@autocast", {"args": ["--test_autocast"]}),
+    # FSDP v1 nested by hand, each wrapped module gradient-checkpointed, then the
+    # shards saved and consolidated; fake data (no data set, no torchvision use)
+    ("test_train_mp_mnist_fsdp_with_ckpt.py",
+     {"devices": 4, "args": ["--fake_data", "--num_epochs", "1", "--use_nested_fsdp",
+                             "--use_gradient_checkpointing", "--ckpt_prefix",
+                             "{tmp}/ckpt/final_ckpt"]}),
     # eager mode and compile
     ("eager/test_eager.py", {}),
     ("eager/test_eager_with_xla_compile.py", {}),
@@ -221,7 +229,8 @@ def run_file(tests_dir, run, opts, timeout, verbose=False):
                      env.get("PYTHONPATH")) if p])
     for k, v in opts.get("env", {}).items():
         env[k] = v.replace("{tmp}", tmp)
-    cmd = [sys.executable, "-m", "lazytpu", PROBE, path] + list(opts.get("args", []))
+    cmd = [sys.executable, "-m", "lazytpu", PROBE, path] + [
+        a.replace("{tmp}", tmp) for a in opts.get("args", [])]
     t0 = time.time()
     log_path = os.path.join(tmp, "log.txt")
     with open(log_path, "w") as log:

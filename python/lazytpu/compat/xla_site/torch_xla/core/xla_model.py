@@ -444,18 +444,25 @@ def all_reduce_bucketized_gradients(gradients, scale, groups, pin_layout, bucket
         all_reduce(REDUCE_SUM, bucket, scale=scale, groups=groups)
 
 
+_SEND_RECV_REFUSAL = (
+    "xm.%s(channel_id=%r): XLA Send/Recv cannot run here. torch_xla 2.9 lowers it to an "
+    "XLA Send/Recv whose only pairing is the channel id, and the program fails to compile "
+    "(ValueError): XLA:CPU has no Send/Recv (\"HLO opcode `%s` is not supported by XLA:CPU "
+    "ThunkEmitter\"), and in a world of one process per device no program holds both "
+    "ends of the channel. Use xm.collective_permute(value, pairs) with the "
+    "[source, target] pairs, called by every replica (torch_xla's own dist.send / "
+    "dist.recv do this)")
+
+
 def send(value, channel_id):
-    """XLA Send (point to point): not simulated; use collective_permute."""
-    raise NotImplementedError(
-        "xm.send: point-to-point Send/Recv between replicas is not simulated by lazytpu; "
-        "use xm.collective_permute(value, pairs) with every source-target pair")
+    """XLA Send of value on channel_id: refused, as torch_xla 2.9's program
+    fails to compile (ValueError) on this world; refused at the call here."""
+    raise ValueError(_SEND_RECV_REFUSAL % ("send", channel_id, "send"))
 
 
 def recv(output, channel_id):
-    """XLA Recv (point to point): not simulated; use collective_permute."""
-    raise NotImplementedError(
-        "xm.recv: point-to-point Send/Recv between replicas is not simulated by lazytpu; "
-        "use xm.collective_permute(value, pairs) with every source-target pair")
+    """XLA Recv into output's shape from channel_id: refused, as send."""
+    raise ValueError(_SEND_RECV_REFUSAL % ("recv", channel_id, "recv"))
 
 
 def xla_rendezvous(payload=b"", ordinals=None, tag=None):

@@ -30,6 +30,7 @@ import torch.nn as nn
 import torch_xla
 import torch_xla.core.xla_model as xm
 from torch_xla import runtime as xr
+from torch_xla.utils.checkpoint import checkpoint as _checkpoint
 
 from .wrap import recursive_wrap
 
@@ -153,10 +154,15 @@ class XlaFullyShardedDataParallel(nn.Module):
         self._materialize(module, param_init_fn)
         self._fsdp_wrapped_module = _FlattenWrapper(module)
         self._shard(module)
-        for b in self._own_buffers(module):
-            b.data = b.data.to(self.xla_device, dtype=self.buffer_dtype
-                               if buffer_dtype is not None and b.is_floating_point()
-                               else b.dtype)
+        # buffers are rebound, as 2.9 does (setattr): a CPU buffer's .data
+        # cannot take a device tensor (another TensorImpl type)
+        moved = {}
+        for owner, name, b in self._own_buffers(module):
+            if id(b) not in moved:
+                moved[id(b)] = b.to(self.xla_device, dtype=self.buffer_dtype
+                                    if buffer_dtype is not None and b.is_floating_point()
+                                    else b.dtype)
+            owner._buffers[name] = moved[id(b)]
 
     # ------------------------------------------------------------ set-up
 
@@ -189,9 +195,9 @@ class XlaFullyShardedDataParallel(nn.Module):
 
     def _own_buffers(self, module):
         def walk(m):
-            for b in m._buffers.values():
+            for name, b in m._buffers.items():
                 if b is not None:
-                    yield b
+                    yield m, name, b
             for c in m.children():
                 if not isinstance(c, XlaFullyShardedDataParallel):
                     yield from walk(c)
@@ -314,12 +320,20 @@ class XlaFullyShardedDataParallel(nn.Module):
                     m._is_root = False
         if self.compute_dtype != torch.float32:
             args, kwargs = _cast_floats(self.compute_dtype, args, kwargs)
-        fulls = [_Gather.apply(sp, self, i) for i, sp in enumerate(self.sharded_params)]
-        self._set_full(fulls)
-        try:
-            out = self._fsdp_wrapped_module(*args, **kwargs)
-        finally:
-            self._restore()
+        inner = self._fsdp_wrapped_module._fpw_module
+        plain = getattr(inner, "_xla_checkpointed_forward_original", None)
+        flat = args + tuple(kwargs.values())
+        if plain is not None and torch.is_grad_enabled() and any(
+                torch.is_tensor(t) and t.requires_grad
+                for t in tuple(self.sharded_params) + flat):
+            # FSDP(checkpoint_module(m)): the gather goes inside the
+            # checkpoint, so the recomputation in the backward gathers the
+            # parameters again (2.9 regathers them before the backward)
+            out = _checkpoint(self._gather_and_run, len(self.sharded_params), len(args),
+                              tuple(kwargs), plain, *self.sharded_params, *flat)
+        else:
+            out = self._gather_and_run(len(self.sharded_params), len(args), tuple(kwargs),
+                                       None, *self.sharded_params, *flat)
         if not torch.is_grad_enabled():
             for i in range(len(self.sharded_params)):
                 self._mark_freed(i)
@@ -328,6 +342,22 @@ class XlaFullyShardedDataParallel(nn.Module):
                 if not sp.requires_grad:
                     self._mark_freed(i)
         return out
+
+    def _gather_and_run(self, nsp, nargs, keys, plain, *flat):
+        """The wrapped module on the gathered parameters (flat: shards, then
+        the call's arguments); plain: the forward to run in place of a
+        checkpoint_module's checkpointed one."""
+        shards, rest = flat[:nsp], flat[nsp:]
+        self._set_full([_Gather.apply(sp, self, i) for i, sp in enumerate(shards)])
+        inner = self._fsdp_wrapped_module._fpw_module
+        if plain is not None:
+            ckpt_forward, inner.forward = inner.forward, plain
+        try:
+            return self._fsdp_wrapped_module(*rest[:nargs], **dict(zip(keys, rest[nargs:])))
+        finally:
+            if plain is not None:
+                inner.forward = ckpt_forward
+            self._restore()
 
     def __getattr__(self, name):
         """Attributes of the wrapped module are reachable on the wrapper."""
