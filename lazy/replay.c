@@ -481,7 +481,8 @@ lt_status lt_replay_run(lt_replay *r, lt_tensor *const *inputs, int n_in,
     /* an input still pending: splice the graph into the pending one; so
      * too when the matmul precision changed since the recording (the
      * spliced graph compiles at the current level) */
-    int pending = r->products && (int)lt_rt_matmul_precision() != r->mm_precision;
+    int pending = (r->products && (int)lt_rt_matmul_precision() != r->mm_precision) ||
+                  !lt_opt_int(LT_OPT_REPLAY_QUEUE);
     lt_live_lock(core);
     for (int i = 0; i < n_in && !pending; i++) pending = lt_node_is_pending(inputs[i]->value);
     lt_live_unlock(core);
