@@ -13,7 +13,13 @@
  * program output it is. No IR node is kept.
  *
  * Run (every later call): inputs are checked against the recorded shapes
- * and dtypes. If every input's value is data, the input buffers are bound to
+ * and dtypes. By default (LAZYTPU_REPLAY_QUEUE=0) the recorded graph is
+ * spliced (below) into the step's pending graph: it runs with the loss and
+ * the optimizer as one program at the step boundary (a forward queued as a
+ * program of its own made the synchronous MLP step slower: a second
+ * program, its wake-up, and the core's threads competing with the host
+ * tracing the rest of the step). With LAZYTPU_REPLAY_QUEUE=1, if every
+ * input's value is data, the input buffers are bound to
  * the program's parameters, output buffers are allocated, and one job is
  * queued on the core (lazy/submit.c, the job a sync queues): no op is
  * traced, nothing is captured, hashed or looked up; the outputs are data
@@ -478,9 +484,10 @@ lt_status lt_replay_run(lt_replay *r, lt_tensor *const *inputs, int n_in,
                                 lt_dtype_name((lt_dtype)r->in_dtype[i]), a, core);
         }
     }
-    /* an input still pending: splice the graph into the pending one; so
-     * too when the matmul precision changed since the recording (the
-     * spliced graph compiles at the current level) */
+    /* spliced into the pending graph by default (LAZYTPU_REPLAY_QUEUE=0),
+     * and whenever an input is still pending or the matmul precision
+     * changed since the recording (the spliced graph compiles at the
+     * current level) */
     int pending = (r->products && (int)lt_rt_matmul_precision() != r->mm_precision) ||
                   !lt_opt_int(LT_OPT_REPLAY_QUEUE);
     lt_live_lock(core);
