@@ -13,8 +13,8 @@
  * program output it is. No IR node is kept.
  *
  * Run (every later call): inputs are checked against the recorded shapes
- * and dtypes. A small graph (SPLICE_WORK_MAX) is spliced (below) into the
- * step's pending graph by default (LAZYTPU_REPLAY_QUEUE=0): it runs with
+ * and dtypes. With LAZYTPU_REPLAY_QUEUE=0 a small graph (SPLICE_WORK_MAX) is
+ * spliced (below) into the step's pending graph: it runs with
  * the loss and the optimizer as one program at the step boundary. Else, if
  * every input's value is data, the input buffers are bound to
  * the program's parameters, output buffers are allocated, and one job is
@@ -83,12 +83,13 @@ struct lt_replay {
     int64_t work;                 /* elements the computed nodes produce */
 };
 
-/* A recorded graph producing at most this many elements (1 MiB of f32: the
- * MLP's forward, ~34K) joins the step's graph by default: as a program of
- * its own its fixed costs (a second program, the worker's wake-up, the
- * core's threads beside the host tracing the rest of the step) outweigh
- * what it overlaps. A larger one (the transformer's forward) runs at once
- * while the host traces on: queued it measured faster. */
+/* With LAZYTPU_REPLAY_QUEUE=0, a recorded graph producing at most this many
+ * elements (1 MiB of f32: the MLP's forward, ~34K) joins the step's graph:
+ * less work per step (one program, no second wake-up, the core's threads
+ * not beside the host tracing the rest of the step), faster on a loaded
+ * machine; queued (the default) it overlaps the host's tracing, which on a
+ * quiet machine measured as fast or faster. A larger graph (the
+ * transformer's forward) always queues: spliced it measured 1.5x slower. */
 #define SPLICE_WORK_MAX ((int64_t)1 << 18)
 
 /* One node of the splice template: a computed node is rebuilt from its
@@ -491,8 +492,8 @@ lt_status lt_replay_run(lt_replay *r, lt_tensor *const *inputs, int n_in,
                                 lt_dtype_name((lt_dtype)r->in_dtype[i]), a, core);
         }
     }
-    /* spliced into the pending graph when small (SPLICE_WORK_MAX) by
-     * default (LAZYTPU_REPLAY_QUEUE=0), and whenever an input is still pending or the matmul precision
+    /* spliced into the pending graph when small (SPLICE_WORK_MAX) and
+     * LAZYTPU_REPLAY_QUEUE=0, and whenever an input is still pending or the matmul precision
      * changed since the recording (the spliced graph compiles at the
      * current level) */
     int pending = (r->products && (int)lt_rt_matmul_precision() != r->mm_precision) ||
