@@ -3,7 +3,7 @@ result), lazytpu vs eager, in one run:
 
     .venv/bin/python bench/step_latency.py [--runs 7] [--steps 200]
         [--model mlp|cnn|transformer] [--ways eager,lazy,compile]
-        [--ab LAZYTPU_INLINE_EXEC] [--no-breakdown]
+        [--ab LAZYTPU_INLINE_EXEC] [--no-breakdown] [--pipelined]
 
 A step is zero_grad, forward, cross entropy, backward, the optimizer step
 (SGD with momentum; AdamW for the transformer) and, on lazytpu, mark_step()
@@ -38,6 +38,10 @@ VAR=0 and VAR=1 alternately (rounds = --runs), and prints both sides' medians
 and ratios to eager: an A/B of a lazytpu switch on a loaded machine.
 --ab-tree DIR does the same with another source tree's build (DIR/python,
 DIR/build, e.g. main's) as side "base" against this one's ("this").
+--pipelined: the lazytpu ways do not wait after each step (mark_step() only,
+the host traces step N+1 while the core runs step N; a run waits once at its
+end, counted in its last step): to check that a change for the synchronous
+step does not slow the pipelined one.
 The load average is printed: absolute times on a shared machine are noisy;
 compare ratios taken in the same run.
 """
@@ -71,6 +75,9 @@ PHASES = ["trace", "capture", "program", "buffers", "submit", "wake", "execute",
           "wait"]
 
 
+PIPELINED = False     # --pipelined: no wait after each step
+
+
 class Way:
     def __init__(self, name, way):
         make, shape, opt, _ = MODELS[name]
@@ -95,7 +102,8 @@ class Way:
         if self.lt:
             lazytpu.optimizer_step(self.opt)
             lazytpu.mark_step()
-            lazytpu.wait_device_ops()
+            if not PIPELINED:
+                lazytpu.wait_device_ops()
         else:
             self.opt.step()
         return loss
@@ -104,8 +112,10 @@ class Way:
         """Per-step times (s) of `steps` steps."""
         ts = []
         t0 = time.perf_counter()
-        for _ in range(steps):
+        for i in range(steps):
             self.step()
+            if PIPELINED and self.lt and i == steps - 1:
+                lazytpu.wait_device_ops()
             t1 = time.perf_counter()
             ts.append(t1 - t0)
             t0 = t1
@@ -189,7 +199,8 @@ def run_child(args, env_extra, extra):
     env = dict(os.environ)
     env.update(env_extra)
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--model", args.model,
-           "--ways", args.ways, "--steps", str(args.steps), "--warmup", str(args.warmup)] + extra
+           "--ways", args.ways, "--steps", str(args.steps), "--warmup", str(args.warmup)] + \
+        (["--pipelined"] if args.pipelined else []) + extra
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit("child failed:\n" + p.stderr[-3000:])
@@ -220,9 +231,13 @@ def main():
     p.add_argument("--ab-tree", default=None,
                    help="another tree (its python/ and build/): alternate base / this runs")
     p.add_argument("--no-breakdown", action="store_true")
+    p.add_argument("--pipelined", action="store_true",
+                   help="lazytpu ways: no wait after each step (one at the end of a run)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--breakdown-only", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
+    global PIPELINED
+    PIPELINED = args.pipelined
     if args.child:
         child(args)
         return

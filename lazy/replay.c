@@ -13,7 +13,10 @@
  * program output it is. No IR node is kept.
  *
  * Run (every later call): inputs are checked against the recorded shapes
- * and dtypes. If every input's value is data, the input buffers are bound to
+ * and dtypes. With LAZYTPU_REPLAY_QUEUE=0 a small graph (SPLICE_WORK_MAX) is
+ * spliced (below) into the step's pending graph: it runs with
+ * the loss and the optimizer as one program at the step boundary. Else, if
+ * every input's value is data, the input buffers are bound to
  * the program's parameters, output buffers are allocated, and one job is
  * queued on the core (lazy/submit.c, the job a sync queues): no op is
  * traced, nothing is captured, hashed or looked up; the outputs are data
@@ -77,7 +80,17 @@ struct lt_replay {
     int *t_in;                    /* operand positions, flattened */
     int *out_node;                /* per output tensor: template position */
     int n_computed;
+    int64_t work;                 /* elements the computed nodes produce */
 };
+
+/* With LAZYTPU_REPLAY_QUEUE=0, a recorded graph producing at most this many
+ * elements (1 MiB of f32: the MLP's forward, ~34K) joins the step's graph:
+ * less work per step (one program, no second wake-up, the core's threads
+ * not beside the host tracing the rest of the step), faster on a loaded
+ * machine; queued (the default) it overlaps the host's tracing, which on a
+ * quiet machine measured as fast or faster. A larger graph (the
+ * transformer's forward) always queues: spliced it measured 1.5x slower. */
+#define SPLICE_WORK_MAX ((int64_t)1 << 18)
 
 /* One node of the splice template: a computed node is rebuilt from its
  * description; a leaf is an input's current value or a constant node the
@@ -228,6 +241,7 @@ static lt_status build_template(lt_replay *r, const lt_graph *g)
         t->input = -1;
         if (nd->op != LT_OP_data && nd->op != LT_OP_scalar) {
             r->n_computed++;
+            r->work += lt_shape_numel(&nd->shape);
             continue;
         }
         int j = param_of[i];
@@ -478,10 +492,12 @@ lt_status lt_replay_run(lt_replay *r, lt_tensor *const *inputs, int n_in,
                                 lt_dtype_name((lt_dtype)r->in_dtype[i]), a, core);
         }
     }
-    /* an input still pending: splice the graph into the pending one; so
-     * too when the matmul precision changed since the recording (the
-     * spliced graph compiles at the current level) */
-    int pending = r->products && (int)lt_rt_matmul_precision() != r->mm_precision;
+    /* spliced into the pending graph when small (SPLICE_WORK_MAX) and
+     * LAZYTPU_REPLAY_QUEUE=0, and whenever an input is still pending or the matmul precision
+     * changed since the recording (the spliced graph compiles at the
+     * current level) */
+    int pending = (r->products && (int)lt_rt_matmul_precision() != r->mm_precision) ||
+                  (r->work <= SPLICE_WORK_MAX && !lt_opt_int(LT_OPT_REPLAY_QUEUE));
     lt_live_lock(core);
     for (int i = 0; i < n_in && !pending; i++) pending = lt_node_is_pending(inputs[i]->value);
     lt_live_unlock(core);

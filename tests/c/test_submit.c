@@ -23,6 +23,9 @@ static int setup(void **st)
     (void)st;
     lt_shutdown();
     setenv("LAZYTPU_NUM_CORES", "1", 1);
+    /* graphs on data inputs queue a program of their own (the path under
+     * test), also the small ones spliced by default */
+    setenv("LAZYTPU_REPLAY_QUEUE", "1", 1);
     unsetenv("LAZYTPU_USE_BF16");
     unsetenv("LAZYTPU_TRACE");
     unsetenv("LAZYTPU_ORDINAL");
@@ -39,6 +42,9 @@ static int setup_traced(void **st)
     snprintf(trace_path, sizeof trace_path, "/tmp/lt_submit_trace_%d.json", (int)getpid());
     unlink(trace_path);
     setenv("LAZYTPU_NUM_CORES", "1", 1);
+    /* graphs on data inputs queue a program of their own (the path under
+     * test), also the small ones spliced by default */
+    setenv("LAZYTPU_REPLAY_QUEUE", "1", 1);
     unsetenv("LAZYTPU_USE_BF16");
     unsetenv("LAZYTPU_ORDINAL");
     unsetenv("LAZYTPU_WORLD_SIZE");

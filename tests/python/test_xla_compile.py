@@ -369,3 +369,29 @@ def test_compile_step_lazytpu_api(dev):
                                            r"recorded by torch.compile"):
         lazytpu.compile_step(lambda a: cfn(a), full_graph=True, name="replayed")(w)
     assert (met.counter_value("CompiledStep::readit") or 0) >= 1
+
+
+_SPLICED_REPLAY = """
+import torch, lazytpu, lazytpu.compile, lazytpu.metrics as met
+dev = lazytpu.device()
+w = torch.tensor([1.0, -2.0, 3.0]).to(dev)
+cfn = torch.compile(lambda a: a * 4 + 1, backend="lazytpu")
+for _ in range(2):
+    assert cfn(w).cpu().tolist() == [5.0, -7.0, 13.0]
+got = lazytpu.compile_step(lambda a: cfn(a) * 2, full_graph=True, name="replayed")(w)
+print("GOT", got.cpu().tolist(), met.counter_value("CompiledGraphSplice"))
+"""
+
+
+def test_small_replay_spliced_into_full_graph_step():
+    """LAZYTPU_REPLAY_QUEUE=0: a small torch.compile graph replayed on data
+    inputs joins the step's graph (nothing executes at the call), so a
+    full_graph compile_step around it runs as one graph, with eager's values."""
+    env = dict(os.environ, LAZYTPU_REPLAY_QUEUE="0")
+    env["PYTHONPATH"] = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                     "python")
+    p = subprocess.run([sys.executable, "-c", _SPLICED_REPLAY], env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-4000:]
+    m = re.search(r"GOT \[10.0, -14.0, 26.0\] (\d+)", p.stdout)
+    assert m and int(m.group(1)) >= 2, p.stdout + p.stderr[-2000:]
