@@ -22,6 +22,20 @@ def dev():
     return lazytpu.device()
 
 
+@pytest.fixture
+def spmd_partitioned(monkeypatch):
+    """SPMD mode on, steps partitioned over the mesh (LAZYTPU_SPMD_PARTITION=1);
+    afterwards SPMD mode as before and no global mesh."""
+    import lazytpu.spmd as xs
+    from lazytpu.spmd import runtime as spmd_rt
+    prev = spmd_rt._state["spmd"]
+    xs.use_spmd()
+    monkeypatch.setenv("LAZYTPU_SPMD_PARTITION", "1")
+    yield
+    spmd_rt._state["spmd"] = prev
+    xs.set_global_mesh(None)
+
+
 def fallback_counts():
     """{aten::op: count} of every CPU fallback so far."""
     return {n: met.counter_value(n) for n in met.executed_fallback_ops()}

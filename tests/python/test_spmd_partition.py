@@ -15,19 +15,11 @@ import torch.nn as nn
 import lazytpu
 import lazytpu.metrics as met
 import lazytpu.spmd as xs
-from lazytpu.spmd import runtime as _spmd_rt
 
 N = xs.global_runtime_device_count()
 
 
-@pytest.fixture(autouse=True)
-def spmd_on(monkeypatch):
-    prev = _spmd_rt._state["spmd"]
-    xs.use_spmd()
-    monkeypatch.setenv("LAZYTPU_SPMD_PARTITION", "1")
-    yield
-    _spmd_rt._state["spmd"] = prev
-    xs.set_global_mesh(None)
+pytestmark = pytest.mark.usefixtures("spmd_partitioned")   # conftest.py
 
 
 class MLP(nn.Module):
