@@ -397,7 +397,10 @@ static int rule(xs *x, int i)
             /* a split dim survives when a dim of the output has the same
              * number of elements before it and a size its shards divide
              * (merged with or split from the whole dims after it: each
-             * core's block is the same run of elements) */
+             * core's block is the same run of elements); a split dim
+             * merged into an earlier split dim (batch x heads before a
+             * bmm) has no such output dim: it is gathered along its own
+             * axes only, the others stay split */
             for (int d = 0; d < y->shape.ndim; d++) {
                 if (!A->ax[d]) continue;
                 int64_t before = 1, ob = 1;
@@ -410,7 +413,7 @@ static int rule(xs *x, int i)
                     }
                     ob *= O->dims[od];
                 }
-                if (!found) return 0;
+                if (!found) W[0].ax[d] = 0;
             }
         } else if (op == LT_OP_expand) {
             for (int d = 0; d < y->shape.ndim; d++) {
