@@ -29,6 +29,9 @@
  *   view        reshape that does not keep a split dim gathers it
  *   gather      index_select: the table split on the indexed dim is gathered
  *   conv        batch split runs locally; any other split is gathered
+ *   batch ops   nll_loss (+ backward), embedding_backward, layer norm's and
+ *               a convolution's weight gradients on each core's batch slice
+ *               (plan_batch_op, as the executor's rules)
  *   opaque, collective: every split input gathered, partial inputs reduced,
  *               the op runs replicated (counted: SpmdReplicatedOps)
  * Outputs that are partial sums are reduced at the end.
@@ -162,6 +165,78 @@ static void bring_whole(plan *p, int i, int j)
 }
 
 static int in_pos(const plan *p, int i, int k) { return p->g->in_pos[p->g->in_off[i] + k]; }
+
+/* Gradient and loss ops the partitioned executor runs on each core's slice
+ * of the batch (spmd_rules.c: rule_nll, rule_embedding_bwd, rule_lnorm's
+ * affine gradient, a convolution's weight gradient), planned alike: the
+ * batch-like input dims as they are, the output split like the batch
+ * (nll_loss reduction none, nll_loss_backward) or a partial sum over the
+ * batch's axes (float only, as the executor). 0 when the op is none of
+ * them or nothing splits its batch: then it is planned replicated. */
+static int plan_batch_op(plan *p, int i)
+{
+    const lt_graph *g = p->g;
+    const lt_node *n = g->nodes[i];
+    int nin = g->in_off[i + 1] - g->in_off[i];
+    int flt = n->dtype == LT_F32 || n->dtype == LT_F64;
+    int64_t none[LT_MAX_DIMS] = {0};
+    switch (n->op) {
+    case LT_OP_nll_loss:
+    case LT_OP_nll_loss_backward: {
+        int bwd = n->op == LT_OP_nll_loss_backward;
+        if (nin != (bwd ? 3 : 2) || n->attrs.n < 2) return 0;
+        int lp = in_pos(p, i, bwd), tg = in_pos(p, i, bwd + 1);
+        if (g->nodes[lp]->shape.ndim != 2 || g->nodes[tg]->shape.ndim != 1) return 0;
+        int64_t b = p->ax[lp][0] ? p->ax[lp][0] : p->ax[tg][0];
+        int64_t red = n->attrs.i[0];
+        if (!b || g->nodes[lp]->shape.dims[0] % shards_of(p, b) || (red != 0 && !flt)) return 0;
+        int64_t w[LT_MAX_DIMS] = {b};
+        bring(p, i, lp, w, 0);
+        bring(p, i, tg, w, 0);
+        if (bwd) bring(p, i, in_pos(p, i, 0), red == 0 ? w : none, 0);
+        memset(p->ax[i], 0, sizeof p->ax[i]);
+        if (bwd || red == 0) p->ax[i][0] = b;
+        else p->partial[i] = lt_spmd_axes_mask(b);
+        return 1;
+    }
+    case LT_OP_embedding_backward:
+    case LT_OP_layer_norm_backward_affine:
+    case LT_OP_conv2d_backward_weight:
+    case LT_OP_conv3d_backward_weight: {
+        /* the split dims: the index's (embedding), the leading dims of x
+         * (layer norm: all but the k normalised ones), the batch (conv) */
+        int emb = n->op == LT_OP_embedding_backward, ln = n->op == LT_OP_layer_norm_backward_affine;
+        int src = emb ? in_pos(p, i, 1) : ln ? in_pos(p, i, 1) : in_pos(p, i, 0);
+        const lt_node *x = g->nodes[src];
+        int lead = emb ? x->shape.ndim : ln ? x->shape.ndim - (n->attrs.n ? (int)n->attrs.i[0] : 0) : 1;
+        if (!flt || lead < 1) return 0;
+        int64_t w[LT_MAX_DIMS] = {0};
+        unsigned part = 0;
+        for (int d = 0; d < lead; d++) {
+            w[d] = p->ax[src][d] ? p->ax[src][d] : p->ax[in_pos(p, i, 0)][d];
+            part |= lt_spmd_axes_mask(w[d]);
+        }
+        if (!part) return 0;
+        for (int k = 0; k < nin; k++) {
+            int q = in_pos(p, i, k);
+            if (ln && k >= 2) {                /* mean, rstd: [*leading] */
+                bring(p, i, q, w, 0);
+            } else if (k < 2) {
+                int64_t wk[LT_MAX_DIMS] = {0};
+                for (int d = 0; d < lead && d < g->nodes[q]->shape.ndim; d++) wk[d] = w[d];
+                bring(p, i, q, wk, 0);
+            } else {
+                bring_whole(p, i, q);
+            }
+        }
+        memset(p->ax[i], 0, sizeof p->ax[i]);
+        p->partial[i] = part;
+        return 1;
+    }
+    default:
+        return 0;
+    }
+}
 
 static void plan_node(plan *p, int i)
 {
@@ -312,6 +387,7 @@ static void plan_node(plan *p, int i)
         return;
     }
     default:
+        if (plan_batch_op(p, i)) return;
         for (int k = 0; k < nin; k++) bring_whole(p, i, in_pos(p, i, k));
         p->replicated[n->op]++;
         p->n_replicated++;

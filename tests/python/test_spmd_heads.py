@@ -135,3 +135,21 @@ def test_heads_split_over_model_axis_equals_one_core_and_eager():
     for n in one:
         torch.testing.assert_close(spmd[n], one[n], atol=1e-5, rtol=0, msg=n)
         torch.testing.assert_close(spmd[n], eager[n], atol=1e-5, rtol=1e-5, msg=n)
+
+
+def test_plan_replicates_no_op_the_executor_splits(monkeypatch):
+    """The plan (what an unpartitioned run reports) plans the loss, its
+    backward, the embedding's and layer norm's weight gradients on each
+    core's batch slice, as the executor runs them: no op planned replicated
+    (before: nll_loss_backward, embedding_backward and each
+    layer_norm_backward_affine were listed as replicated)."""
+    monkeypatch.setenv("LAZYTPU_SPMD_PARTITION", "0")
+    dev = lazytpu.device()
+    mesh = xs.Mesh(np.arange(N), (N // 2, 2), ("data", "model"))
+    met.clear_all()
+    _train(dev, mesh, steps=2)
+    sec = _sharding_section()
+    plans = re.findall(r"(\d+) ops replicated", sec)
+    assert plans and all(c == "0" for c in plans), sec
+    assert "replicated (no rule" not in sec, sec
+    assert (met.counter_value("SpmdReplicatedOps") or 0) == 0
