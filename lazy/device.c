@@ -480,10 +480,23 @@ void *lt_core_par_pool(int core)
     return c->pool;
 }
 
+static _Thread_local int tl_job_threads;   /* lt_core_set_job_threads */
+
+int lt_core_set_job_threads(int n)
+{
+    int was = tl_job_threads;
+    tl_job_threads = n > 0 ? n : 0;
+    return was;
+}
+
+int lt_core_nproc(void) { return g_nproc; }
+
 int lt_core_omp_threads(int core)
 {
     if (g_omp_override > 0)
         return g_omp_override;
+    if (tl_job_threads > 0)
+        return tl_job_threads;
     int used = atomic_load(&g_cores_in_use);
     if (used < 1)
         used = 1;

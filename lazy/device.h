@@ -41,6 +41,14 @@ void lt_devices_shutdown(void);
 int lt_devices_count(void);
 int lt_core_valid(int core);            /* 1 if 0 <= core < count */
 int lt_core_omp_threads(int core);      /* OpenMP budget of the core */
+/* Sets the thread budget lt_core_omp_threads reports to the calling thread
+ * while it runs one job (n > 0; 0 restores the core's share, nproc / cores
+ * in use): a job that runs while the other cores wait for it (an SPMD
+ * first-core program, lt_submit_job.threads) may use every CPU. A
+ * LAZYTPU_OMP_THREADS setting still wins. Returns the previous value. */
+int lt_core_set_job_threads(int n);
+/* The number of CPUs the process may use (the cores' shares sum to it). */
+int lt_core_nproc(void);
 /* The core's helper-thread pool (an lt_par_pool, kernels/par.h), created on
  * first use, when called from the thread running one of the core's jobs
  * (its worker, or a waiter running the job inline: one executor per core

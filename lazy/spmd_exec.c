@@ -40,11 +40,14 @@
  * data leaves) is compiled through the normal compile cache (one program
  * serves every core) and queued on every core of the mesh with that core's
  * buffers: the cores run it in parallel on their workers (their helper
- * threads, their HBM budgets); the host waits for the level before the
- * next. A whole value that only whole consumers read in its layout, up to
+ * threads, their HBM budgets); the host waits for a level only where it
+ * changes a layout itself, and not before a step: a program waits on its
+ * core for the other cores' jobs writing the buffers it reads (job_after). A whole value that only whole consumers read in its layout, up to
  * the step's results (x->solo: a data-parallel optimizer update), is in the
  * first position's program alone; the other positions run the level
- * without it (a second program). Between levels the layout changes run on the host over the
+ * without it (a second program); a level the first position runs alone,
+ * elementwise throughout, gets every CPU's thread budget (the other cores
+ * wait for it). Between levels the layout changes run on the host over the
  * per-core buffers: all-reduce (into one buffer every core reads),
  * reduce-scatter (sum of the addends), all-gather (concatenation),
  * all-to-all, local slices; a partial value every reader wants
@@ -70,6 +73,7 @@
 #include "compile.h"
 #include "shape.h"
 #include "registry.h"
+#include "program.h"
 
 #include "spmd_exec_int.h"
 
@@ -417,6 +421,47 @@ static void free_after_level(xs *x, int L, const char *keep_val)
 
 /* ------------------------------------------------------------- one level */
 
+/* 1 if every step of p is a fused elementwise program: each output
+ * element is computed alone, so its value does not depend on how many
+ * threads share the elements */
+static int prog_elementwise(const lt_program *p)
+{
+    for (int s = 0; s < p->n_steps; s++)
+        if (p->steps[s].kind != LT_STEP_FUSED) return 0;
+    return 1;
+}
+
+/* Sets job's `after` list (job on `core`): the other cores' jobs writing
+ * its parameter buffers, and with all_cores every other position's last
+ * job; per core the latest such job. */
+static lt_status job_after(xs *x, lt_submit_job *job, int core, int all_cores)
+{
+    uint64_t want[LT_SPMD_MAX_DEVICES];
+    int cores[LT_SPMD_MAX_DEVICES], n = 0;
+    const lt_exec_args *a = &job->args;
+    for (int t = 0; t < x->nd; t++) {
+        int c = x->m->dev[t];
+        if (c == core) continue;
+        uint64_t w = all_cores ? x->last_seq[t] : 0;
+        for (int jp = 0; jp < a->n_params; jp++) {
+            const lt_buffer *b = a->param_bufs[jp];
+            if (b && !b->parts && b->core == c && b->ready_seq > w) w = b->ready_seq;
+        }
+        if (!w) continue;
+        cores[n] = c;
+        want[n++] = w;
+    }
+    if (!n) return LT_OK;
+    job->after_core = malloc((size_t)n * sizeof *job->after_core);
+    job->after_seq = malloc((size_t)n * sizeof *job->after_seq);
+    if (!job->after_core || !job->after_seq) return lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+    for (int k = 0; k < n; k++) {
+        job->after_core[k] = cores[k];
+        job->after_seq[k] = want[k];
+    }
+    job->n_after = n;
+    return LT_OK;
+}
 
 /* The level graph of `roots` (nodes of the level's local graph; roots_i:
  * their nodes in x->g), captured, compiled through the compile cache and
@@ -425,7 +470,7 @@ static void free_after_level(xs *x, int L, const char *keep_val)
  * per-position results go to x->val. */
 static lt_status queue_level(xs *x, lt_node **roots, const int *roots_i, int nr, int q0, int q1,
                              const src_buf *src, int n_src, lt_sync_cause cause, const char *frame,
-                             int after)
+                             int after, int threads)
 {
     lt_graph lg;
     memset(&lg, 0, sizeof lg);
@@ -488,23 +533,19 @@ static lt_status queue_level(xs *x, lt_node **roots, const int *roots_i, int nr,
             if (!x->val[i]) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
             else x->val[i][q] = lt_buffer_retain(args->out_bufs[lg.root_out[r]]);
         }
-        /* a program summing other cores' addends runs after their jobs */
-        if (st == LT_OK && after && !x->waited) {
-            job->after_core = malloc((size_t)x->nd * sizeof *job->after_core);
-            job->after_seq = malloc((size_t)x->nd * sizeof *job->after_seq);
-            if (!job->after_core || !job->after_seq) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
-            for (int t = 0; t < x->nd && st == LT_OK; t++)
-                if (x->m->dev[t] != core && x->last_seq[t]) {
-                    job->after_core[job->n_after] = x->m->dev[t];
-                    job->after_seq[job->n_after++] = x->last_seq[t];
-                }
-        }
+        /* a program summing other cores' addends runs after their jobs;
+         * any program after the jobs of other cores writing the buffers it
+         * reads (the host does not wait for the cores before a step: the
+         * first core's update of the last step may still be running) */
+        if (st == LT_OK) st = job_after(x, job, core, after && !x->waited);
         if (st != LT_OK) {
             lt_submit_job_free(job);
             free(fresh);
             break;
         }
         job->prog = lt_program_retain(p);
+        job->threads = threads > 1 && prog_elementwise(p) ? threads : 0;
+        if (job->threads) lt_counter_inc_name("SpmdFirstCoreWidePrograms", 1);
         job->key = lg.key;
         args->cause = cause;
         job->frame = frame && frame[0] ? strdup(frame) : NULL;
@@ -641,16 +682,23 @@ static lt_status run_level(xs *x, int L, lt_sync_cause cause, const char *frame,
     int n_solo = 0;
     for (int r = 0; r < nr; r++) n_solo += roots_i[r] < 0 || x->solo[roots_i[r]];
     if (!n_solo) {
-        st = queue_level(x, roots, roots_i, nr, 0, x->nd, src, n_src, cause, frame, 0);
+        st = queue_level(x, roots, roots_i, nr, 0, x->nd, src, n_src, cause, frame, 0, 0);
     } else {
-        st = queue_level(x, roots, roots_i, nr, 0, 1, src, n_src, cause, frame, n_sums > 0);
         int nk = 0;
+        for (int r = 0; r < nr; r++) nk += roots_i[r] >= 0 && !x->solo[roots_i[r]];
+        /* a level of the first position alone (data parallel: the sum of
+         * the gradients and the update): the other cores wait for it, so
+         * it may use every CPU (its ops are elementwise or run alike on
+         * any number of threads: the values do not change) */
+        int thr = nk == 0 ? lt_core_nproc() : 0;
+        st = queue_level(x, roots, roots_i, nr, 0, 1, src, n_src, cause, frame, n_sums > 0, thr);
+        nk = 0;
         for (int r = 0; r < nr; r++)
             if (roots_i[r] >= 0 && !x->solo[roots_i[r]]) {
                 roots_i[nk] = roots_i[r];
                 roots[nk++] = roots[r];
             }
-        if (st == LT_OK && nk) st = queue_level(x, roots, roots_i, nk, 1, x->nd, src, n_src, cause, frame, 0);
+        if (st == LT_OK && nk) st = queue_level(x, roots, roots_i, nk, 1, x->nd, src, n_src, cause, frame, 0, 0);
     }
 out:
     if (ln)
@@ -740,8 +788,11 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
         report(&y, why);
         return LT_OK;
     }
+    /* the cores may still run the last step (data parallel: the first
+     * core's update): this step's programs wait for the buffers they read
+     * (job_after); the host only bounds how far it runs ahead */
     for (int q = 0; q < m->n_dev; q++) {
-        lt_status st = lt_core_wait(m->dev[q], 0, 0);
+        lt_status st = lt_submit_bound(m->dev[q], 0, 0);
         if (st != LT_OK) return st;
     }
     xs *x = calloc(1, sizeof *x);

@@ -116,9 +116,11 @@ static lt_status job_run(lt_job *job, int core)
      * (a plain wait on this thread: their faults stay with their buffers,
      * which this program then finds poisoned) */
     for (int k = 0; k < j->n_after; k++) lt_core_wait(j->after_core[k], j->after_seq[k], 0);
+    int was = j->threads > 0 ? lt_core_set_job_threads(j->threads) : 0;
     int64_t t0 = lt_now_ns();
     lt_status st = lt_program_run(j->prog, &j->args, core, &job->cause);
     int64_t t1 = lt_now_ns();
+    if (j->threads > 0) lt_core_set_job_threads(was);
     if (!j->eager_op) lt_metric_add(lt_fe_metrics_get()->execute_time, (double)(t1 - t0));
     if (lt_profile_on()) lt_step_time_add(LT_PHASE_EXECUTE, t1 - t0);
     if (lt_trace_enabled()) {

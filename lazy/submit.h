@@ -75,6 +75,9 @@ typedef struct lt_submit_job {
     int n_after;                   /* jobs of other cores this one runs after: it */
     int *after_core;               /* reads their outputs (an SPMD first-core program */
     uint64_t *after_seq;           /* summing the other cores' addends); owned, or NULL */
+    int threads;                   /* > 0: the program's thread budget (a program
+                                      the other cores wait for: lt_core_set_job_threads);
+                                      0: the core's share */
 } lt_submit_job;
 
 /* A zeroed job (eager_op: the calling thread's eager-op scope); NULL with

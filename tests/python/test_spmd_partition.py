@@ -157,6 +157,30 @@ def test_data_parallel_update_runs_on_the_first_core_alone():
     assert runs < int(levels[-1]) * N, (runs, levels)
 
 
+def test_data_parallel_update_uses_every_cpu_and_steps_do_not_wait():
+    """The first core's update runs while the other cores wait for it: it
+    gets the whole machine's thread budget (SpmdFirstCoreWidePrograms, one
+    per step; its ops are elementwise, so the values do not depend on the
+    threads). The host does not wait for the cores before the next step:
+    that step's programs wait for the buffers they read (the parameters the
+    update writes), so steps queued back to back train exactly like one
+    core, with parameters big enough for the update to split over threads."""
+    dev = lazytpu.device()
+    mesh = xs.Mesh(np.arange(N), (N,), ("data",))
+    batches = _batches(n=3, b=64, d=784)
+    mk = functools.partial(MLP, d_in=784, hidden=256)
+    met.clear_all()
+    spmd, _ = _train(mk, batches, dev, mesh, None, ("data", None), steps=6)
+    assert (met.counter_value("SpmdPartitionedExecute") or 0) == 6
+    import os
+    wide = met.counter_value("SpmdFirstCoreWidePrograms") or 0
+    if (os.cpu_count() or 1) > 1:
+        assert wide == 6, wide
+    one, _ = _train(mk, batches, dev, steps=6)
+    eager, _ = _train(mk, batches, steps=6)
+    _check_close(spmd, one, eager)
+
+
 def test_partitioned_forward_values_and_sharded_results():
     dev = lazytpu.device()
     mesh = xs.Mesh(np.arange(N), (N,), ("data",))
