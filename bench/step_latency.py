@@ -2,19 +2,25 @@
 result), lazytpu vs eager, in one run:
 
     .venv/bin/python bench/step_latency.py [--runs 7] [--steps 200]
-        [--model mlp|cnn|transformer] [--ways eager,lazy,compile]
+        [--model mlp|cnn|transformer] [--ways eager,inductor,lazy,compile]
         [--ab LAZYTPU_INLINE_EXEC] [--no-breakdown] [--pipelined]
 
 A step is zero_grad, forward, cross entropy, backward, the optimizer step
 (SGD with momentum; AdamW for the transformer) and, on lazytpu, mark_step()
 + wait_device_ops(): nothing of step N+1 overlaps step N, so every fixed
-cost of a step boundary shows. Every run of every way is a fresh process of
+cost of a step boundary shows. Ways: eager (PyTorch on the CPU), inductor
+(torch.compile(model), default backend, optimizer eager: synchronous like
+eager), lazy (every op traced) and compile (torch.compile(model,
+backend="lazytpu")); every peer at its own defaults. Every run of every way is a fresh process of
 its own (built, warmed up, then `steps` timed steps), the ways in turn,
 alternating their order from run to run: one process running two ways would
 handicap the second (after torch.compile has run in a process, eager CPU ops
 in it run slower: the transformer's eager step took 62 ms beside the compile
 way against 35 ms on its own). Reported per way over all its timed steps:
-the 10th percentile and the median step time, and their ratios to eager.
+the 10th percentile and the median step time, and their ratios to eager
+(and compile's to inductor). Then the spread of the runs (issue 25: no run
+worse than 1.15x its median): per way, every run's median step time, the
+worst run / the median of the runs, flagged "SPREAD" above 1.15x.
 
 Breakdown (default on): the lazytpu ways run once more in a child process
 with LAZYTPU_PROFILE=1, which records per step boundary where the time goes
@@ -94,6 +100,8 @@ class Way:
         self.fwd = self.model
         if way == "compile":
             self.fwd = torch.compile(self.model, backend="lazytpu")
+        elif way == "inductor":
+            self.fwd = torch.compile(self.model)
 
     def step(self):
         self.opt.zero_grad()
@@ -141,7 +149,7 @@ def breakdown(name, ways, steps, warmup):
     """Per-phase mean us per step boundary (needs LAZYTPU_PROFILE=1)."""
     out = {}
     for w in ways:
-        if w == "eager":
+        if w in ("eager", "inductor"):
             continue
         b = Way(name, w)
         for _ in range(warmup):
@@ -180,8 +188,28 @@ def print_times(name, ways, times, tag=""):
         if "eager" in med:
             line += "  vs eager: p10 %.2fx median %.2fx" % (p10[w] / p10["eager"],
                                                            med[w] / med["eager"])
+        if w == "compile" and "inductor" in med:
+            line += "  vs inductor: p10 %.2fx median %.2fx" % (p10[w] / p10["inductor"],
+                                                              med[w] / med["inductor"])
         print(line, flush=True)
     return med
+
+
+SPREAD_MAX = 1.15     # issue 25: no run worse than 1.15x its median
+
+
+def print_spread(name, ways, runs, tag=""):
+    """Per way: each run's median step time (a run = one process), the
+    worst run / the median of the runs; flagged above SPREAD_MAX."""
+    for w in ways:
+        meds = [statistics.median(r) for r in runs[w] if r]
+        if not meds:
+            continue
+        mid = statistics.median(meds)
+        worst = max(meds) / mid
+        print("%-6s %-8s%s runs (median ms): %s  worst/median %.2fx%s" % (
+            name, w, tag, " ".join("%.3f" % (m * 1e3) for m in meds), worst,
+            "  SPREAD > %.2fx" % SPREAD_MAX if worst > SPREAD_MAX else ""), flush=True)
 
 
 def child(args):
@@ -223,7 +251,7 @@ def print_breakdown(bd, tag=""):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="mlp", choices=list(MODELS))
-    p.add_argument("--ways", default="eager,lazy,compile")
+    p.add_argument("--ways", default="eager,inductor,lazy,compile")
     p.add_argument("--runs", type=int, default=7)
     p.add_argument("--steps", type=int, default=0, help="steps per run (0: per model)")
     p.add_argument("--warmup", type=int, default=5)
@@ -258,12 +286,16 @@ def main():
         names = list(sides)
         # rounds of one run per side, alternating which side goes first
         t = {side: {w: [] for w in ways} for side in names}
+        per_run = {side: {w: [] for w in ways} for side in names}
         for r in range(args.runs):
             for side in (names if r % 2 == 0 else names[::-1]):
                 for w, got in run_ways(args, ways, r, sides[side]):
                     t[side][w] += got
+                    per_run[side][w].append(got)
         for side in names:
             print_times(args.model, ways, t[side], tag=" " + side)
+        for side in names:
+            print_spread(args.model, ways, per_run[side], tag=" " + side)
         if not args.no_breakdown:
             for side in names:
                 bd = run_child(args, dict(sides[side], LAZYTPU_PROFILE="1"),
@@ -271,10 +303,13 @@ def main():
                 print_breakdown(bd, tag=" " + side)
     else:
         times = {w: [] for w in ways}
+        per_run = {w: [] for w in ways}
         for r in range(args.runs):
             for w, got in run_ways(args, ways, r, {}):
                 times[w] += got
+                per_run[w].append(got)
         print_times(args.model, ways, times)
+        print_spread(args.model, ways, per_run)
         if not args.no_breakdown:
             bd = run_child(args, {"LAZYTPU_PROFILE": "1"}, ["--breakdown-only"])["breakdown"]
             print_breakdown(bd)

@@ -15,6 +15,7 @@
 #include "program.h"
 #include "finite.h"
 #include "profile.h"
+#include "par.h"         /* lt_par_hold: helpers awake while the program runs */
 
 static int bind(const lt_program *p, const lt_exec_args *a,
                 const uint64_t *slots, const lt_pview *pv, lt_view *out)
@@ -185,6 +186,7 @@ lt_status lt_program_run(const lt_program *p, const lt_exec_args *args,
             lt_slot_store(&slots[j], args->param_values ? args->param_values[j]
                           : 0.0, (lt_dtype)p->param_dtype[j]);
     lt_kernel_ctx ctx = {core, lt_core_omp_threads(core), p->mm_precision};
+    lt_par_hold(&ctx, 1);       /* the core's helpers stay awake for its kernels */
     int prof = lt_profile_on();
     int cap = 0;
     lt_view *views = NULL;
@@ -240,6 +242,7 @@ lt_status lt_program_run(const lt_program *p, const lt_exec_args *args,
         }
         if (st != LT_OK) break;
     }
+    lt_par_hold(&ctx, 0);
     free(views);
     free(slots);
     if (st != LT_OK) {

@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include "par.h"
 #include "device.h"     /* lt_core_par_pool: the pool lives in the core record */
+#include "options.h"
 
 #define LT_PAR_MAX_HELPERS 63
 /* Helper polls before sleeping. A pause is ~140 cycles on Skylake and
@@ -28,6 +29,16 @@
  * Late helpers cost little: chunks are claimed dynamically. */
 #define LT_PAR_SPIN 200
 #define LT_PAR_WAIT_SPIN 200   /* issuer polls before yielding */
+/* While a program runs (lt_par_hold), helpers keep polling between its
+ * jobs after LT_PAR_SPIN, yielding the CPU at each poll, instead of
+ * sleeping: a sleeping helper reached by a futex wake starts its first
+ * chunk 10-20 us after the job is published (loaded: hundreds), and a step
+ * has several jobs. Polling with pause instead of sched_yield made the
+ * MLP's loaded step 2x slower (the spinning helper took CPU time the
+ * issuer and the host needed); yielding only runs when nothing else
+ * wants the CPU. Bounded (~1-2 ms on an idle CPU): a long serial kernel
+ * does not keep a helper polling through it. */
+#define LT_PAR_HOLD_SPIN 2000
 
 struct lt_par_pool {
     pthread_mutex_t mu;
@@ -45,6 +56,8 @@ struct lt_par_pool {
     _Atomic uint64_t claim;       /* gen << 32 | next chunk */
     _Atomic uint64_t wid;         /* gen << 32 | next worker id */
     _Atomic int64_t done;         /* chunks finished of the current job */
+    _Atomic int hold;             /* lt_par_hold: a program is running */
+    _Atomic uint64_t hold_epoch;  /* programs begun (helpers woken once each) */
 };
 
 static inline void cpu_relax(void)
@@ -82,21 +95,36 @@ static int claim_worker(lt_par_pool *p, uint64_t g, int workers)
 static void *helper_main(void *argp)
 {
     lt_par_pool *p = argp;
-    uint64_t seen = 0;
+    uint64_t seen = 0, served = 0;    /* last job / last program woken for */
     for (;;) {
         uint64_t g = atomic_load(&p->gen);
-        for (int s = 0; g == seen && s < LT_PAR_SPIN; s++) {
-            cpu_relax();
+        for (int s = 0; g == seen && (s < LT_PAR_SPIN ||
+                                      (s < LT_PAR_HOLD_SPIN && atomic_load(&p->hold)));
+             s++) {
+            if (s < LT_PAR_SPIN)
+                cpu_relax();
+            else
+                sched_yield();      /* held: runnable, but never ahead of work */
             g = atomic_load(&p->gen);
         }
         if (g == seen) {
+            int held = 0;
             pthread_mutex_lock(&p->mu);
-            while (!p->stop && (g = atomic_load(&p->gen)) == seen)
+            while (!p->stop && (g = atomic_load(&p->gen)) == seen) {
+                uint64_t e = atomic_load(&p->hold_epoch);
+                if (atomic_load(&p->hold) && e != served) {   /* a program began */
+                    served = e;
+                    held = 1;
+                    break;
+                }
                 pthread_cond_wait(&p->cv, &p->mu);
+            }
             int stop = p->stop;
             pthread_mutex_unlock(&p->mu);
             if (stop)
                 return NULL;
+            if (held && g == seen)
+                continue;               /* poll for the program's jobs */
         }
         seen = g;
         lt_par_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
@@ -149,6 +177,30 @@ static void run_omp(int workers, int64_t n_chunks, lt_par_fn fn, void *arg)
         for (int64_t c = 0; c < n_chunks; c++)
             fn(arg, c, w);
     }
+}
+
+void lt_par_pool_hold(lt_par_pool *p, int on)
+{
+    if (!p || p->n_threads == 0 || p->pid != getpid())
+        return;                     /* no helper started yet: none to keep */
+    if (!on) {
+        atomic_store(&p->hold, 0);
+        return;
+    }
+    atomic_store(&p->hold, 1);
+    atomic_fetch_add(&p->hold_epoch, 1);
+    pthread_mutex_lock(&p->mu);     /* sleeping helpers start polling now */
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void lt_par_hold(const lt_kernel_ctx *ctx, int on)
+{
+    static int enabled = -1;        /* LAZYTPU_PAR_HOLD: read once */
+    if (enabled < 0)
+        enabled = (int)lt_opt_int(LT_OPT_PAR_HOLD);
+    if (enabled && ctx && ctx->nthreads >= 2)
+        lt_par_pool_hold((lt_par_pool *)lt_core_par_pool(ctx->core), on);
 }
 
 void lt_par_for(const lt_kernel_ctx *ctx, int workers, int64_t n_chunks,

@@ -44,6 +44,15 @@ void lt_par_pool_free(lt_par_pool *p);
  * itself. */
 void lt_par_for(const lt_kernel_ctx *ctx, int workers, int64_t n_chunks,
                 lt_par_fn fn, void *arg);
+/* on = 1 when a program starts running on core ctx->core (the calling
+ * thread is its executor), 0 when it ends: in between, the core's helpers
+ * poll for jobs instead of sleeping after their short spin (bounded), and
+ * sleeping ones are woken at once, so that the program's parallel kernels
+ * do not each wait for a helper's wake-up. No-op with one thread, off the
+ * executor thread, or before the pool has started a helper. */
+void lt_par_hold(const lt_kernel_ctx *ctx, int on);
+/* The same on an explicit pool (the issuing thread only; NULL-safe). */
+void lt_par_pool_hold(lt_par_pool *p, int on);
 /* The same on an explicit pool (NULL = OpenMP). One issuing thread per
  * pool at a time. */
 void lt_par_run(lt_par_pool *p, int workers, int64_t n_chunks, lt_par_fn fn,

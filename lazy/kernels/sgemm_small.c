@@ -90,6 +90,15 @@ static void pack_b(int tb, const float *B, int64_t ldb, int64_t k0, int64_t kc, 
                    int64_t nr, float *dst)
 {
     if (!tb) {
+        if (nr == NR) {     /* two vector copies per row (scalar: ~20% of a
+                               K = 64 product's time went to packing) */
+            const float *src = B + k0 * ldb + j0;
+            for (int64_t k = 0; k < kc; k++, src += ldb) {
+                _mm256_store_ps(dst + k * NR, _mm256_loadu_ps(src));
+                _mm256_store_ps(dst + k * NR + 8, _mm256_loadu_ps(src + 8));
+            }
+            return;
+        }
         for (int64_t k = 0; k < kc; k++) {
             const float *src = B + (k0 + k) * ldb + j0;
             int64_t c = 0;
@@ -154,6 +163,26 @@ static inline __attribute__((always_inline)) void ukernel(int64_t kc, const floa
         c51 = _mm256_fmadd_ps(av, b1, c51);
         a0 += aks; a1 += aks; a2 += aks; a3 += aks; a4 += aks; a5 += aks;
         b += NR;
+    }
+    if (nr == NR && mr == MR) {     /* a whole tile: straight from registers */
+#define LT_SG_ROW(r, x0, x1)                                                   \
+        do {                                                                   \
+            float *row = c + (r) * ldc;                                        \
+            if (acc) {                                                         \
+                x0 = _mm256_add_ps(x0, _mm256_loadu_ps(row));                  \
+                x1 = _mm256_add_ps(x1, _mm256_loadu_ps(row + 8));              \
+            }                                                                  \
+            _mm256_storeu_ps(row, x0);                                         \
+            _mm256_storeu_ps(row + 8, x1);                                     \
+        } while (0)
+        LT_SG_ROW(0, c00, c01);
+        LT_SG_ROW(1, c10, c11);
+        LT_SG_ROW(2, c20, c21);
+        LT_SG_ROW(3, c30, c31);
+        LT_SG_ROW(4, c40, c41);
+        LT_SG_ROW(5, c50, c51);
+#undef LT_SG_ROW
+        return;
     }
     __m256 t[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
     if (nr == NR) {
@@ -235,10 +264,12 @@ void lt_sgemm_small(int ta, int tb, int64_t M, int64_t N, int64_t K, const float
      * row-major B with a leading dimension of a few KiB maps its panel
      * rows onto two L1 sets: 512 x 512 x 256 ran at 0.85x OpenBLAS's speed
      * that way, 1.0x packed). */
-    int64_t kcap = K < KC ? K : KC, mcap = M < MC ? M : MC;
+    /* K blocks of equal length (<= KC): 784 as 4 x 196, not 3 x 256 + a
+     * block of 16 that loads and stores every C tile for 16 steps */
+    int64_t nkb = (K + KC - 1) / KC, kcap = (K + nkb - 1) / nkb, mcap = M < MC ? M : MC;
     int64_t npan = (N + NR - 1) / NR;
     size_t bsz = (size_t)(npan * kcap * NR) * sizeof(float);
-    int packa = ta && K > KC;
+    int packa = ta && nkb > 1;
     size_t asz = packa ? (size_t)(((mcap + MR - 1) / MR * MR) * kcap) * sizeof(float) : 0;
     float *pb = NULL;
     if (posix_memalign((void **)&pb, 64, bsz + asz) != 0) {
@@ -250,8 +281,8 @@ void lt_sgemm_small(int ta, int tb, int64_t M, int64_t N, int64_t K, const float
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < N; j++) C[i * ldc + j] *= beta;
     float *pa = (float *)((char *)pb + bsz);
-    for (int64_t pc = 0; pc < K; pc += KC) {
-        int64_t kc = K - pc < KC ? K - pc : KC;
+    for (int64_t pc = 0; pc < K; pc += kcap) {
+        int64_t kc = K - pc < kcap ? K - pc : kcap;
         int acc = pc > 0 || beta != 0.0f;
         for (int64_t q = 0; q < npan; q++)
             pack_b(tb, B, ldb, pc, kc, q * NR, N - q * NR < NR ? N - q * NR : NR,

@@ -562,7 +562,9 @@ static void test_broadcast_big(void **state)
 /* lt_par_run on a helper pool: every chunk runs exactly once, worker ids
  * stay below the requested count, and back-to-back jobs of different
  * sizes (some smaller than the worker count, some of one chunk) never see
- * a stale helper run a chunk of a finished job. More workers than cores. */
+ * a stale helper run a chunk of a finished job, with and without the
+ * helpers held awake (lt_par_pool_hold, as while a program runs). More
+ * workers than cores. */
 typedef struct par_probe {
     _Atomic int *hits;
     int workers;
@@ -592,6 +594,8 @@ static void test_par_pool(void **state)
         int workers = 1 + (int)(job % 4);
         for (int64_t c = 0; c < n; c++) atomic_store(&hits[c], 0);
         par_probe p = {hits, workers, 0, job};
+        if (job % 50 == 10) lt_par_pool_hold(pool, 1);   /* a "program" of 30 jobs */
+        if (job % 50 == 40) lt_par_pool_hold(pool, 0);
         lt_par_run(pool, workers, n, par_probe_fn, &p);
         assert_int_equal(atomic_load(&p.bad), 0);
         for (int64_t c = 0; c < n; c++)
@@ -599,7 +603,9 @@ static void test_par_pool(void **state)
                 fail_msg("job %lld: chunk %lld ran %d times", (long long)job,
                          (long long)c, atomic_load(&hits[c]));
     }
+    lt_par_pool_hold(pool, 1);      /* freed while held: helpers still join */
     lt_par_pool_free(pool);
+    lt_par_pool_hold(NULL, 1);      /* NULL-safe */
     /* without a pool: OpenMP fallback, same contract */
     for (int64_t c = 0; c < 100; c++) atomic_store(&hits[c], 0);
     par_probe p = {hits, 3, 0, 1};
