@@ -215,11 +215,15 @@ def test_sharded_tensor_is_a_dtensor_with_placements(dev):
     t = torch.randn(N, 4, device=dev)
     st = xs.mark_sharding(t, mesh2d(), (None, "model"))
     assert isinstance(st, DTensor)
-    assert st.mesh_shape == (N // 2, 2) and st.partition_spec == (None, 1)
+    assert st.mesh_shape == (N // 2, 2) and st.partition_spec == (None, "model")
     assert st.placements == (Replicate(), Shard(1))
+    # an op's result is wrapped without the mesh: no placements, as in 2.9
+    with pytest.raises(ValueError, match="auto-wrapped"):
+        (st + st)._spec
     assert st.device_mesh.device_type == "xla"
     assert tuple(st.device_mesh.mesh.shape) == (N // 2, 2)
-    with pytest.raises(ValueError, match="Placements not available"):
+    with pytest.raises(ValueError, match="Placements not available: XLAShardedTensor "
+                       "requires mesh_shape and partition_spec"):
         xs.XLAShardedTensor(torch.zeros(2, device=dev)).placements
     with pytest.raises(RuntimeError, match="global_tensor"):
         st.to_local()

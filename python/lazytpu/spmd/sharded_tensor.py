@@ -100,12 +100,12 @@ class XLAShardedTensor(_DTensor):
     the whole (unpartitioned) tensor; ``local_shards`` gives each core's
     part, ``sharding_spec`` XLA's text of the sharding. A DTensor, as in
     torch_xla 2.9: ``placements`` / ``_spec`` / ``device_mesh`` describe the
-    sharding over a DeviceMesh("xla") of the mesh's shape. ``mesh_shape``
-    and ``partition_spec`` are the ones given (wrap_as_sharded_tensor) or,
-    when none were given, those of the tensor's sharding in the IR (None
-    when it has none). Operations run on the global tensor (lazytpu's
-    partitioner lays them out), not through DTensor's sharding
-    propagation."""
+    sharding over a DeviceMesh("xla") of the mesh's shape, from the
+    ``mesh_shape`` and ``partition_spec`` that mark_sharding (or
+    wrap_as_sharded_tensor) recorded; a tensor wrapped without them (an
+    op's result) has none, and its placements raise ValueError. Operations
+    run on the global tensor (lazytpu's partitioner lays them out), not
+    through DTensor's sharding propagation."""
 
     __slots__ = ["global_tensor", "_mesh_shape", "_partition_spec", "_cached_spec"]
 
@@ -130,10 +130,9 @@ class XLAShardedTensor(_DTensor):
 
     @property
     def mesh_shape(self):
-        if self._mesh_shape is not None:
-            return self._mesh_shape
-        p = _sh.partition_spec_of(self.global_tensor)
-        return None if p is None else tuple(p[0])
+        """The mesh's shape given by mark_sharding / wrap_as_sharded_tensor
+        (None for a tensor wrapped without it, e.g. an op's result)."""
+        return self._mesh_shape
 
     @mesh_shape.setter
     def mesh_shape(self, value):
@@ -141,10 +140,10 @@ class XLAShardedTensor(_DTensor):
 
     @property
     def partition_spec(self):
-        if self._partition_spec is not None:
-            return self._partition_spec
-        p = _sh.partition_spec_of(self.global_tensor)
-        return None if p is None else tuple(p[2])
+        """The partition spec given by mark_sharding /
+        wrap_as_sharded_tensor, as given (names or indices); None for a
+        tensor wrapped without it."""
+        return self._partition_spec
 
     @partition_spec.setter
     def partition_spec(self, value):
@@ -164,9 +163,10 @@ class XLAShardedTensor(_DTensor):
             return self._cached_spec
         mesh_shape, spec = self.mesh_shape, self.partition_spec
         if mesh_shape is None or spec is None:
-            raise ValueError("XLAShardedTensor: no mesh_shape / partition_spec (the tensor "
-                             "has no sharding); use mark_sharding() or "
-                             "wrap_as_sharded_tensor() first")
+            raise ValueError("mesh_shape and partition_spec must be specified to create "
+                             "DTensorSpec. If this tensor was created through torch "
+                             "operations, it may be auto-wrapped. Use "
+                             "wrap_as_sharded_tensor() to set them before accessing _spec.")
         p = _sh.partition_spec_of(self.global_tensor)
         ids = p[1] if p is not None and tuple(p[0]) == tuple(mesh_shape) else \
             list(range(int(np.prod(mesh_shape))))
@@ -198,8 +198,11 @@ class XLAShardedTensor(_DTensor):
         when the tensor has no sharding."""
         try:
             return self._spec.placements
-        except ValueError as e:
-            raise ValueError("Placements not available: %s" % e) from None
+        except ValueError:
+            raise ValueError(
+                "Placements not available: XLAShardedTensor requires mesh_shape and "
+                "partition_spec to be set. Use mark_sharding() to properly initialize "
+                "sharding information.") from None
 
     def redistribute(self, device_mesh, placements, *, async_op=False):
         """The tensor re-annotated with placements over device_mesh (a Mesh

@@ -147,7 +147,8 @@ def mark_sharding(t, mesh, partition_spec):
     spec = _translate(mesh, partition_spec, g)
     _check_axes(mesh, spec, g)
     torch.ops.lazytpu.spmd_set_sharding(g, _encode(mesh, spec), _core._caller(2) or "")
-    return t if isinstance(t, XLAShardedTensor) else XLAShardedTensor(t)
+    # the mesh shape and spec ride along for the DTensor view (torch_xla 2.9)
+    return wrap_as_sharded_tensor(t, mesh_shape=mesh.mesh_shape, partition_spec=partition_spec)
 
 
 def clear_sharding(t):
