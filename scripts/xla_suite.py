@@ -22,8 +22,17 @@ pytorch/xla's CI. Left out, with the reason:
   - op coverage and lowering (test_operations*.py, test_ops*.py, test_core_aten_ops.py,
     test_python_ops.py, ds/, quantized_ops/): per-op numerics, tested by lazytpu's
     own OpInfo sweep; test_operations asserts on IR/HLO text throughout;
-  - SPMD (spmd/, *_spmd.py, test_autocast_xla.py, test_assume_pure_spmd.py): another
-    part of lazytpu (docs/spmd.md) with its own tests;
+  - SPMD: spmd/ runs here (its own group: the files pytorch/xla's CPU CI runs, on one
+    device or 4 as that CI does, most also @tpu as its TPU CI does, on lazytpu's 8
+    simulated cores), except spmd/test_xla_sharding_hlo.py and
+    test_spmd_lowering_context.py (HLO text and XLA's lowering context),
+    test_spmd_graph_dump.py (the layout of XLA's graph dump file), test_xla_auto_sharding.py
+    (auto-sharding is not simulated: use_spmd(auto=True) raises),
+    test_xla_distributed_checkpoint.py (torch_xla.experimental.distributed_checkpoint is
+    not in lazytpu's layer), test_sharding_strategies.py (a benchmark script, batch
+    131072 x 2048, in no CI) and test_train_spmd_imagenet.py (torchvision); *_spmd.py
+    elsewhere (test_autocast_xla.py, test_assume_pure_spmd.py, scan/test_scan_spmd.py,
+    eager/test_eager_spmd.py) are not run yet;
   - TPU / GPU / Neuron only (*_tpu.py, test_pallas*, test_*kernel*.py, test_fp8.py,
     test_gmm.py, test_splash_attention.py, neuron/, test_profile_mp_mnist.py);
   - XLA artefacts: stablehlo/, test_hlo_metadata.py, test_input_output_aliases.py
@@ -151,6 +160,32 @@ FILES = [
     ("scan/test_scan.py", {}),
     ("scan/test_scan_layers.py", {}),
     ("test_gradient_accumulation.py", {}),
+    # SPMD (spmd/): as pytorch/xla's CPU CI runs them (one device, or 4 for
+    # its run_test_multi_devices files), and as its TPU CI does
+    # (@tpu: PJRT_DEVICE=TPU, lazytpu's 8 simulated cores)
+    ("spmd/test_xla_sharding.py", {}),
+    ("spmd/test_xla_sharding.py@tpu", {"env": {"PJRT_DEVICE": "TPU"}}),
+    ("spmd/test_xla_virtual_device.py", {}),
+    ("spmd/test_xla_virtual_device.py@tpu", {"env": {"PJRT_DEVICE": "TPU"}}),
+    ("spmd/test_xla_spmd_python_api_interaction.py", {}),
+    ("spmd/test_xla_spmd_python_api_interaction.py@tpu", {"env": {"PJRT_DEVICE": "TPU"}}),
+    ("spmd/test_dynamo_spmd.py", {}),
+    ("spmd/test_spmd_debugging.py", {}),
+    ("spmd/test_spmd_debugging.py@tpu", {"env": {"PJRT_DEVICE": "TPU"}}),
+    ("spmd/test_mp_input_sharding.py@tpu", {"env": {"PJRT_DEVICE": "TPU"}}),
+    ("spmd/test_fsdp_v2.py@tpu", {"env": {"PJRT_DEVICE": "TPU"}}),
+    ("spmd/test_spmd_parameter_wrapping.py", {}),
+    ("spmd/test_spmd_parameter_wrapping.py@tpu",
+     {"env": {"PJRT_DEVICE": "TPU", "XLA_PARAMETER_WRAPPING_THREADSHOLD": "1"}}),
+    ("spmd/test_xla_sharded_tensor.py", {"devices": 4}),
+    ("spmd/test_dtensor_convert_mesh.py", {"devices": 4}),
+    ("spmd/test_xla_dtensor_spec_conversion.py", {"devices": 4}),
+    ("spmd/test_dtensor_redistribute.py", {"devices": 4}),
+    ("spmd/test_xla_dtensor_placements.py", {"devices": 4}),
+    ("spmd/test_dtensor_integration.py", {}),
+    ("spmd/test_dtensor_integration2.py", {}),
+    ("spmd/test_dtensor_integration3.py", {"devices": 4}),
+    ("spmd/test_train_spmd_linear_model.py", {"args": ["--skip-gradient-checkpointing"]}),
 ]
 
 STATUSES = ("pass", "fail", "error", "skip")

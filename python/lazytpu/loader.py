@@ -52,24 +52,14 @@ def _to_device(data, device):
 
 
 def _shard_batch(data, spec):
-    """input_sharding=: a ShardingSpec (lazytpu.spmd) applied to each device
-    tensor of the batch whose rank it fits, or a dict of them by batch key
-    (torch_xla's MpDeviceLoader)."""
-    if isinstance(spec, dict):
-        if isinstance(data, dict):
-            for k, v in data.items():
-                if k in spec:
-                    _shard_batch(v, spec[k])
+    """input_sharding= (a ShardingSpec, or a dict of them by batch key), and
+    in SPMD mode the replicated layout of the rest: torch_xla's rules, in
+    lazytpu.spmd.sharding.shard_batch."""
+    from .spmd.runtime import is_spmd
+    if spec is None and not is_spmd():
         return
-    if isinstance(data, torch.Tensor):
-        if spec.can_apply(data):
-            spec.apply(data)
-    elif isinstance(data, dict):
-        for v in data.values():
-            _shard_batch(v, spec)
-    elif isinstance(data, (list, tuple)):
-        for v in data:
-            _shard_batch(v, spec)
+    from .spmd.sharding import shard_batch
+    shard_batch(data, spec)
 
 
 def _end_step():
@@ -229,8 +219,7 @@ class ParallelLoader:
             k += 1
             try:
                 batch = _to_device(item, dev)
-                if self._input_sharding is not None:
-                    _shard_batch(batch, self._input_sharding)
+                _shard_batch(batch, self._input_sharding)
             except BaseException as e:
                 for d in self._devices:
                     self._put(self._device_queues[d], _Failure(e))

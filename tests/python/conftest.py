@@ -27,12 +27,10 @@ def spmd_partitioned(monkeypatch):
     """SPMD mode on, steps partitioned over the mesh (LAZYTPU_SPMD_PARTITION=1);
     afterwards SPMD mode as before and no global mesh."""
     import lazytpu.spmd as xs
-    from lazytpu.spmd import runtime as spmd_rt
-    prev = spmd_rt._state["spmd"]
+    monkeypatch.setenv("XLA_USE_SPMD", "1")          # restored afterwards
     xs.use_spmd()
     monkeypatch.setenv("LAZYTPU_SPMD_PARTITION", "1")
     yield
-    spmd_rt._state["spmd"] = prev
     xs.set_global_mesh(None)
 
 

@@ -28,10 +28,16 @@ _LAZY = {
                  "disable_manual_sharding", "apply_backward_optimization_barrier",
                  "optimization_barrier_", "wrap_if_sharded", "wrap_as_sharded_tensor",
                  "unwrap_sharded_tensor", "sharding_spec_text", "sharding_type_of",
-                 "partition_spec_of", "XLAPatchedLinear", "xla_patched_nn_linear_forward"],
+                 "partition_spec_of", "XLAPatchedLinear", "xla_patched_nn_linear_forward",
+                 "MarkShardingFunction", "annotate_custom_sharding", "shard_as",
+                 "_mark_manual_sharding"],
+    "op_sharding": ["OpSharding", "global_tensor_from_cpu_shards"],
+    "api": ["xla_distribute_tensor", "xla_distribute_module", "auto_policy",
+            "convert_to_xla_mesh", "convert_to_xla_partition_spec"],
     "sharded_tensor": ["XLAShard", "XLAShardedTensor"],
     "fsdp": ["SpmdFullyShardedDataParallel", "recursive_wrap"],
-    "debugging": ["visualize_tensor_sharding", "visualize_sharding"],
+    "debugging": ["visualize_tensor_sharding", "visualize_sharding", "sharding_grid_text",
+                  "tensor_grid_text"],
 }
 _WHERE = {name: mod for mod, names in _LAZY.items() for name in names}
 

@@ -11,32 +11,40 @@ _GLOBAL_MESH = [None]
 class Mesh:
     """``Mesh(device_ids, mesh_shape, axis_names=None)``: the cores
     ``device_ids`` (a flat list, placed row-major) arranged as an array of
-    ``mesh_shape``, one name per axis. Raises AssertionError, like
-    torch_xla, when the ids are not as many as the mesh's positions, repeat,
-    or exceed the mesh, or the names do not fit."""
+    ``mesh_shape``, one name per axis. Raises AssertionError with torch_xla
+    2.9's messages when the ids are not as many as the cores
+    (global_runtime_device_count) or the mesh's positions, repeat, or
+    exceed the mesh, or the names do not fit."""
 
     def __init__(self, device_ids, mesh_shape, axis_names=None):
         if not isinstance(device_ids, np.ndarray):
             device_ids = np.array(list(device_ids))
         mesh_shape = tuple(int(s) for s in mesh_shape)
+        n = global_runtime_device_count()
+        if device_ids.size != n:
+            raise AssertionError("Number of device IDs (%d) must match the global number of "
+                                 "devices (%d)" % (device_ids.size, n))
         if axis_names is not None:
             axis_names = tuple(axis_names)
             if len(axis_names) != len(mesh_shape):
-                raise AssertionError("Mesh: %d axis names %s for a mesh of shape %s"
-                                     % (len(axis_names), axis_names, mesh_shape))
+                raise AssertionError("Number of axis names (%d) must match mesh dimensions "
+                                     "(%d): names %s, mesh shape %s" % (
+                                         len(axis_names), len(mesh_shape), axis_names,
+                                         mesh_shape))
             if len(set(axis_names)) != len(axis_names):
-                raise AssertionError("Mesh: axis names %s repeat" % (axis_names,))
+                raise AssertionError("Axis names must be unique, got: %s" % (axis_names,))
         if device_ids.size != int(np.prod(mesh_shape)):
-            raise AssertionError("Mesh: %d device ids for a mesh of shape %s (%d positions)"
-                                 % (device_ids.size, mesh_shape, int(np.prod(mesh_shape))))
+            raise AssertionError("Number of device IDs (%d) must match mesh size (%d) of "
+                                 "shape %s" % (device_ids.size, int(np.prod(mesh_shape)),
+                                               mesh_shape))
         if len(np.unique(device_ids)) != device_ids.size:
-            raise AssertionError("Mesh: device ids %s repeat" % device_ids.tolist())
+            raise AssertionError("Device IDs must be unique, got: %s" % device_ids.tolist())
         self.device_ids = device_ids.reshape(-1)
         self.mesh_shape = mesh_shape
         self.axis_names = axis_names
         if not all(0 <= d < self.size() for d in self.device_ids.tolist()):
-            raise AssertionError("Mesh: device ids %s must lie in [0, %d)"
-                                 % (self.device_ids.tolist(), self.size()))
+            raise AssertionError("Device IDs must be less than mesh size (%d), got: %s"
+                                 % (self.size(), self.device_ids.tolist()))
 
     def size(self):
         return int(np.prod(self.mesh_shape))
@@ -65,7 +73,26 @@ class Mesh:
         return "Mesh(device_ids=%s, mesh_shape=%s, axis_names=%s)" % (
             self.device_ids.tolist(), self.mesh_shape, self.axis_names)
 
-    __str__ = __repr__
+    def __str__(self):
+        """torch_xla 2.9's text, read back by Mesh.from_str."""
+        return "{'device_ids': %s, 'mesh_shape': %s, 'axis_names': %s}" % (
+            self.device_ids.tolist(), self.mesh_shape, self.axis_names)
+
+    @classmethod
+    def from_str(cls, mesh_str):
+        """The Mesh whose str() is mesh_str; None when the text is not one."""
+        import ast
+        try:
+            d = ast.literal_eval(mesh_str.replace("Mesh", ""))
+            return cls(np.array(d["device_ids"]), d["mesh_shape"], d["axis_names"])
+        except (ValueError, SyntaxError, KeyError, TypeError):
+            return None
+
+    def get_op_sharding(self, partition_spec):
+        """The OpSharding (torch_xla._XLAC.OpSharding) of partition_spec
+        over this mesh; the spec is checked as mark_sharding checks it."""
+        from .op_sharding import OpSharding
+        return OpSharding.from_mesh(self, tuple(partition_spec))
 
 
 class HybridMesh(Mesh):

@@ -6,8 +6,6 @@ import os
 from .. import _C
 from ..world import world_size
 
-_state = {"spmd": False}
-
 
 def use_spmd(auto=False):
     """Turns SPMD mode on for this process: tensors live on the logical
@@ -23,13 +21,14 @@ def use_spmd(auto=False):
                            "process, but this process is one of %d (spawned with "
                            "lazytpu.spawn / xmp.spawn); run the script without spawning"
                            % world_size())
-    _state["spmd"] = True
     os.environ["XLA_USE_SPMD"] = "1"
 
 
 def is_spmd():
-    """True after use_spmd() in this process."""
-    return _state["spmd"]
+    """True in SPMD mode: after use_spmd(), or with XLA_USE_SPMD=1 in the
+    environment (torch_xla 2.9 reads the same flag: deleting it turns SPMD
+    mode off again)."""
+    return os.environ.get("XLA_USE_SPMD", "0").lower() in ("1", "true")
 
 
 def global_runtime_device_count():

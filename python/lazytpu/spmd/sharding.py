@@ -147,7 +147,8 @@ def mark_sharding(t, mesh, partition_spec):
     spec = _translate(mesh, partition_spec, g)
     _check_axes(mesh, spec, g)
     torch.ops.lazytpu.spmd_set_sharding(g, _encode(mesh, spec), _core._caller(2) or "")
-    return t if isinstance(t, XLAShardedTensor) else XLAShardedTensor(t)
+    # the mesh shape and spec ride along for the DTensor view (torch_xla 2.9)
+    return wrap_as_sharded_tensor(t, mesh_shape=mesh.mesh_shape, partition_spec=partition_spec)
 
 
 def clear_sharding(t):
@@ -166,6 +167,9 @@ def sharding_spec_text(t):
     g = t.global_tensor if isinstance(t, XLAShardedTensor) else t
     if not _core.is_lazytpu_tensor(g):
         return ""
+    d = _sharding_of(g)
+    if d is not None and len(d[1]) == 1:
+        return "{replicated}"        # one device holds all of it (torch_xla's text)
     return torch.ops.lazytpu.spmd_sharding_text(g)
 
 
@@ -197,18 +201,26 @@ def sharding_type_of(t):
         return None
     mesh_shape, ids, dims = d
     used = {a for axes in dims for a in axes}
-    if len(ids) == 1:
-        return int(ShardingType.MAXIMAL)
-    if not used:
+    if not used or len(ids) == 1:       # a mesh of one device: replicated, as torch_xla
         return int(ShardingType.REPLICATED)
     if any(mesh_shape[a] > 1 for a in range(len(mesh_shape)) if a not in used):
         return int(ShardingType.PARTIAL)
     return int(ShardingType.TILED)
 
 
-def wrap_as_sharded_tensor(t):
+def wrap_as_sharded_tensor(t, mesh_shape=None, partition_spec=None):
+    """t as an XLAShardedTensor; mesh_shape / partition_spec, when given,
+    are recorded on it (its DTensor placements follow them)."""
     from .sharded_tensor import XLAShardedTensor
-    return t if isinstance(t, XLAShardedTensor) else XLAShardedTensor(t)
+    if not isinstance(t, XLAShardedTensor):
+        return XLAShardedTensor(t, mesh_shape=mesh_shape, partition_spec=partition_spec)
+    if mesh_shape is not None:
+        t.mesh_shape = mesh_shape
+    if partition_spec is not None:
+        t.partition_spec = partition_spec
+    if mesh_shape is not None or partition_spec is not None:
+        t.invalidate_spec_cache()
+    return t
 
 
 def unwrap_sharded_tensor(t):
@@ -246,33 +258,64 @@ class ShardingSpec:
         return len(t.shape) == len(self.partition_spec)
 
     def apply(self, t):
-        """mark_sharding(t, mesh, partition_spec)."""
+        """mark_sharding(t, mesh, partition_spec). With minibatch=True the
+        batch dim (0) must divide by the devices of this host (all of
+        them: one host), or RuntimeError (torch_xla's message)."""
+        if self.minibatch and t.dim() > 0 and t.size()[0] % global_runtime_device_count():
+            raise RuntimeError(
+                "When minibatch is configured, the per-host batch size must be divisible by "
+                "local runtime device count. Per host input data shape = %s, "
+                "local_runtime_device_count = %d" % (t.size(), global_runtime_device_count()))
         mark_sharding(t, self.mesh, self.partition_spec)
 
 
-class _MarkShardingFunction(torch.autograd.Function):
-    """Annotates the forward value and its gradient alike."""
+class MarkShardingFunction(torch.autograd.Function):
+    """``MarkShardingFunction.apply(t, mesh, partition_spec)``: a copy of t
+    annotated with the sharding, whose gradient is annotated alike in the
+    backward pass (t itself is left as it is). Values are t's and its
+    gradient's. Both annotations go through the custom op
+    ``lazytpu::aot_mark_sharding`` (with a fake implementation), so that
+    AOTAutograd (functorch.compile.aot_function) can trace it into its
+    forward and backward graphs."""
 
     @staticmethod
     def forward(ctx, t, mesh, spec):
         ctx.mesh, ctx.spec = mesh, spec
-        out = t.view_as(t)
-        mark_sharding(out, mesh, spec)
-        return out
+        return _aot_mark_sharding(unwrap_sharded_tensor(t), str(mesh), str(tuple(spec)))
 
     @staticmethod
     def backward(ctx, grad):
-        grad = grad.view_as(grad)
-        mark_sharding(grad, ctx.mesh, ctx.spec)
-        return grad, None, None
+        if grad is None:
+            return None, None, None
+        return (_aot_mark_sharding(unwrap_sharded_tensor(grad), str(ctx.mesh),
+                                   str(tuple(ctx.spec))), None, None)
+
+
+@torch.library.custom_op("lazytpu::aot_mark_sharding", mutates_args=())
+def _aot_mark_sharding(t: torch.Tensor, mesh: str, partition_spec: str) -> torch.Tensor:
+    """A copy of t annotated with partition_spec over the mesh, both given
+    as text (str(Mesh), str(tuple)) so that the op has a plain schema."""
+    import ast
+    m = Mesh.from_str(mesh)
+    if m is None:
+        raise ValueError("aot_mark_sharding: cannot read the mesh %r" % mesh)
+    out = t.clone()
+    mark_sharding(out, m, ast.literal_eval(partition_spec))
+    return out
+
+
+@_aot_mark_sharding.register_fake
+def _aot_mark_sharding_fake(t, mesh, partition_spec):
+    return torch.empty_like(t)
 
 
 def mark_sharding_with_gradients(t, mesh, partition_spec):
     """mark_sharding for t and, in the backward pass, for t's gradient;
     returns the annotated tensor (use it instead of t)."""
-    from .sharded_tensor import XLAShardedTensor
-    g = t.global_tensor if isinstance(t, XLAShardedTensor) else t
-    return _MarkShardingFunction.apply(g, mesh, tuple(partition_spec))
+    if len(t.shape) != len(partition_spec):
+        raise AssertionError("Partition spec length (%d) should be equal to the input rank "
+                             "(%d)." % (len(partition_spec), len(t.shape)))
+    return MarkShardingFunction.apply(unwrap_sharded_tensor(t), mesh, tuple(partition_spec))
 
 
 def enable_manual_sharding(t, partition_spec, *, mesh=None):
@@ -340,3 +383,118 @@ class XLAPatchedLinear(torch.autograd.Function):
 def xla_patched_nn_linear_forward(m, input):
     """An nn.Linear's forward through XLAPatchedLinear."""
     return XLAPatchedLinear.apply(input, m.weight, m.bias)
+
+
+def annotate_custom_sharding(t, mesh, partition_spec):
+    """Gives t's value a new sharding from here on, whatever sharding it
+    had (torch_xla's custom sharding node: mark_sharding refuses to
+    re-shard data that is already sharded, this does not). Consumers of t
+    are laid out after it; values are unchanged. Same checks as
+    mark_sharding; returns t as an XLAShardedTensor."""
+    g = unwrap_sharded_tensor(t)
+    _device_tensor(g, "annotate_custom_sharding")
+    partition_spec = tuple(partition_spec)
+    if len(g.shape) != len(partition_spec):
+        raise AssertionError("Partition spec length (%d) should be equal to the input rank "
+                             "(%d): %s" % (len(partition_spec), len(g.shape),
+                                           _where(g, mesh, partition_spec)))
+    if not isinstance(mesh, Mesh):
+        raise ValueError("annotate_custom_sharding: mesh must be a Mesh, got %s"
+                         % type(mesh).__name__)
+    n = global_runtime_device_count()
+    if mesh.size() != n:
+        raise AssertionError("%s is not mappable over %d devices (%s)"
+                             % (mesh.mesh_shape, n, _where(g, mesh, partition_spec)))
+    spec = _translate(mesh, partition_spec, g)
+    _check_axes(mesh, spec, g)
+    torch.ops.lazytpu.spmd_set_sharding(g, _encode(mesh, spec), _core._caller(2) or "")
+    return wrap_as_sharded_tensor(t, mesh_shape=mesh.mesh_shape, partition_spec=partition_spec)
+
+
+def shard_as(a, b):
+    """(a, b), two pytrees of the same structure whose corresponding
+    tensors end up with one sharding: where one side has a sharding and
+    the other none, the other gets it; equal shardings stay. Raises
+    AssertionError for different structures, RuntimeError when both sides
+    have different shardings, or neither has one (lazytpu fixes a value's
+    layout where it is annotated; it has no deferred "same as" constraint)."""
+    from torch.utils._pytree import tree_flatten, tree_unflatten
+    a_flat, a_spec = tree_flatten(a)
+    b_flat, b_spec = tree_flatten(b)
+    assert a_spec == b_spec, "a and b must have the same structure. got %s and %s" % (
+        a_spec, b_spec)
+    out_a, out_b = [], []
+    for x, y in zip(a_flat, b_flat):
+        if x is None or y is None:
+            assert x is None and y is None
+        else:
+            gx, gy = unwrap_sharded_tensor(x), unwrap_sharded_tensor(y)
+            _device_tensor(gx, "shard_as")
+            _device_tensor(gy, "shard_as")
+            ex = list(torch.ops.lazytpu.spmd_get_sharding(gx))
+            ey = list(torch.ops.lazytpu.spmd_get_sharding(gy))
+            if ex and ey and ex != ey:
+                raise RuntimeError("shard_as: the tensors already have different shardings "
+                                   "(%s and %s)" % (sharding_spec_text(gx),
+                                                    sharding_spec_text(gy)))
+            if not ex and not ey:
+                raise RuntimeError("shard_as: neither tensor (shapes %s, %s) has a sharding; "
+                                   "annotate one of them with mark_sharding first"
+                                   % (list(gx.shape), list(gy.shape)))
+            if len(gx.shape) != len(gy.shape):
+                raise RuntimeError("shard_as: tensors of rank %d and %d cannot share a "
+                                   "sharding" % (len(gx.shape), len(gy.shape)))
+            if not ey:
+                torch.ops.lazytpu.spmd_set_sharding(gy, ex, _core._caller(2) or "")
+            elif not ex:
+                torch.ops.lazytpu.spmd_set_sharding(gx, ey, _core._caller(2) or "")
+        out_a.append(x)
+        out_b.append(y)
+    return tree_unflatten(out_a, a_spec), tree_unflatten(out_b, b_spec)
+
+
+def _mark_manual_sharding(t):
+    """torch_xla's MANUAL sharding (per-core code between
+    SPMDFullToShardShape / SPMDShardToFullShape): lazytpu runs no manual
+    regions, so this refuses with RuntimeError, never a wrong layout."""
+    raise RuntimeError("_mark_manual_sharding: manual sharding (per-core regions) is not "
+                       "supported by lazytpu; the tensor (shape %s) keeps its sharding"
+                       % (list(unwrap_sharded_tensor(t).shape),))
+
+
+def _replicate(t):
+    """t annotated as replicated over every core (torch_xla's SPMD data
+    without a sharding: every core holds all of it)."""
+    from .mesh import get_1d_mesh
+    mark_sharding(t, get_1d_mesh(), (None,) * t.dim())
+
+
+def shard_batch(data, spec):
+    """Lays out a batch already on the device as MpDeviceLoader /
+    send_cpu_data_to_device(input_sharding=) do in torch_xla 2.9: spec a
+    ShardingSpec applies to every tensor whose rank it fits; a dict of
+    ShardingSpecs applies by key to a dict batch (ValueError when the batch
+    is not a dict, KeyError naming the batch keys the dict lacks). In SPMD
+    mode every tensor given no sharding is annotated replicated."""
+    spmd = is_spmd()
+    if isinstance(spec, dict):
+        if not isinstance(data, dict):
+            raise ValueError("input batch should be a dict when input sharding is a dict.")
+        missing = [k for k in data if k not in spec]
+        if missing:
+            raise KeyError("Keys: %s are missing from input_sharding." % missing)
+        for k, v in data.items():
+            shard_batch(v, spec[k])
+        return
+    if isinstance(data, torch.Tensor):
+        if _core.is_lazytpu_tensor(data):
+            if spec is not None and spec.can_apply(data):
+                spec.apply(data)
+            elif spmd and not list(torch.ops.lazytpu.spmd_get_sharding(data)):
+                _replicate(data)
+    elif isinstance(data, dict):
+        for v in data.values():
+            shard_batch(v, spec)
+    elif isinstance(data, (list, tuple)):
+        for v in data:
+            shard_batch(v, spec)

@@ -140,7 +140,25 @@ def _get_xla_sharding_type(t):
     return sharding_type_of(t)
 
 
+def _global_tensor_from_cpu_shards(shards, op_sharding, global_shape=None):
+    """A sharded device tensor put together from one CPU shard per core
+    (lazytpu.spmd.op_sharding.global_tensor_from_cpu_shards)."""
+    from lazytpu.spmd.op_sharding import global_tensor_from_cpu_shards
+    return global_tensor_from_cpu_shards(shards, op_sharding, global_shape)
+
+
+def _xla_get_auto_sharding():
+    """False: lazytpu does not simulate auto-sharding (use_spmd(auto=True)
+    raises)."""
+    return False
+
+
 def __getattr__(name):
+    if name == "OpSharding":
+        # lazytpu.spmd needs numpy, which `import torch_xla` must not
+        from lazytpu.spmd.op_sharding import OpSharding
+        return OpSharding
+
     raise AttributeError(
         "torch_xla._XLAC.%s: XLA's internal entry point is not part of lazytpu's "
         "torch_xla layer (lazytpu has no XLA/HLO runtime)" % name)

@@ -24,6 +24,7 @@ from . import _XLAC, runtime, experimental  # noqa: E402,F401
 from .core import xla_model as _xla_model  # noqa: E402,F401
 from .utils import utils as _utils  # noqa: E402,F401
 from ._internal import tpu as _tpu  # noqa: E402,F401
+from ._internal import custom_kernel as _custom_kernel  # noqa: E402,F401  (torch.ops.xla.*)
 from ._dynamo import dynamo_bridge as _dynamo_bridge  # noqa: E402,F401  (openxla backend)
 # PT_XLA_DEBUG / PT_XLA_DEBUG_LEVEL: torch_xla's compilation and execution analysis
 from lazytpu.compat import debug_analysis as _debug_analysis  # noqa: E402

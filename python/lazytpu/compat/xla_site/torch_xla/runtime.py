@@ -5,10 +5,11 @@ launcher's (world_size() processes, one addressable device each); outside
 spawn the world is this process alone (world_size() == 1) and its devices are
 the simulated cores (CPU_NUM_DEVICES of them with PJRT_DEVICE=CPU).
 """
-import functools
 import os
 
 import lazytpu
+# SPMD mode and the cores a mesh spans (lazytpu.spmd)
+from lazytpu.spmd import use_spmd, is_spmd, global_runtime_device_count  # noqa: F401
 
 global_ordinal = lazytpu.get_ordinal
 host_index = lazytpu.host_index
@@ -60,13 +61,25 @@ def local_ordinal():
     return lazytpu.get_local_ordinal()
 
 
+def _runtime_device_count():
+    """Devices of the runtime: the launcher's world, else this process's
+    cores."""
+    n = lazytpu.world_size()
+    return n if n > 1 else lazytpu.device_count()
+
+
 def addressable_device_count():
     """Devices this process drives: its own one in a world of several
-    processes, all of them otherwise."""
+    processes, all of them otherwise; in SPMD mode 1, the one logical
+    device every tensor lives on (torch_xla's SPMD virtual device)."""
+    if is_spmd():
+        return 1
     return 1 if lazytpu.world_size() > 1 else lazytpu.device_count()
 
 
-addressable_runtime_device_count = addressable_device_count
+def addressable_runtime_device_count():
+    """Runtime devices this process drives (SPMD mode or not)."""
+    return 1 if lazytpu.world_size() > 1 else lazytpu.device_count()
 
 
 def local_device_count():
@@ -75,30 +88,25 @@ def local_device_count():
 
 
 def global_device_count():
-    """Devices over all processes and hosts."""
-    n = lazytpu.world_size()
-    return n if n > 1 else lazytpu.device_count()
-
-
-@functools.lru_cache()
-def global_runtime_device_count():
-    return global_device_count()
+    """Devices over all processes and hosts (1 in SPMD mode: the logical
+    device; global_runtime_device_count() counts the cores)."""
+    return 1 if is_spmd() else _runtime_device_count()
 
 
 def runtime_device_attributes(device):
     """Attributes of a runtime device ('TPU:0', 'CPU:0')."""
     kind, _, idx = str(device).partition(":")
-    if kind != device_type() or not idx.isdigit() or int(idx) >= global_device_count():
+    if kind != device_type() or not idx.isdigit() or int(idx) >= _runtime_device_count():
         raise RuntimeError("runtime_device_attributes: no device %r (devices: %s)"
                            % (device, ", ".join("%s:%d" % (device_type(), i)
-                                                for i in range(global_device_count()))))
+                                                for i in range(_runtime_device_count()))))
     return {"name": "%s:%s" % (kind, idx), "kind": kind, "core": int(idx),
             "num_cores": 1}
 
 
 def global_runtime_device_attributes():
     return [runtime_device_attributes("%s:%d" % (device_type(), i))
-            for i in range(global_device_count())]
+            for i in range(_runtime_device_count())]
 
 
 def using_pjrt():
@@ -107,17 +115,6 @@ def using_pjrt():
 
 def is_bf16_supported():
     return True
-
-
-def is_spmd():
-    return os.environ.get("XLA_USE_SPMD", "").lower() in ("1", "true", "yes", "on", "y")
-
-
-def use_spmd(auto=False):
-    """SPMD (GSPMD sharding) is not simulated by lazytpu."""
-    raise RuntimeError("torch_xla.runtime.use_spmd: lazytpu does not simulate SPMD "
-                       "sharding; run data-parallel with xmp.spawn / torch_xla.launch "
-                       "(one process per core) instead")
 
 
 def get_master_ip():
@@ -147,8 +144,3 @@ def get_num_cached_compilation_graph():
     """Graphs held by the in-memory compile cache (a program loaded from the
     persistent cache is held there too)."""
     return lazytpu.compile_cache_info()["programs"]
-
-
-# ---- SPMD (lazytpu.spmd): these replace the definitions above ----
-from lazytpu.spmd import use_spmd, is_spmd  # noqa: E402,F401,F811
-from lazytpu.spmd import global_runtime_device_count  # noqa: E402,F401,F811

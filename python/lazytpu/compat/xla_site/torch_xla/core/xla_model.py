@@ -26,8 +26,10 @@ is_xla_tensor = _core.is_lazytpu_tensor
 
 
 def get_xla_supported_devices(max_devices=None):
-    """['xla:0', ...]: the devices of this process, at most max_devices."""
-    return _core.supported_devices(max_devices or None)
+    """['xla:0', ...]: the devices of this process, at most max_devices
+    (['xla:0'] in SPMD mode: the one logical device)."""
+    from lazytpu.spmd import is_spmd
+    return _core.supported_devices(1 if is_spmd() else (max_devices or None))
 
 
 @deprecated("Use torch_xla.device instead")
@@ -249,13 +251,18 @@ def _maybe_convert_to_cpu(data, convert=True):
 
 def send_cpu_data_to_device(datas, device, input_sharding=None):
     """Every CPU tensor of datas moved to device; a single tensor comes back
-    as a one-element list (as in torch_xla)."""
-    if input_sharding is not None:
-        raise NotImplementedError("send_cpu_data_to_device(input_sharding=...): see "
-                                  "torch_xla.distributed.spmd for sharded inputs")
+    as a one-element list (as in torch_xla). input_sharding (a ShardingSpec)
+    annotates each moved tensor whose rank it fits (ShardingSpec.apply:
+    with minibatch=True the batch dim must divide by the device count); in
+    SPMD mode the others are annotated replicated (lazytpu.spmd.sharding.
+    shard_batch)."""
 
     def convert_fn(tensors):
-        return [t.to(device) for t in tensors]
+        out = [t.to(device) for t in tensors]
+        if input_sharding is not None or _xr.is_spmd():
+            from lazytpu.spmd.sharding import shard_batch
+            shard_batch(out, input_sharding)
+        return out
 
     if type(datas) is torch.Tensor:
         datas = [datas]

@@ -18,9 +18,13 @@ from lazytpu.distributed import register_backend as _register
 
 class ProcessGroupXla(ProcessGroupLazyTPU):
     """The 'xla' process group: lazytpu's, over the replica groups ``_mesh``
-    (empty: the whole world)."""
+    (empty: the whole world). Refused in SPMD mode (AssertionError), as in
+    torch_xla 2.9: SPMD's one process drives every core itself."""
 
     def __init__(self, prefix_store, rank, size, timeout, name="xla"):
+        from lazytpu.spmd.runtime import is_spmd
+        assert not is_spmd(), ("XLA backend is not supported with SPMD. Please use a CPU "
+                               "process group instead.")
         super().__init__(prefix_store, rank, size, timeout, name)
         self._mesh = []
 
