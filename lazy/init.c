@@ -199,8 +199,10 @@ static void fm_init(void)
     }
     fm.to_dev_time = lt_metric_get("TransferToDeviceTime", LT_UNIT_NS);
     fm.from_dev_time = lt_metric_get("TransferFromDeviceTime", LT_UNIT_NS);
-    fm.inbound = lt_metric_get("InboundData", LT_UNIT_BYTES);
-    fm.outbound = lt_metric_get("OutboundData", LT_UNIT_BYTES);
+    /* torch_xla's names, seen from the host (its PJRT client): bytes sent
+     * to the device are OutboundData, bytes read back InboundData */
+    fm.to_dev_bytes = lt_metric_get("OutboundData", LT_UNIT_BYTES);
+    fm.from_dev_bytes = lt_metric_get("InboundData", LT_UNIT_BYTES);
     fm.compile_time = lt_metric_get("CompileTime", LT_UNIT_NS);
     fm.execute_time = lt_metric_get("ExecuteTime", LT_UNIT_NS);
     fm.graph_size = lt_metric_get("TensorsGraphSize", LT_UNIT_COUNT);

@@ -203,7 +203,7 @@ lt_status lt_tensor_from_host(int core, const void *data, lt_dtype dtype,
     }
     int64_t t1 = lt_now_ns();
     lt_metric_add(m->to_dev_time, (double)(t1 - t0));
-    lt_metric_add(m->inbound, (double)numel * (double)lt_dtype_size(dtype));
+    lt_metric_add(m->to_dev_bytes, (double)numel * (double)lt_dtype_size(dtype));
     if (lt_trace_enabled()) {
         char a[64];
         snprintf(a, sizeof a, "\"bytes\":%lld,\"core\":%d",
@@ -253,7 +253,7 @@ lt_status lt_tensor_to_host(lt_tensor *t, void *dst, lt_dtype dst_dtype)
         lt_host_read_record(t->core, numel * (int64_t)lt_dtype_size((lt_dtype)v->dtype),
                             synced || wait_ns > 20000 ? wait_ns : 0, synced, lt_caller_frame());
         lt_metric_add(m->from_dev_time, (double)(t1 - t0));
-        lt_metric_add(m->outbound, (double)numel * (double)lt_dtype_size((lt_dtype)v->dtype));
+        lt_metric_add(m->from_dev_bytes, (double)numel * (double)lt_dtype_size((lt_dtype)v->dtype));
         if (lt_trace_enabled()) {
             char a[64];
             snprintf(a, sizeof a, "\"bytes\":%lld,\"core\":%d",

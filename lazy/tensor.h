@@ -107,7 +107,7 @@ typedef struct lt_fe_metrics {
     lt_counter *create_tensor, *destroy_tensor, *cached, *uncached,
         *mark_step, *size_limit_sync;
     lt_counter *sync_cause[LT_NUM_SYNC_CAUSES];
-    lt_metric *to_dev_time, *from_dev_time, *inbound, *outbound,
+    lt_metric *to_dev_time, *from_dev_time, *to_dev_bytes, *from_dev_bytes,
         *compile_time, *execute_time, *graph_size;
 } lt_fe_metrics;
 const lt_fe_metrics *lt_fe_metrics_get(void);

@@ -188,7 +188,7 @@ static void test_value_read_syncs(void **st)
     assert_int_equal(lt_tensor_to_host(two, &dv, LT_F64), LT_OK);
     assert_true(dv == 2.5);
     int64_t out_n; double acc;
-    assert_int_equal(lt_metric_data("OutboundData", &out_n, &acc), 0);
+    assert_int_equal(lt_metric_data("InboundData", &out_n, &acc), 0);
     assert_true(out_n >= 2);
     lt_tensor_release(x); lt_tensor_release(r); lt_tensor_release(s); lt_tensor_release(two);
 }
