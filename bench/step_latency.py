@@ -4,6 +4,7 @@ result), lazytpu vs eager, in one run:
     .venv/bin/python bench/step_latency.py [--runs 7] [--steps 200]
         [--model mlp|cnn|transformer] [--ways eager,inductor,lazy,compile]
         [--ab LAZYTPU_INLINE_EXEC] [--no-breakdown] [--pipelined]
+        [--jax-python PATH]
 
 A step is zero_grad, forward, cross entropy, backward, the optimizer step
 (SGD with momentum; AdamW for the transformer) and, on lazytpu, mark_step()
@@ -48,6 +49,10 @@ DIR/build, e.g. main's) as side "base" against this one's ("this").
 the host traces step N+1 while the core runs step N; a run waits once at its
 end, counted in its last step): to check that a change for the synchronous
 step does not slow the pipelined one.
+--jax-python PATH adds JAX jit on the CPU as a peer (way "jax", bench/jax_peer.py
+run by PATH, an interpreter of a scratch environment with JAX: the same model
+and optimizer, one jitted donated step, waited for per step; JAX at its own
+defaults); it always waits per step (also under --pipelined).
 The load average is printed: absolute times on a shared machine are noisy;
 compare ratios taken in the same run.
 """
@@ -235,11 +240,25 @@ def run_child(args, env_extra, extra):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def run_jax(args):
+    """One run of the JAX peer (bench/jax_peer.py: the same model, one
+    jitted step waited for per step) under the --jax-python interpreter."""
+    cmd = [args.jax_python, os.path.join(HERE, "jax_peer.py"), "--model", args.model,
+           "--steps", str(args.steps or MODELS[args.model][3]), "--warmup", str(args.warmup)]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit("jax peer failed:\n" + p.stderr[-3000:])
+    return json.loads(p.stdout.strip().splitlines()[-1])["times"]
+
+
 def run_ways(args, ways, r, env_extra):
     """Run r of every way, each in a fresh process of its own (built, warmed
     up, one run of steps), in alternating order: (way, per-step times)."""
     for w in (ways if r % 2 == 0 else ways[::-1]):
-        yield w, run_child(args, env_extra, ["--runs", "1", "--ways", w])["times"][w]
+        if w == "jax":
+            yield w, run_jax(args)
+        else:
+            yield w, run_child(args, env_extra, ["--runs", "1", "--ways", w])["times"][w]
 
 
 def print_breakdown(bd, tag=""):
@@ -261,6 +280,9 @@ def main():
     p.add_argument("--no-breakdown", action="store_true")
     p.add_argument("--pipelined", action="store_true",
                    help="lazytpu ways: no wait after each step (one at the end of a run)")
+    p.add_argument("--jax-python", default=None,
+                   help="an interpreter with JAX: adds the way jax (bench/jax_peer.py, jit on "
+                        "the CPU), an optional peer (lazytpu's .venv has no JAX)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--breakdown-only", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -269,7 +291,7 @@ def main():
     if args.child:
         child(args)
         return
-    ways = args.ways.split(",")
+    ways = args.ways.split(",") + (["jax"] if args.jax_python else [])
     load0 = os.getloadavg()[0]
     omp = " ".join("%s=%s" % kv for kv in sorted(os.environ.items()) if kv[0].startswith("OMP_"))
     print("torch %s, %d threads, load average %.2f, %s" % (
