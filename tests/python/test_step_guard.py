@@ -9,6 +9,9 @@ from lazytpu import step_guard
 
 
 def train(dev, steps, boundary):
+    # a real sync first: the core's pending-op count restarts (ops an earlier
+    # test traced after its last sync, on tensors since freed, still count)
+    (torch.zeros(1, device=dev) + 1).cpu()
     torch.manual_seed(0)
     m = torch.nn.Linear(8, 4).to(dev)
     opt = torch.optim.SGD(m.parameters(), lr=0.1)
