@@ -15,6 +15,7 @@ import torch.nn as nn
 import lazytpu
 import lazytpu.metrics as met
 import lazytpu.spmd as xs
+from test_spmd_partition import TBlock, TinyLM
 
 N = xs.global_runtime_device_count()
 
@@ -43,34 +44,18 @@ class HeadsAttention(nn.Module):
         return self.proj(y.permute(0, 2, 1, 3).reshape(B, S, D))
 
 
-class Block(nn.Module):
+class Block(TBlock):
+    """test_spmd_partition's transformer block with separate q, k, v."""
+
     def __init__(self, d, heads):
-        super().__init__()
-        self.ln1 = nn.LayerNorm(d)
+        super().__init__(d, heads)
         self.attn = HeadsAttention(d, heads)
-        self.ln2 = nn.LayerNorm(d)
-        self.up = nn.Linear(d, 4 * d)
-        self.down = nn.Linear(4 * d, d)
-
-    def forward(self, x):
-        x = x + self.attn(self.ln1(x))
-        return x + self.down(nn.functional.gelu(self.up(self.ln2(x))))
 
 
-class LM(nn.Module):
+class LM(TinyLM):
     def __init__(self, vocab=32, d=32, heads=4, seq=8, layers=2):
-        super().__init__()
-        self.emb = nn.Embedding(vocab, d)
-        self.pos = nn.Parameter(torch.randn(seq, d) * 0.02)
+        super().__init__(vocab, d, heads, seq, layers)
         self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
-        self.ln = nn.LayerNorm(d)
-        self.head = nn.Linear(d, vocab)
-
-    def forward(self, tokens):
-        x = self.emb(tokens) + self.pos
-        for b in self.blocks:
-            x = b(x)
-        return self.head(self.ln(x))
 
 
 def _batches(n=3, b=8, seq=8, vocab=32):
