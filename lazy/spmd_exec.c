@@ -66,6 +66,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "spmd.h"
 #include "tensor.h"
 #include "device.h"
@@ -74,6 +75,7 @@
 #include "shape.h"
 #include "registry.h"
 #include "program.h"
+#include "options.h"
 
 #include "spmd_exec_int.h"
 
@@ -212,7 +214,7 @@ static unsigned change_axes(const lay *A, const lay *B, int ndim)
 }
 
 /* Buffers of value j in layout w (per position; borrowed from x). */
-static lt_status value_in(xs *x, int j, const lay *w, lt_buffer ***out)
+lt_status lt_spmdx_value_in(xs *x, int j, const lay *w, lt_buffer ***out)
 {
     const lt_node *n = x->g->nodes[j];
     int pending = lt_node_is_pending(n);
@@ -260,11 +262,13 @@ static lt_status value_in(xs *x, int j, const lay *w, lt_buffer ***out)
         for (int d = 0; d < n->shape.ndim; d++) wa |= lt_spmd_axes_mask(w->ax[d]);
         lt_spmdx_note(x, k, P->layout_axes | wa, (double)ln * (double)es);
     } else if (!pending) {
-        lt_status s0 = lt_buffer_wait(n->buf);
-        if (s0 != LT_OK) return s0;
         if (!lay_split(w, n->shape.ndim)) {
-            for (int q = 0; q < x->nd; q++) c->buf[q] = lt_buffer_retain(n->buf);  /* shared, read-only */
+            /* shared, read-only; not waited for: each program reading it
+             * waits on its core for the job writing it (job_after) */
+            for (int q = 0; q < x->nd; q++) c->buf[q] = lt_buffer_retain(n->buf);
         } else {
+            lt_status s0 = lt_buffer_wait(n->buf);
+            if (s0 != LT_OK) return s0;
             st = distribute(x, n, w, n->buf->data, c->buf);
         }
     } else {
@@ -421,48 +425,6 @@ static void free_after_level(xs *x, int L, const char *keep_val)
 
 /* ------------------------------------------------------------- one level */
 
-/* 1 if every step of p is a fused elementwise program: each output
- * element is computed alone, so its value does not depend on how many
- * threads share the elements */
-static int prog_elementwise(const lt_program *p)
-{
-    for (int s = 0; s < p->n_steps; s++)
-        if (p->steps[s].kind != LT_STEP_FUSED) return 0;
-    return 1;
-}
-
-/* Sets job's `after` list (job on `core`): the other cores' jobs writing
- * its parameter buffers, and with all_cores every other position's last
- * job; per core the latest such job. */
-static lt_status job_after(xs *x, lt_submit_job *job, int core, int all_cores)
-{
-    uint64_t want[LT_SPMD_MAX_DEVICES];
-    int cores[LT_SPMD_MAX_DEVICES], n = 0;
-    const lt_exec_args *a = &job->args;
-    for (int t = 0; t < x->nd; t++) {
-        int c = x->m->dev[t];
-        if (c == core) continue;
-        uint64_t w = all_cores ? x->last_seq[t] : 0;
-        for (int jp = 0; jp < a->n_params; jp++) {
-            const lt_buffer *b = a->param_bufs[jp];
-            if (b && !b->parts && b->core == c && b->ready_seq > w) w = b->ready_seq;
-        }
-        if (!w) continue;
-        cores[n] = c;
-        want[n++] = w;
-    }
-    if (!n) return LT_OK;
-    job->after_core = malloc((size_t)n * sizeof *job->after_core);
-    job->after_seq = malloc((size_t)n * sizeof *job->after_seq);
-    if (!job->after_core || !job->after_seq) return lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
-    for (int k = 0; k < n; k++) {
-        job->after_core[k] = cores[k];
-        job->after_seq[k] = want[k];
-    }
-    job->n_after = n;
-    return LT_OK;
-}
-
 /* The level graph of `roots` (nodes of the level's local graph; roots_i:
  * their nodes in x->g), captured, compiled through the compile cache and
  * queued on the cores of positions [q0, q1) with each position's buffers
@@ -494,65 +456,17 @@ static lt_status queue_level(xs *x, lt_node **roots, const int *roots_i, int nr,
             if (src[t].node == pn) pb[jp] = src[t].bufs;
         if (!pb[jp]) st = lt_set_error(LT_ERR_INTERNAL, "spmd: a parameter of a level's program without its source");
     }
-    for (int q = q0; q < q1 && st == LT_OK; q++) {
-        int core = x->m->dev[q];
-        lt_submit_job *job = lt_submit_job_new();
-        char *fresh = calloc((size_t)(lg.n_outputs ? lg.n_outputs : 1), 1);
-        if (!job || !fresh) {
-            free(job);
-            free(fresh);
-            st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
-            break;
-        }
-        job->eager_op = 0;
-        lt_exec_args *args = &job->args;
-        args->n_params = lg.n_params;
-        args->n_outputs = lg.n_outputs;
-        args->param_bufs = calloc((size_t)(lg.n_params ? lg.n_params : 1), sizeof *args->param_bufs);
-        args->param_values = calloc((size_t)(lg.n_params ? lg.n_params : 1), sizeof *args->param_values);
-        args->out_bufs = calloc((size_t)(lg.n_outputs ? lg.n_outputs : 1), sizeof *args->out_bufs);
-        if (!args->param_bufs || !args->param_values || !args->out_bufs)
-            st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
-        for (int jp = 0; jp < lg.n_params && st == LT_OK; jp++) {
-            lt_node *pn = lg.nodes[lg.param_pos[jp]];
-            if (pn->op == LT_OP_data) args->param_bufs[jp] = lt_buffer_retain(pb[jp][q]);
-            else args->param_values[jp] = pn->value;
-        }
-        /* the capture's aliasing (two leaves, one buffer) must hold on this core too */
-        for (int jp = 0; jp < lg.n_params && st == LT_OK; jp++)
-            if (lg.param_alias[jp] >= 0 && args->param_bufs[jp] != args->param_bufs[lg.param_alias[jp]])
-                st = lt_set_error(LT_ERR_INTERNAL, "spmd: a level's parameters alias on one core only");
-        if (st == LT_OK) st = lt_submit_outputs(core, p, args, fresh);
-        for (int r = 0; r < nr && st == LT_OK; r++) {
-            int i = roots_i[r];
-            if (i < 0) {               /* the in-program sum of partial value -1 - i */
-                st = lt_spmdx_keep_sum(x, -1 - i, args->out_bufs[lg.root_out[r]]);
-                continue;
-            }
-            if (!x->val[i]) x->val[i] = calloc((size_t)x->nd, sizeof *x->val[i]);
-            if (!x->val[i]) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
-            else x->val[i][q] = lt_buffer_retain(args->out_bufs[lg.root_out[r]]);
-        }
-        /* a program summing other cores' addends runs after their jobs;
-         * any program after the jobs of other cores writing the buffers it
-         * reads (the host does not wait for the cores before a step: the
-         * first core's update of the last step may still be running) */
-        if (st == LT_OK) st = job_after(x, job, core, after && !x->waited);
-        if (st != LT_OK) {
-            lt_submit_job_free(job);
-            free(fresh);
-            break;
-        }
-        job->prog = lt_program_retain(p);
-        job->threads = threads > 1 && prog_elementwise(p) ? threads : 0;
-        if (job->threads) lt_counter_inc_name("SpmdFirstCoreWidePrograms", 1);
-        job->key = lg.key;
-        args->cause = cause;
-        job->frame = frame && frame[0] ? strdup(frame) : NULL;
-        job->job.wake = LT_WAKE_NOW;
-        x->last_seq[q] = lt_submit_queue(core, job, fresh);
-        x->waited = 0;
-        free(fresh);
+    if (st == LT_OK) {
+        lt_spmdx_rec_prog(x, p, &lg, src, n_src, roots_i, nr, q0, q1, after, threads);
+        lprog_run r = {.p = p, .key = lg.key, .n_params = lg.n_params, .n_outputs = lg.n_outputs,
+                       .param_alias = lg.param_alias, .pb = pb, .pv = NULL, .nr = nr,
+                       .roots_i = roots_i, .root_out = lg.root_out};
+        double *pv = calloc((size_t)(lg.n_params ? lg.n_params : 1), sizeof *pv);
+        if (!pv) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+        for (int jp = 0; jp < lg.n_params && pv; jp++) pv[jp] = lg.nodes[lg.param_pos[jp]]->value;
+        r.pv = pv;
+        if (st == LT_OK) st = lt_spmdx_queue_jobs(x, &r, q0, q1, cause, frame, after, threads);
+        free(pv);
     }
     free(pb);
 out:
@@ -597,6 +511,11 @@ static lt_status run_level(xs *x, int L, lt_sync_cause cause, const char *frame,
             const lt_node *y = g->nodes[j];
             if (y->op == LT_OP_scalar) {
                 in[k] = lt_node_new_scalar(y->value, (lt_dtype)y->dtype, core0, y->flags);
+                src_desc sd = {.kind = SRC_GSCALAR, .j = j};
+                if (in[k] && lt_spmdx_add_src(&src, &n_src, &cap_src, in[k], NULL, sd) != LT_OK) {
+                    lt_node_release(in[k]);
+                    in[k] = NULL;
+                }
             } else if (lt_node_is_pending(y) && x->level[j] == L && !x->bump[e]) {
                 in[k] = lt_node_retain(ln[j]);
             } else if (x->fuse[j] && !lt_spmdx_conv_find(x, j, &x->W[e])) {
@@ -605,22 +524,14 @@ static lt_status run_level(xs *x, int L, lt_sync_cause cause, const char *frame,
                 if (st != LT_OK) break;
             } else {
                 lt_buffer **b = NULL;
-                st = value_in(x, j, &x->W[e], &b);
+                st = lt_spmdx_value_in(x, j, &x->W[e], &b);
                 if (st != LT_OK) break;
                 local_shape(x, &y->shape, &x->W[e], &ls[k]);
                 in[k] = lt_node_new_data(lt_buffer_retain(b[0]), &ls[k], (lt_dtype)y->dtype, core0);
-                if (in[k]) {
-                    if (n_src == cap_src) {
-                        void *t = realloc(src, (size_t)(cap_src *= 2) * sizeof *src);
-                        if (!t) {
-                            lt_node_release(in[k]);
-                            in[k] = NULL;
-                            break;
-                        }
-                        src = t;
-                    }
-                    src[n_src].node = in[k];
-                    src[n_src++].bufs = b;
+                src_desc sd = {.kind = SRC_VALUE, .j = j, .w = x->W[e]};
+                if (in[k] && lt_spmdx_add_src(&src, &n_src, &cap_src, in[k], b, sd) != LT_OK) {
+                    lt_node_release(in[k]);
+                    in[k] = NULL;
                 }
             }
             if (!in[k]) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
@@ -630,6 +541,11 @@ static lt_status run_level(xs *x, int L, lt_sync_cause cause, const char *frame,
         if (s0 != 1) {
             /* the bias's share of a partial sum, a mean loss's local share */
             lt_node *sc = lt_node_new_scalar(s0, (lt_dtype)in[0]->dtype, core0, LT_NODE_WRAPPED);
+            src_desc sd = {.kind = SRC_CONST, .v = s0};
+            if (sc && lt_spmdx_add_src(&src, &n_src, &cap_src, sc, NULL, sd) != LT_OK) {
+                lt_node_release(sc);
+                sc = NULL;
+            }
             lt_attrs na;
             memset(&na, 0, sizeof na);
             lt_node *two[2] = {in[0], sc};
@@ -701,6 +617,7 @@ static lt_status run_level(xs *x, int L, lt_sync_cause cause, const char *frame,
         if (st == LT_OK && nk) st = queue_level(x, roots, roots_i, nk, 1, x->nd, src, n_src, cause, frame, 0, 0);
     }
 out:
+    if (st == LT_OK) lt_spmdx_rec_srcs(x, src, n_src);   /* also for a level without roots */
     if (ln)
         for (int i = 0; i < nn; i++) lt_node_release(ln[i]);
     if (sumn)
@@ -767,8 +684,26 @@ static void report(const xs *x, const char *why)
 
 /* ------------------------------------------------------------- entry point */
 
+static lt_status execute(const lt_graph *g, lt_sync_cause cause, const char *frame,
+                         lt_buffer **out_bufs, int *ran);
+
+/* The host's own work for a partitioned step (plan, levels, layout
+ * changes, queueing): thread CPU time, metric SpmdHostTime. */
 lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *frame,
                           lt_buffer **out_bufs, int *ran)
+{
+    struct timespec a, b;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+    lt_status st = execute(g, cause, frame, out_bufs, ran);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+    if (*ran)
+        lt_metric_add(lt_metric_get("SpmdHostTime", LT_UNIT_NS),
+                      (double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec));
+    return st;
+}
+
+static lt_status execute(const lt_graph *g, lt_sync_cause cause, const char *frame,
+                         lt_buffer **out_bufs, int *ran)
 {
     *ran = 0;
     const lt_sharding *m = NULL;
@@ -797,6 +732,7 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
     }
     xs *x = calloc(1, sizeof *x);
     if (!x) return lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+    struct lc_entry *lc = NULL, *rec = NULL;
     int nn = g->n_nodes, ne = g->in_off[nn];
     x->g = g;
     x->m = m;
@@ -898,9 +834,22 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
         lt_core_peak_mark(m->dev[q]);
     }
     plan_eager(x, is_gout, eg, eg_w, whole);
+    /* the level programs of this plan as an earlier step built them, or
+     * built now and recorded for the next steps (spmd_lcache.c) */
+    uint64_t pkey = lt_spmdx_plan_key(x, is_out);
+    if (lt_opt_int(LT_OPT_SPMD_REUSE)) {
+        lc = lt_spmdx_lcache_get(pkey, x->n_levels);
+        rec = lc ? NULL : lt_spmdx_rec_begin(x, pkey);
+    }
     for (int L = 0; L < x->n_levels && st == LT_OK; L++) {
         x->cur_level = L;
-        st = run_level(x, L, cause, frame, is_out);
+        int rebuild = 1;
+        if (lc) st = lt_spmdx_run_cached_level(x, lc, L, cause, frame, &rebuild);
+        if (st == LT_OK && rebuild) {
+            lt_spmdx_rec_level(x, rec, L);
+            st = run_level(x, L, cause, frame, is_out);
+            x->rec = NULL;
+        }
         /* the level done on every core before the next: the buffers it
          * frees are free before the next level allocates */
         if (wait_after[L] || x->compiled) {
@@ -914,7 +863,7 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
             if (!result_layout(x, j, eg, eg_w, whole, &B)) continue;
             if (eg[j] != 1 && !is_gout[j] && !whole[j]) continue;
             lt_buffer **b = NULL;
-            st = value_in(x, j, &B, &b);
+            st = lt_spmdx_value_in(x, j, &B, &b);
             if (st != LT_OK) break;
             for (conv *c = x->convs; c; c = c->next)
                 if (c->j == j && c->buf == b) c->last = is_gout[j] ? x->n_levels : x->last_use[j];
@@ -969,7 +918,7 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
             /* a sum of addends (a gradient): reduce-scattered over the axes
              * it is partial on, each core keeps its shard */
             lt_buffer **b = NULL;
-            st = value_in(x, j, &B, &b);
+            st = lt_spmdx_value_in(x, j, &B, &b);
             if (st == LT_OK && !lay_split(&B, n->shape.ndim)) out_bufs[k] = lt_buffer_retain(b[0]);
             else if (st == LT_OK) st = keep_parts(x, j, &B, b, &out_bufs[k]);
             continue;
@@ -1000,6 +949,7 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
     if (st == LT_OK) {
         *ran = 1;
         lt_counter_inc_name("SpmdPartitionedExecute", 1);
+        if (lc) lt_counter_inc_name("SpmdLevelProgramsReused", 1);
         int nc = 0;
         for (int k = 0; k < K_NUM; k++)
             if (k != K_SLICE) nc += x->count[k];
@@ -1028,6 +978,8 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
         }
     }
 out:
+    lt_spmdx_lcache_release(lc);
+    lt_spmdx_rec_end(rec, st == LT_OK);
     for (int i = 0; i < nn && x->val; i++)
         if (x->val[i]) {
             for (int q = 0; q < x->nd; q++) lt_buffer_release(x->val[i][q]);

@@ -10,6 +10,7 @@
 #include "spmd.h"
 #include "device.h"
 #include "shape.h"
+#include "compile.h"
 #define LT_MAX_ARITY_SPMD 64   /* a graph with a wider node runs whole */
 
 enum { K_GATHER = 0, K_REDUCE, K_SCATTER, K_TO_ALL, K_SLICE, K_NUM };
@@ -60,6 +61,8 @@ typedef struct xs {
     uint64_t last_seq[LT_SPMD_MAX_DEVICES];   /* per position: its core's last job */
     int waited;                /* every job queued so far is done */
     int cur_level;             /* the level being run */
+    struct lc_level *rec;      /* the level being built is recorded here
+                                  (spmd_lcache.c), or NULL */
 } xs;
 
 static inline int64_t nshards(const xs *x, int64_t code)
@@ -157,14 +160,36 @@ double lt_spmdx_in0_scale(const xs *x, int i);
 
 /* ---- spmd_exec.c and spmd_fuse.c */
 
-/* A data leaf of a level's graph and the per-position buffers it reads. */
-typedef struct src_buf { lt_node *node; lt_buffer **bufs; } src_buf;
+/* Where a leaf of a level's graph comes from, as a later step of the same
+ * plan finds it again (spmd_lcache.c): the value of node j in layout w
+ * (lt_spmdx_value_in), j's whole sum made by a first-position program
+ * (SRC_WHOLE), the addend position q holds of partial value j (SRC_ADDEND),
+ * the value of scalar node j of the graph (SRC_GSCALAR), or the constant v. */
+enum { SRC_VALUE = 0, SRC_WHOLE, SRC_ADDEND, SRC_GSCALAR, SRC_CONST };
+typedef struct src_desc {
+    int kind, j, q;
+    lay w;
+    double v;
+} src_desc;
+
+/* A leaf of a level's graph, the per-position buffers it reads (NULL for a
+ * scalar) and where it comes from. */
+typedef struct src_buf {
+    lt_node *node;
+    lt_buffer **bufs;
+    src_desc d;
+} src_buf;
 
 /* Counts an executed layout change of kind k over the mesh axes `axes`
  * (bytes per core): the report's executed lines, SpmdExecutedCollectives. */
 void lt_spmdx_note(xs *x, int k, unsigned axes, double bytes);
-/* Appends (node, bufs) to a level's sources (*src grown as needed). */
-lt_status lt_spmdx_add_src(src_buf **src, int *n_src, int *cap, lt_node *node, lt_buffer **bufs);
+/* Appends (node, bufs, where it comes from) to a level's sources (*src
+ * grown as needed). */
+lt_status lt_spmdx_add_src(src_buf **src, int *n_src, int *cap, lt_node *node, lt_buffer **bufs,
+                           src_desc d);
+/* Buffers of value j in layout w (per position, borrowed from x; made
+ * once per step and layout: a layout change on the host when needed). */
+lt_status lt_spmdx_value_in(xs *x, int j, const lay *w, lt_buffer ***out);
 /* The conversion of value j to layout w made this step, or NULL. */
 conv *lt_spmdx_conv_find(const xs *x, int j, const lay *w);
 /* 1 if value j is one of the step's results. */
@@ -184,5 +209,59 @@ lt_status lt_spmdx_whole_node(xs *x, int j, int core0, lt_node **sumn, src_buf *
 /* Keeps b, the whole value of fused value j made by a first-position
  * program, for j's later readers and the step's results. */
 lt_status lt_spmdx_keep_sum(xs *x, int j, lt_buffer *b);
+
+/* ---- spmd_lcache.c: the level programs of a plan, kept for its next steps */
+
+/* One program of a level queued on positions [q0, q1): its parameters'
+ * buffers per position (pb; NULL for a scalar parameter, whose value is
+ * pv), the roots' nodes in x->g (roots_i; -1 - j: the sum of fused j) and
+ * their output indices. */
+typedef struct lprog_run {
+    lt_program *p;
+    uint64_t key;
+    int n_params, n_outputs;
+    const int *param_alias;
+    lt_buffer ***pb;
+    const double *pv;
+    int nr;
+    const int *roots_i, *root_out;
+} lprog_run;
+
+/* Queues r's program on the cores of positions [q0, q1) with each
+ * position's buffers; the roots' per-position results go to x->val (a
+ * fused sum to lt_spmdx_keep_sum). after: the first position waits for
+ * every other position's last job; threads > 1: an elementwise program
+ * runs with that many threads. */
+lt_status lt_spmdx_queue_jobs(xs *x, const lprog_run *r, int q0, int q1, lt_sync_cause cause,
+                              const char *frame, int after, int threads);
+
+/* Names x's plan (the graph's key, the mesh, every layout, level, change
+ * and first-position choice that shapes the level programs). */
+uint64_t lt_spmdx_plan_key(const xs *x, const char *is_out);
+/* The recorded level programs of plan `key` (of n_levels levels), or
+ * NULL; a reference for lt_spmdx_lcache_release. */
+struct lc_entry *lt_spmdx_lcache_get(uint64_t key, int n_levels);
+void lt_spmdx_lcache_release(struct lc_entry *e);
+/* A new entry recording x's levels as they are built (x->rec is set per
+ * level by lt_spmdx_rec_level), or NULL when out of host memory. */
+struct lc_entry *lt_spmdx_rec_begin(const xs *x, uint64_t key);
+/* Level L of e is recorded from here on (x->rec). */
+void lt_spmdx_rec_level(xs *x, struct lc_entry *e, int L);
+/* Records a program built for the current level (x->rec; no-op when NULL):
+ * lg its graph, src the level's sources its data leaves and scalars came
+ * from (an unknown leaf makes the entry unusable). */
+void lt_spmdx_rec_prog(xs *x, lt_program *p, const lt_graph *lg, const src_buf *src, int n_src,
+                       const int *roots_i, int nr, int q0, int q1, int after, int threads);
+/* Records the level's sources (after its programs) and a layout change
+ * counted while it was built (an in-program all-reduce). */
+void lt_spmdx_rec_srcs(xs *x, const src_buf *src, int n_src);
+void lt_spmdx_rec_note(xs *x, int k, unsigned axes, double bytes);
+/* Keeps e (complete, every level usable) for the plan's next steps. */
+void lt_spmdx_rec_end(struct lc_entry *e, int ok);
+/* Runs level L from e: the sources found again for this step, the notes
+ * counted, the programs queued as built. *rebuild = 1 (nothing queued):
+ * the sources found do not alias as when it was built; build the level. */
+lt_status lt_spmdx_run_cached_level(xs *x, struct lc_entry *e, int L, lt_sync_cause cause,
+                                    const char *frame, int *rebuild);
 
 #endif

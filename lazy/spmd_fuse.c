@@ -68,8 +68,9 @@ int lt_spmdx_is_result(const xs *x, int j)
     return 0;
 }
 
-/* Appends (node, bufs) to the level's sources. */
-lt_status lt_spmdx_add_src(src_buf **src, int *n_src, int *cap, lt_node *node, lt_buffer **bufs)
+/* Appends (node, bufs, d) to the level's sources. */
+lt_status lt_spmdx_add_src(src_buf **src, int *n_src, int *cap, lt_node *node, lt_buffer **bufs,
+                           src_desc d)
 {
     if (*n_src == *cap) {
         void *t = realloc(*src, (size_t)(*cap * 2) * sizeof **src);
@@ -78,6 +79,7 @@ lt_status lt_spmdx_add_src(src_buf **src, int *n_src, int *cap, lt_node *node, l
         *cap *= 2;
     }
     (*src)[*n_src].node = node;
+    (*src)[*n_src].d = d;
     (*src)[(*n_src)++].bufs = bufs;
     return LT_OK;
 }
@@ -106,7 +108,8 @@ lt_status lt_spmdx_whole_node(xs *x, int j, int core0, lt_node **sumn, src_buf *
     if (c) {
         sumn[j] = lt_node_new_data(lt_buffer_retain(c->buf[0]), &y->shape, (lt_dtype)y->dtype, core0);
         if (!sumn[j]) return lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
-        return lt_spmdx_add_src(src, n_src, cap, sumn[j], c->buf);
+        src_desc sd = {.kind = SRC_WHOLE, .j = j};
+        return lt_spmdx_add_src(src, n_src, cap, sumn[j], c->buf, sd);
     }
     if (lt_spmdx_linear_view(g, j) && x->fuse[g->in_pos[g->in_off[j]]]) {
         int u = g->in_pos[g->in_off[j]];
@@ -139,7 +142,8 @@ static lt_status sum_node(xs *x, int j, int core0, lt_node **out, src_buf **src,
             st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
             break;
         }
-        st = lt_spmdx_add_src(src, n_src, cap, d, &x->val[j][q]);
+        src_desc sd = {.kind = SRC_ADDEND, .j = j, .q = q};
+        st = lt_spmdx_add_src(src, n_src, cap, d, &x->val[j][q], sd);
         if (acc && st == LT_OK) {
             lt_node *two[2] = {acc, d};
             lt_node *sum = lt_node_new(LT_OP_add, two, 2, &na, &y->shape, (lt_dtype)y->dtype, core0, 0);
@@ -155,6 +159,11 @@ static lt_status sum_node(xs *x, int j, int core0, lt_node **out, src_buf **src,
     }
     if (st == LT_OK && acc && A->pscale != 1) {
         lt_node *sc = lt_node_new_scalar(A->pscale, (lt_dtype)y->dtype, core0, LT_NODE_WRAPPED);
+        src_desc sd = {.kind = SRC_CONST, .v = A->pscale};
+        if (sc && lt_spmdx_add_src(src, n_src, cap, sc, NULL, sd) != LT_OK) {
+            lt_node_release(sc);
+            sc = NULL;
+        }
         lt_node *two[2] = {acc, sc};
         lt_node *m = sc ? lt_node_new(LT_OP_mul, two, 2, &na, &y->shape, (lt_dtype)y->dtype, core0, 0) : NULL;
         lt_node_release(sc);
@@ -167,8 +176,9 @@ static lt_status sum_node(xs *x, int j, int core0, lt_node **out, src_buf **src,
         acc = NULL;
     } else {
         /* an all-reduce, run by the first position's program */
-        lt_spmdx_note(x, K_REDUCE, A->partial,
-             (double)lt_shape_numel(&y->shape) * (double)lt_dtype_size((lt_dtype)y->dtype));
+        double by = (double)lt_shape_numel(&y->shape) * (double)lt_dtype_size((lt_dtype)y->dtype);
+        lt_spmdx_note(x, K_REDUCE, A->partial, by);
+        lt_spmdx_rec_note(x, K_REDUCE, A->partial, by);
     }
     *out = acc;
     return st;
