@@ -51,34 +51,6 @@ static lt_counter *op_counter(lt_op op)
 }
 
 
-/* A traced view that is the identity on its operand's value (live lock
- * held): the node the result can share instead of a new node, else NULL.
- * Two cases, both frequent in a training step: a reshape to the operand's
- * own shape (functionalization's view replays, fresh results of view ops
- * that changed nothing) and a permute of a pending permute that undoes it
- * (autograd's t() of a t()). Only when the shared node is stored as the
- * result would be (storage dtype), carries no SPMD sharding and is no
- * wrapped number: then no consumer can tell the difference. */
-static lt_node *trace_identity(lt_op op, lt_node *v, const lt_attrs *a, lt_dtype storage)
-{
-    if (v->shard || (v->flags & LT_NODE_WRAPPED) || a->n != v->shape.ndim) return NULL;
-    if (op == LT_OP_reshape) {
-        for (int d = 0; d < a->n; d++)
-            if (a->i[d] != v->shape.dims[d]) return NULL;
-        return v->dtype == storage ? v : NULL;
-    }
-    if (op != LT_OP_permute || v->op != LT_OP_permute || v->n_in != 1 ||
-        v->attrs.n != a->n || !lt_node_is_pending(v))
-        return NULL;
-    lt_node *src = v->in[0];
-    if (src->shard || (src->flags & LT_NODE_WRAPPED) || src->dtype != storage) return NULL;
-    for (int d = 0; d < a->n; d++) {
-        int64_t p = a->i[d];
-        if (p < 0 || p >= a->n || v->attrs.i[p] != d) return NULL;
-    }
-    return src;
-}
-
 lt_status lt_trace(lt_op op, lt_tensor *const *inputs, int n_inputs,
                    const lt_attrs *attrs, lt_tensor **out)
 {
@@ -146,28 +118,6 @@ lt_status lt_trace(lt_op op, lt_tensor *const *inputs, int n_inputs,
     }
     lt_shape shape;
     lt_dtype dt;
-    lt_node *same = n_inputs == 1 && (op == LT_OP_reshape || op == LT_OP_permute)
-                    ? trace_identity(op, nin[0], &a, trace_storage(inputs[0]->dtype, r))
-                    : NULL;
-    if (same) {
-        /* no node: a new tensor holding the same value (lt_tensor_share) */
-        t = lt_tensor_new_locked(lt_node_retain(same), inputs[0]->dtype, core);
-        if (!t) {
-            pthread_mutex_unlock(&L->mu);
-            lt_node_release(same);
-            pthread_mutex_lock(&L->mu);
-            st = lt_set_error(LT_ERR_INTERNAL, "%s: out of host memory", lt_op_name(op));
-        }
-        pthread_mutex_unlock(&L->mu);
-        free(frame);
-        if (opd != opd_inline) {
-            free(opd);
-            free(nin);
-        }
-        if (st != LT_OK) return st;
-        *out = t;
-        return LT_OK;
-    }
     st = lt_infer(op, opd, n_inputs, &a, &shape, &dt);
     if (st == LT_OK) {
         lt_node *node = lt_node_new(op, nin, n_inputs, &a, &shape,
