@@ -6,6 +6,10 @@
  *       lt_tensor_set_sharding; an empty enc removes t's sharding
  *   spmd_get_sharding(Tensor t) -> int[]      lt_sharding_encode, [] if none
  *   spmd_sharding_text(Tensor t) -> str       lt_sharding_str, "" if none
+ *   spmd_full_to_shard(Tensor t) -> Tensor    manual sharding (lazy/spmd_manual.c):
+ *   spmd_shard_to_full(Tensor t, int[] enc, int[] shape, str frame) -> Tensor
+ *   spmd_mark_manual(Tensor t, int[] mesh_enc) -> ()
+ *   spmd_from_step(Tensor t) -> bool          lt_tensor_from_step
  * The value is not changed: an annotation replaces t's value node by an
  * equal one carrying the sharding (lazy/spmd_sharding.c).
  */
@@ -28,12 +32,9 @@ lt_tensor *device_handle(const at::Tensor &t, const char *what) {
   return handle_of(t);
 }
 
-void spmd_set_sharding(const at::Tensor &t, at::IntArrayRef enc, c10::string_view frame) {
-  lt_tensor *h = device_handle(t, "mark_sharding");
-  if (enc.empty()) {
-    check(lt_tensor_set_sharding(h, nullptr));
-    return;
-  }
+/* lt_sharding_new from enc (lt_sharding_encode's layout; a trailing -1,
+ * MANUAL, is ignored); caller owns the result. */
+lt_sharding *decode_sharding(at::IntArrayRef enc, c10::string_view frame) {
   /* mesh_ndim, mesh_shape[], n_dev, ids[], ndim, axes[] */
   size_t k = 0, n = enc.size();
   auto take = [&](const char *field) {
@@ -55,9 +56,53 @@ void spmd_set_sharding(const at::Tensor &t, at::IntArrayRef enc, c10::string_vie
   std::string fr(frame.data(), frame.size());
   lt_sharding *s = nullptr;
   check(lt_sharding_new(mesh_ndim, mesh.data(), ids.data(), ndim, axes.data(), fr.c_str(), &s));
+  return s;
+}
+
+void spmd_set_sharding(const at::Tensor &t, at::IntArrayRef enc, c10::string_view frame) {
+  lt_tensor *h = device_handle(t, "mark_sharding");
+  if (enc.empty()) {
+    check(lt_tensor_set_sharding(h, nullptr));
+    return;
+  }
+  lt_sharding *s = decode_sharding(enc, frame);
   lt_status st = lt_tensor_set_sharding(h, s);
   lt_sharding_release(s);
   check(st);
+}
+
+/* torch_xla's _spmd_full_to_shard_shape: each core's block of t (manual). */
+at::Tensor spmd_full_to_shard(const at::Tensor &t) {
+  lt_tensor *out = nullptr;
+  check(lt_tensor_spmd_full_to_shard(device_handle(t, "_spmd_full_to_shard_shape"), &out));
+  return wrap(Ref(out));
+}
+
+/* torch_xla's _spmd_shard_to_full_shape: manual t's blocks as one value of
+ * `shape` laid out by enc ([]: replicated). */
+at::Tensor spmd_shard_to_full(const at::Tensor &t, at::IntArrayRef enc, at::IntArrayRef shape,
+                              c10::string_view frame) {
+  lt_tensor *h = device_handle(t, "_spmd_shard_to_full_shape");
+  lt_sharding *s = enc.empty() ? nullptr : decode_sharding(enc, frame);
+  lt_tensor *out = nullptr;
+  lt_status st = lt_tensor_spmd_shard_to_full(h, s, shape.data(), (int)shape.size(), &out);
+  lt_sharding_release(s);
+  check(st);
+  return wrap(Ref(out));
+}
+
+/* torch_xla's _mark_manual_sharding (mesh_enc: a sharding whose mesh the
+ * {manual} sharding takes, [] for t's own or all cores). */
+void spmd_mark_manual(const at::Tensor &t, at::IntArrayRef mesh_enc) {
+  lt_tensor *h = device_handle(t, "_mark_manual_sharding");
+  lt_sharding *m = mesh_enc.empty() ? nullptr : decode_sharding(mesh_enc, "");
+  lt_status st = lt_tensor_spmd_mark_manual(h, m);
+  lt_sharding_release(m);
+  check(st);
+}
+
+bool spmd_from_step(const at::Tensor &t) {
+  return lt_tensor_from_step(device_handle(t, "sharding")) != 0;
 }
 
 std::vector<int64_t> spmd_get_sharding(const at::Tensor &t) {
@@ -84,12 +129,20 @@ TORCH_LIBRARY_FRAGMENT(lazytpu, m) {
   m.def("spmd_set_sharding(Tensor t, int[] enc, str frame) -> ()");
   m.def("spmd_get_sharding(Tensor t) -> int[]");
   m.def("spmd_sharding_text(Tensor t) -> str");
+  m.def("spmd_full_to_shard(Tensor t) -> Tensor");
+  m.def("spmd_shard_to_full(Tensor t, int[] enc, int[] shape, str frame) -> Tensor");
+  m.def("spmd_mark_manual(Tensor t, int[] mesh_enc) -> ()");
+  m.def("spmd_from_step(Tensor t) -> bool");
 }
 
 TORCH_LIBRARY_IMPL(lazytpu, PrivateUse1, m) {
   reg_own(m, "spmd_set_sharding", TORCH_FN(spmd_set_sharding));
   reg_own(m, "spmd_get_sharding", TORCH_FN(spmd_get_sharding));
   reg_own(m, "spmd_sharding_text", TORCH_FN(spmd_sharding_text));
+  reg_own(m, "spmd_full_to_shard", TORCH_FN(spmd_full_to_shard));
+  reg_own(m, "spmd_shard_to_full", TORCH_FN(spmd_shard_to_full));
+  reg_own(m, "spmd_mark_manual", TORCH_FN(spmd_mark_manual));
+  reg_own(m, "spmd_from_step", TORCH_FN(spmd_from_step));
 }
 
 /* Annotations and inspection: no autograd. */
@@ -97,6 +150,10 @@ TORCH_LIBRARY_IMPL(lazytpu, AutogradPrivateUse1, m) {
   reg_autograd_fallthrough(m, "spmd_set_sharding");
   reg_autograd_fallthrough(m, "spmd_get_sharding");
   reg_autograd_fallthrough(m, "spmd_sharding_text");
+  reg_autograd_fallthrough(m, "spmd_full_to_shard");
+  reg_autograd_fallthrough(m, "spmd_shard_to_full");
+  reg_autograd_fallthrough(m, "spmd_mark_manual");
+  reg_autograd_fallthrough(m, "spmd_from_step");
 }
 
 }  // namespace lazytpu

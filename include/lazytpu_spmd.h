@@ -35,7 +35,8 @@ LT_API lt_sharding *lt_sharding_retain(lt_sharding *s);   /* NULL-safe, returns 
 LT_API void lt_sharding_release(lt_sharding *s);          /* NULL-safe */
 /* Writes s as integers into buf (at most cap; returns the count needed):
  * mesh_ndim, mesh_shape[mesh_ndim], n_devices, device_ids[n], ndim,
- * dim_axes[ndim] — the arguments of lt_sharding_new. */
+ * dim_axes[ndim] — the arguments of lt_sharding_new — then -1 for a
+ * MANUAL sharding ("{manual}"). */
 LT_API int lt_sharding_encode(const lt_sharding *s, int64_t *buf, int cap);
 
 /* XLA's text of a sharding ("{devices=[4,2]0,1,2,3,4,5,6,7}", with
@@ -53,6 +54,27 @@ LT_API lt_status lt_tensor_set_sharding(lt_tensor *t, lt_sharding *s);
 /* t's sharding (annotated, or propagated from its inputs), or NULL; one
  * new reference. */
 LT_API lt_sharding *lt_tensor_sharding(lt_tensor *t);
+
+/* Manual sharding (torch_xla's enable/disable_manual_sharding; lazy/spmd_manual.c).
+ * lt_tensor_spmd_full_to_shard: *out is a new tensor holding, on each core
+ * of t's mesh, that core's block of t (its shape is the block's shape),
+ * sharding {manual}; ops on it run per core on the core's values.
+ * LT_ERR_ARG when t has no sharding or is manual already, LT_ERR_SHAPE when
+ * a dim is not divisible by its shards (uneven shards are not supported). */
+LT_API lt_status lt_tensor_spmd_full_to_shard(lt_tensor *t, lt_tensor **out);
+/* The per-core values of manual t as one value of shape dims[ndim] laid out
+ * by s (NULL or no split dim: replicated, the first core's block is the
+ * value). LT_ERR_ARG when t is not manual, LT_ERR_SHAPE when dims split by s
+ * do not give t's shape. */
+LT_API lt_status lt_tensor_spmd_shard_to_full(lt_tensor *t, lt_sharding *s, const int64_t *dims,
+                                              int ndim, lt_tensor **out);
+/* Marks t's computed value {manual} (on mesh's mesh, else t's sharding's,
+ * else all cores); LT_ERR_ARG when t holds device data (not computed). */
+LT_API lt_status lt_tensor_spmd_mark_manual(lt_tensor *t, const lt_sharding *mesh);
+/* 1 when t's value is device data a sync produced (a step's output, which
+ * torch_xla's SPMD mode gives a sharding, "{replicated}" when none is
+ * planned); 0 otherwise. */
+LT_API int lt_tensor_from_step(lt_tensor *t);
 
 #ifdef __cplusplus
 }

@@ -683,6 +683,12 @@ lt_status lt_buffer_whole(lt_buffer *b)
 {
     if (!b || !b->parts)
         return LT_OK;
+    if (b->parts->manual)
+        return lt_set_error(LT_ERR_SHAPE, "a manual-sharded value (per-core values of a manual "
+                            "region, %lld elements per core) has no whole value to read or to "
+                            "run on one core: pass it through disable_manual_sharding / "
+                            "_spmd_shard_to_full_shape first (XLA cannot read it either)",
+                            (long long)b->numel);
     pthread_mutex_lock(&g_whole_mu);
     lt_status st = LT_OK;
     if (!b->data) {

@@ -84,6 +84,9 @@ typedef struct lt_buffer_parts {
     char *owner;                      /* n entries */
     uint64_t layout_key;
     unsigned layout_axes;             /* the mesh axes that layout splits over */
+    int manual;                       /* per-core values of a manual region (each part
+                                         the whole node shape): no global value, never
+                                         assembled (lt_buffer_whole refuses) */
 } lt_buffer_parts;
 
 /* An lt_buffer_parts of n positions with part/off/owner allocated and

@@ -33,6 +33,11 @@
 #define LT_KFN_collective lt_kernel_collective
 #define LT_KFN_search lt_kernel_search
 #define LT_KFN_linalg lt_kernel_linalg
+#define LT_KFN_manual lt_kernel_spmd_manual
+
+/* the manual-sharding boundaries' kernel (lazy/spmd_manual.c): refuses */
+lt_status lt_kernel_spmd_manual(lt_op op, const lt_attrs *attrs, const lt_view *in, int n_in,
+                                const lt_view *out, const lt_kernel_ctx *ctx);
 
 /* One row per op: every column but expr (which only the elementwise
  * interpreter and the C tests' reference expand). */

@@ -71,6 +71,7 @@ LT_DECLARE_SHAPE_RULE(isin)          /* shape_linalg.c */
 LT_DECLARE_SHAPE_RULE(inv)
 LT_DECLARE_SHAPE_RULE(eigh)
 LT_DECLARE_SHAPE_RULE(svd)
+LT_DECLARE_SHAPE_RULE(spmd_manual)   /* lazy/spmd_manual.c */
 
 /* Dtype rules of ops.def's dtype column. */
 typedef enum lt_dtype_rule {

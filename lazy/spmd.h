@@ -44,6 +44,8 @@ struct lt_sharding {
     int16_t dev[LT_SPMD_MAX_DEVICES];  /* core of each mesh position, row-major */
     int ndim;
     int64_t axes[LT_MAX_DIMS];         /* per tensor dim: packed mesh axes */
+    int manual;                        /* 1: MANUAL ("{manual}"): per-core values of a
+                                          manual region (axes all 0; spmd_manual.c) */
     uint64_t hash;
     char *frame;                       /* owned: the annotation's user line, or NULL */
 };
@@ -80,6 +82,39 @@ int64_t lt_spmd_code_shards(const int64_t *mesh_shape, int64_t code);
 /* Adds the report line `head` followed by " <op> xN" for every op with a
  * nonzero count (counts: LT_NUM_OPS entries) to the "sharding" section. */
 void lt_spmd_note_replicated(const char *head, const int *counts);
+
+/* A MANUAL sharding (s->manual = 1, no dim split) of ndim dims on the mesh
+ * of `mesh` (NULL: a 1-D mesh of cores 0..n_cores-1). New reference; NULL
+ * on malloc failure (error set). */
+lt_sharding *lt_sharding_new_manual(const lt_sharding *mesh, int ndim, int n_cores);
+/* 1 when a and b have the same mesh (axis sizes and cores). */
+int lt_spmd_same_mesh(const lt_sharding *a, const lt_sharding *b);
+
+/* ---- manual sharding (spmd_manual.c) ----
+ * A manual region runs per core: spmd_full_to_shard gives each core its
+ * block of a sharded value (the node's shape is the block's shape), the
+ * ops after it run on every core of the mesh on that core's values, and
+ * spmd_shard_to_full puts the blocks together again as a value with the
+ * sharding given (attrs of both: i[0..nd) the packed mesh axes per dim,
+ * i[nd..2nd) the output dims). */
+
+/* man[i] (g->n_nodes entries) = 1 when node i of g holds per-core values:
+ * a spmd_full_to_shard, an op reading such a value (but not a
+ * spmd_shard_to_full), a leaf held per core from a manual result. Returns
+ * the number of such nodes. */
+int lt_spmd_manual_mark(const lt_graph *g, char *man);
+/* 1 if g holds a manual-sharding boundary (spmd_full_to_shard /
+ * spmd_shard_to_full) or a manual leaf. */
+int lt_spmd_has_manual(const lt_graph *g);
+/* For a whole (unpartitioned) run of g on its core: replaces *g by the
+ * graph that computes every mesh position's per-core values of the manual
+ * regions side by side (the block of each position sliced from the full
+ * value; spmd_shard_to_full concatenating the positions' blocks), equal to
+ * what the partitioned run gives. roots/nr: the roots g was captured
+ * from (their order is kept). LT_ERR_ARG
+ * (naming the op, shape and sharding) when a manual value is itself a
+ * result of the step or a region reads a split value. */
+lt_status lt_spmd_manual_expand(lt_graph *g, lt_node *const *roots, int nr);
 
 /* The sharding of the op's output computed from its inputs' shardings by
  * the op's rule class, or NULL (no input sharded, the rule gives none, or

@@ -315,6 +315,7 @@ static lt_status keep_parts(xs *x, int j, const lay *A, lt_buffer **bufs, lt_buf
     }
     P->layout_key = lay_key(x, A, n->shape.ndim);
     P->layout_axes = used;
+    P->manual = A->manual != 0;
     for (int q = 0; q < x->nd; q++) {
         P->part[q] = lt_buffer_retain(bufs[q]);
         offsets(x, q, &n->shape, A, P->off[q]);
@@ -564,7 +565,7 @@ static lt_status run_level(xs *x, int L, lt_sync_cause cause, const char *frame,
             lt_spmdx_local_attrs(x, i, &a);
             lt_shape os;
             local_shape(x, &n->shape, &x->T[i], &os);
-            ln[i] = lt_node_new((lt_op)n->op, in, nin, &a, &os, (lt_dtype)n->dtype, core0,
+            ln[i] = lt_node_new(lt_spmdx_local_op(x, i), in, nin, &a, &os, (lt_dtype)n->dtype, core0,
                                 n->flags & ~LT_NODE_SHARD_ANNOT);
             if (!ln[i]) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
         }
@@ -706,8 +707,9 @@ static lt_status execute(const lt_graph *g, lt_sync_cause cause, const char *fra
                          lt_buffer **out_bufs, int *ran)
 {
     *ran = 0;
-    const lt_sharding *m = NULL;
-    for (int i = 0; i < g->n_nodes && !m; i++) m = g->nodes[i]->shard;
+    const lt_sharding *m = NULL;   /* the mesh: the first sharding not {manual} */
+    for (int i = 0; i < g->n_nodes && !m; i++)
+        if (g->nodes[i]->shard && !g->nodes[i]->shard->manual) m = g->nodes[i]->shard;
     if (!m) return LT_OK;
     int n_cores = lt_devices_count();
     const char *why = NULL;
@@ -765,6 +767,10 @@ static lt_status execute(const lt_graph *g, lt_sync_cause cause, const char *fra
         goto out;
     }
     lt_spmdx_plan_layouts(x);
+    if (x->err != LT_OK) {         /* refused (manual sharding): nothing ran */
+        st = x->err;
+        goto out;
+    }
     /* a level's outputs: values used at a later level or by the step */
     for (int i = 0; i < nn; i++)
         for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++) {

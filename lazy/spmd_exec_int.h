@@ -19,6 +19,8 @@ typedef struct lay {
     int64_t ax[LT_MAX_DIMS];
     unsigned partial;
     double pscale;             /* the sum of the addends times this */
+    unsigned manual;           /* per-core values of a manual region (spmd_manual.c):
+                                  each position its own buffer of the node's shape */
 } lay;
 
 typedef struct conv {          /* a value brought to another layout */
@@ -63,6 +65,7 @@ typedef struct xs {
     int cur_level;             /* the level being run */
     struct lc_level *rec;      /* the level being built is recorded here
                                   (spmd_lcache.c), or NULL */
+    lt_status err;             /* set by the layouts: the step is refused (manual sharding) */
 } xs;
 
 static inline int64_t nshards(const xs *x, int64_t code)
@@ -89,14 +92,16 @@ static inline void local_shape(const xs *x, const lt_shape *s, const lay *l, lt_
 
 static inline int lay_same(const lay *a, const lay *b, int ndim)
 {
-    if (a->partial != b->partial) return 0;
+    if (a->partial != b->partial || a->manual != b->manual) return 0;
     for (int d = 0; d < ndim; d++)
         if (a->ax[d] != b->ax[d]) return 0;
     return 1;
 }
 
+/* 1 when the positions hold different values: split, or manual. */
 static inline int lay_split(const lay *l, int ndim)
 {
+    if (l->manual) return 1;
     for (int d = 0; d < ndim; d++)
         if (l->ax[d]) return 1;
     return 0;
@@ -123,6 +128,7 @@ static inline uint64_t lay_key(const xs *x, const lay *l, int ndim)
     for (int q = 0; q < x->m->n_dev; q++) h = lt_hash_mix(h, (uint64_t)x->m->dev[q]);
     h = lt_hash_mix(h, (uint64_t)ndim);
     for (int d = 0; d < ndim; d++) h = lt_hash_mix(h, (uint64_t)l->ax[d]);
+    if (l->manual) h = lt_hash_mix(h, 0x4d414e55414cULL);   /* "MANUAL" */
     return h | 1;
 }
 
@@ -157,6 +163,13 @@ void lt_spmdx_local_attrs(const xs *x, int i, lt_attrs *a);
  * addmm with a partial result adds bias / shards; a mean nll_loss_backward
  * split over the batch scales its grad by 1 / shards. */
 double lt_spmdx_in0_scale(const xs *x, int i);
+
+/* spmd_manual.c: when node i is in a manual region or is one of its
+ * boundaries (man: lt_spmd_manual_mark), decides T[i] and W of its inputs
+ * and returns 1 (a refusal sets x->err); else 0. */
+int lt_spmdx_rule_manual(xs *x, int i, const char *man);
+/* The op node i runs as on each core (a boundary: a copy). */
+lt_op lt_spmdx_local_op(const xs *x, int i);
 
 /* ---- spmd_exec.c and spmd_fuse.c */
 

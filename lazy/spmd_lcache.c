@@ -110,7 +110,7 @@ lc_entry *lt_spmdx_lcache_get(uint64_t key, int n_levels)
 static uint64_t mix_lay(uint64_t h, const lay *l, int ndim)
 {
     for (int d = 0; d < ndim; d++) h = lt_hash_mix(h, (uint64_t)l->ax[d]);
-    h = lt_hash_mix(h, (uint64_t)l->partial);
+    h = lt_hash_mix(h, (uint64_t)l->partial << 32 | (uint64_t)l->manual);
     uint64_t ps;
     memcpy(&ps, &l->pscale, sizeof ps);
     return lt_hash_mix(h, ps);

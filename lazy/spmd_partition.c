@@ -518,7 +518,10 @@ lt_status lt_spmd_plan(const lt_graph *g, lt_spmd_plan_out *res, int report)
 {
     memset(res, 0, sizeof *res);
     const lt_sharding *mesh = NULL;
-    for (int i = 0; i < g->n_nodes && !mesh; i++) mesh = g->nodes[i]->shard;
+    for (int i = 0; i < g->n_nodes && !mesh; i++)   /* the first sharding not {manual} */
+        if (g->nodes[i]->shard && !g->nodes[i]->shard->manual) mesh = g->nodes[i]->shard;
+    if (!mesh)
+        for (int i = 0; i < g->n_nodes && !mesh; i++) mesh = g->nodes[i]->shard;
     if (!mesh) return LT_OK;
     plan *p = calloc(1, sizeof *p);
     if (!p) return lt_set_error(LT_ERR_INTERNAL, "spmd plan: out of host memory");
@@ -566,9 +569,16 @@ lt_status lt_spmd_plan(const lt_graph *g, lt_spmd_plan_out *res, int report)
     /* layouts of the outputs (one reference each; NULL = unsharded) */
     res->n_outputs = g->n_outputs;
     res->out_shard = calloc((size_t)(g->n_outputs ? g->n_outputs : 1), sizeof *res->out_shard);
+    /* the per-core values of a manual region (spmd_manual.c) are {manual} */
+    char *man = lt_spmd_has_manual(g) ? calloc((size_t)g->n_nodes, 1) : NULL;
+    if (man) lt_spmd_manual_mark(g, man);
     for (int k = 0; k < g->n_outputs && res->out_shard; k++) {
         int j = g->output_pos[k];
         const lt_node *n = g->nodes[j];
+        if (man && man[j]) {
+            res->out_shard[k] = lt_sharding_new_manual(mesh, n->shape.ndim, 0);
+            continue;
+        }
         if (n->shard) {
             res->out_shard[k] = lt_sharding_retain(n->shard);
             continue;
@@ -581,6 +591,7 @@ lt_status lt_spmd_plan(const lt_graph *g, lt_spmd_plan_out *res, int report)
         lt_sharding_new(mesh->mesh_ndim, mesh->mesh_shape, ids, n->shape.ndim, p->ax[j],
                         mesh->frame, &res->out_shard[k]);
     }
+    free(man);
     if (report) {
         char line[640], a[32], b[32], c[32], d[32], m[48];
         size_t len = 0;

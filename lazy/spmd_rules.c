@@ -3,6 +3,7 @@
  * (spmd_exec_int.h; the rules are listed in spmd_exec.c's header and
  * docs/spmd.md), and the levels of the graph from them.
  */
+#include <stdlib.h>
 #include <string.h>
 #include "spmd_exec_int.h"
 #include "tensor.h"
@@ -466,6 +467,10 @@ void lt_spmdx_local_attrs(const xs *x, int i, lt_attrs *a)
 {
     const lt_node *n = x->g->nodes[i];
     *a = n->attrs;
+    if (lt_spmdx_local_op(x, i) != (lt_op)n->op) {   /* a manual boundary: a copy */
+        memset(a, 0, sizeof *a);
+        return;
+    }
     if (n->op == LT_OP_reshape || n->op == LT_OP_expand) {
         for (int d = 0; d < n->shape.ndim && d < a->n; d++)
             if (x->T[i].ax[d]) a->i[d] = n->shape.dims[d] / nshards(x, x->T[i].ax[d]);
@@ -500,6 +505,13 @@ static int local_shape_ok(const xs *x, int i)
 void lt_spmdx_plan_layouts(xs *x)
 {
     const lt_graph *g = x->g;
+    /* manual-sharding regions: per-core values (spmd_manual.c) */
+    char *man = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), 1);
+    if (!man) {
+        x->err = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+        return;
+    }
+    lt_spmd_manual_mark(g, man);
     for (int i = 0; i < g->n_nodes; i++) {
         const lt_node *n = g->nodes[i];
         memset(&x->T[i], 0, sizeof x->T[i]);
@@ -509,11 +521,14 @@ void lt_spmdx_plan_layouts(xs *x)
                 for (int d = 0; d < n->shape.ndim && d < n->shard->ndim; d++)
                     x->T[i].ax[d] = n->shard->axes[d];
             lay_fix(x, &n->shape, &x->T[i]);
+            if (man[i]) lt_spmdx_rule_manual(x, i, man);
             x->level[i] = -1;
             continue;
         }
         int nin = g->in_off[i + 1] - g->in_off[i];
-        if (nin == 0 || !rule(x, i) || !local_shape_ok(x, i)) {
+        if (lt_spmdx_rule_manual(x, i, man)) {
+            /* a manual region's op or boundary: run per core as it is */
+        } else if (nin == 0 || !rule(x, i) || !local_shape_ok(x, i)) {
             int gathered = 0;
             for (int k = 0; k < nin; k++)
                 if (lt_node_is_pending(Nin(x, i, k)))
@@ -549,5 +564,6 @@ void lt_spmdx_plan_layouts(xs *x)
         x->level[i] = lv;
         if (lv + 1 > x->n_levels) x->n_levels = lv + 1;
     }
+    free(man);
 }
 

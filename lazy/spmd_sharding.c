@@ -66,7 +66,40 @@ static uint64_t sharding_hash(const lt_sharding *s)
     for (int i = 0; i < s->n_dev; i++) h = lt_hash_mix(h, (uint64_t)s->dev[i]);
     h = lt_hash_mix(h, (uint64_t)s->ndim);
     for (int i = 0; i < s->ndim; i++) h = lt_hash_mix(h, (uint64_t)s->axes[i]);
+    if (s->manual) h = lt_hash_mix(h, 0x4d414e55414cULL);   /* "MANUAL" */
     return h;
+}
+
+lt_sharding *lt_sharding_new_manual(const lt_sharding *mesh, int ndim, int n_cores)
+{
+    int64_t shape[LT_MAX_DIMS], ids[LT_SPMD_MAX_DEVICES], axes[LT_MAX_DIMS] = {0};
+    int mnd = 1;
+    if (mesh) {
+        mnd = mesh->mesh_ndim;
+        for (int a = 0; a < mnd; a++) shape[a] = mesh->mesh_shape[a];
+        for (int q = 0; q < mesh->n_dev; q++) ids[q] = mesh->dev[q];
+    } else {
+        if (n_cores < 1) n_cores = 1;
+        if (n_cores > LT_SPMD_MAX_DEVICES) n_cores = LT_SPMD_MAX_DEVICES;
+        shape[0] = n_cores;
+        for (int q = 0; q < n_cores; q++) ids[q] = q;
+    }
+    lt_sharding *s = NULL;
+    if (lt_sharding_new(mnd, shape, ids, ndim, axes, mesh ? mesh->frame : NULL, &s) != LT_OK) return NULL;
+    s->manual = 1;
+    s->hash = sharding_hash(s);
+    return s;
+}
+
+int lt_spmd_same_mesh(const lt_sharding *a, const lt_sharding *b)
+{
+    if (a == b) return 1;
+    if (!a || !b || a->mesh_ndim != b->mesh_ndim || a->n_dev != b->n_dev) return 0;
+    for (int k = 0; k < a->mesh_ndim; k++)
+        if (a->mesh_shape[k] != b->mesh_shape[k]) return 0;
+    for (int q = 0; q < a->n_dev; q++)
+        if (a->dev[q] != b->dev[q]) return 0;
+    return 1;
 }
 
 lt_status lt_sharding_new(int mesh_ndim, const int64_t *mesh_shape,
@@ -159,6 +192,7 @@ int lt_sharding_encode(const lt_sharding *s, int64_t *buf, int cap)
     for (int i = 0; i < s->n_dev; i++) PUT(s->dev[i]);
     PUT(s->ndim);
     for (int i = 0; i < s->ndim; i++) PUT(s->axes[i]);
+    if (s->manual) PUT(-1);        /* MANUAL: one more entry */
 #undef PUT
     return k;
 }
@@ -168,6 +202,10 @@ char *lt_sharding_str(const lt_sharding *s, char *buf, size_t cap)
     if (!buf || cap == 0) return buf;
     buf[0] = 0;
     if (!s) return buf;
+    if (s->manual) {
+        snprintf(buf, cap, "{manual}");
+        return buf;
+    }
     int any = 0;
     for (int d = 0; d < s->ndim; d++) any |= s->axes[d] != 0;
     if (!any) {

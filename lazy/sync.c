@@ -125,6 +125,7 @@ static lt_status sync_spmd(int core, lt_graph *g, lt_tensor **rts, lt_node **roo
                 if (rts[i]->value == roots[i]) {
                     old[i] = rts[i]->value;
                     rts[i]->value = lt_node_retain(nv);
+                    rts[i]->from_step = 1;
                 }
             }
             lt_live_unlock(core);
@@ -214,6 +215,16 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
             free(rts);
             fail_cleanup(st, &g, NULL, &args, roots, nr);
             return st != LT_OK ? st : sync_nothing(core, wait, report);
+        }
+    }
+
+    /* 2c manual-sharding regions in a step run whole: every core's values
+     * computed side by side on this core (spmd_manual.c) */
+    if (lt_spmd_has_manual(&g)) {
+        st = lt_spmd_manual_expand(&g, roots, nr);
+        if (st != LT_OK) {
+            free(rts);
+            return fail_cleanup(st, &g, NULL, &args, roots, nr);
         }
     }
 
@@ -368,6 +379,7 @@ static lt_status sync_core_impl(int core, lt_tensor *const *ts, int n,
         if (rts[i]->value == roots[i]) {
             old[i] = rts[i]->value;
             rts[i]->value = lt_node_retain(nv);
+            rts[i]->from_step = 1;
         } else {
             old[i] = NULL;
         }

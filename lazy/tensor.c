@@ -24,6 +24,7 @@ lt_tensor *lt_tensor_new_locked(lt_node *value, lt_dtype logical, int core)
     t->value = value;
     t->shape = value->shape;
     t->storage = (lt_dtype)value->dtype;
+    t->from_step = 0;
     lt_core_live *L = lt_live(core);
     t->next = L->head.next;
     t->prev = &L->head;

@@ -24,6 +24,8 @@ struct lt_tensor {
     lt_node *value;              /* owned reference; guarded by the live lock */
     lt_shape shape;              /* copy of value's shape (stable for readers) */
     lt_dtype storage;            /* value's storage dtype */
+    uint8_t from_step;           /* its value was last set by a sync (a step's
+                                    output): lt_tensor_from_step */
     struct lt_tensor *prev, *next;   /* core's live list */
 };
 

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "support_diff.h"
+#include "lazytpu_spmd.h"
 
 extern char **environ;
 
@@ -1039,10 +1040,48 @@ static void cases_barrier(lt_op op)
         }
 }
 
+/* spmd_full_to_shard / spmd_shard_to_full (lazy/spmd_manual.c) on a mesh of
+ * one core: the core's block is the whole value, so a region between them
+ * is the region's op on the whole value (8 cores, per-core blocks:
+ * tests/python/test_spmd_manual.py) */
+static void cases_manual(lt_op op)
+{
+    int k = dt_op_kind[op];
+    dt_fam[k].cases++;
+    dt_op_cases[op]++;
+    double src[12], got[12];
+    for (int i = 0; i < 12; i++) src[i] = dt_rng_range(-3, 3);
+    lt_shape s = lt_shape_make(2, (int64_t[]){3, 4});
+    lt_tensor *x = NULL, *m = NULL, *y = NULL, *z = NULL;
+    lt_sharding *sh = NULL;
+    int64_t ms[1] = {1}, ids[1] = {0}, axes[2] = {1, 0};
+    int bad = lt_tensor_from_host(0, src, LT_F64, &s, &x) != LT_OK ||
+              lt_sharding_new(1, ms, ids, 2, axes, NULL, &sh) != LT_OK ||
+              lt_tensor_set_sharding(x, sh) != LT_OK || lt_tensor_spmd_full_to_shard(x, &m) != LT_OK ||
+              lt_trace(LT_OP_neg, (lt_tensor *[]){m}, 1, NULL, &y) != LT_OK ||
+              lt_tensor_spmd_mark_manual(y, sh) != LT_OK ||
+              lt_tensor_spmd_shard_to_full(y, sh, s.dims, 2, &z) != LT_OK ||
+              lt_tensor_to_host(z, got, LT_F64) != LT_OK;
+    for (int i = 0; i < 12 && !bad; i++) bad = got[i] != -src[i];
+    if (bad) {
+        printf("FAIL %s: %s\n", dt_op_names[op], lt_last_error());
+        dt_fam[k].failed++;
+    }
+    lt_sharding_release(sh);
+    lt_tensor_release(x);
+    lt_tensor_release(m);
+    lt_tensor_release(y);
+    lt_tensor_release(z);
+}
+
 /* -------------------------------------------------------- the tests */
 
 static void cases_for(lt_op op)
 {
+    if (op == LT_OP_spmd_full_to_shard || op == LT_OP_spmd_shard_to_full) {
+        cases_manual(op);
+        return;
+    }
     switch (dt_op_kind[op]) {
     case LT_KIND_LEAF: break;
     case LT_KIND_UNARY: cases_unary(op); break;

@@ -300,10 +300,13 @@ def test_mark_sharding_with_gradients(dev):
     torch.testing.assert_close(x.grad.cpu(), 2 * x.detach().cpu())
 
 
-def test_manual_sharding_refuses_loudly(dev):
+def test_manual_sharding_gives_the_per_core_view(dev):
+    # the region's values: tests/python/test_spmd_manual.py
     xs.set_global_mesh(xs.get_1d_mesh("d"))
-    with pytest.raises(RuntimeError, match="manual"):
-        xs.enable_manual_sharding(torch.zeros(8, 2, device=dev), ("d", None))
+    xx = xs.enable_manual_sharding(torch.zeros(8, 2, device=dev), ("d", None))
+    assert tuple(xx.shape) == (1, 2) and xx.sharding_spec == "{manual}"
+    with pytest.raises(RuntimeError, match="uneven manual shards"):
+        xs.enable_manual_sharding(torch.zeros(9, 2, device=dev), ("d", None))
 
 
 def test_visualize(dev, capsys):

@@ -148,9 +148,13 @@ def test_shard_as_gives_both_sides_one_sharding(dev):
         xs.shard_as([c], (d,))
 
 
-def test_manual_sharding_mark_refuses(dev):
-    with pytest.raises(RuntimeError, match="manual"):
-        xs._mark_manual_sharding(torch.zeros(3, 2, device=dev) + 1)
+def test_mark_manual_sharding_of_a_computed_value(dev):
+    # torch_xla 2.9: device data is refused, a computed value becomes {manual}
+    x = torch.zeros(3, 2).to(dev)
+    with pytest.raises(RuntimeError, match="Marking any data tensors as manual"):
+        xs._mark_manual_sharding(x)
+    xt = xs._mark_manual_sharding(x + 1)
+    assert xt.sharding_type == xs.ShardingType.MANUAL and xt.sharding_spec == "{manual}"
 
 
 # ------------------------------------------- OpSharding, shards from the host

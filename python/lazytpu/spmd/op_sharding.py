@@ -16,8 +16,8 @@ class OpSharding:
     (nested) list of device ids, one entry per tile (a last extra dim lists
     the replicas of a PARTIAL sharding); group_assignment and
     replication_groups are XLA's derived forms and are not needed here.
-    REPLICATED takes an empty tile assignment. MANUAL is refused where it
-    would be used (lazytpu runs no manual regions)."""
+    REPLICATED takes an empty tile assignment. MANUAL is what
+    _mark_manual_sharding gives; as the target of a sharding it is refused."""
 
     def __init__(self, tile_assignment, group_assignment=(), replication_groups=(),
                  sharding_type=_sh.ShardingType.REPLICATED):
@@ -73,8 +73,8 @@ class OpSharding:
         mark_sharding records); RuntimeError for MANUAL or a rank that does
         not fit."""
         if self.type == _sh.ShardingType.MANUAL:
-            raise RuntimeError("OpSharding {manual}: lazytpu runs no manual-sharding "
-                               "regions (per-core code); use mark_sharding")
+            raise RuntimeError("OpSharding {manual} is not a layout of a whole tensor: "
+                               "mark manual values with _mark_manual_sharding")
         replicated = self.dims is None or not any(self.dims)
         dims = [()] * rank if replicated else self.dims
         if len(dims) != rank:

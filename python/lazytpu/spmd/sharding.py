@@ -85,6 +85,17 @@ def _encode(mesh, spec):
     return enc
 
 
+def _is_manual(enc):
+    """True for the encoding of a MANUAL sharding ("{manual}": the C core
+    appends -1 after the per-dim axes)."""
+    if not enc:
+        return False
+    k = 1 + enc[0]
+    k += 1 + enc[k]
+    k += 1 + enc[k]
+    return k < len(enc) and enc[k] == -1
+
+
 def _decode(enc):
     """(mesh_shape, device_ids, per-dim tuples of mesh axes) from an encoding."""
     k = 0
@@ -109,6 +120,34 @@ def _device_tensor(t, what):
                            % (what, _core.DEVICE_TYPE,
                               t.device if isinstance(t, torch.Tensor) else type(t).__name__))
     return t
+
+
+def _is_pending(g):
+    """True when device tensor g's value is still a computation (not device
+    data)."""
+    return "pending=1" in torch.ops.lazytpu.tensor_info(g)
+
+
+def _check_reshard(g, mesh, partition_spec):
+    """torch_xla 2.9's rule for device data that already has a sharding
+    (ShardingUtil::XlaMarkSharding): the same sharding again is a no-op,
+    another one raises RuntimeError("Existing annotation must be cleared
+    first: ...") unless the existing one is replicated. A computed (pending)
+    value may be annotated again (torch_xla's custom sharding node)."""
+    if _is_pending(g):
+        return
+    old = list(torch.ops.lazytpu.spmd_get_sharding(g))
+    if not old or _is_manual(old):
+        return
+    old_text = sharding_spec_text(g)
+    if old_text == "{replicated}":
+        return
+    from .op_sharding import OpSharding
+    if str(OpSharding.from_mesh(mesh, partition_spec)) == old_text:
+        return
+    raise RuntimeError("Existing annotation must be cleared first: %s (new sharding %s, %s)"
+                       % (old_text, OpSharding.from_mesh(mesh, partition_spec),
+                          _where(g, mesh, partition_spec)))
 
 
 def mark_sharding(t, mesh, partition_spec):
@@ -146,6 +185,7 @@ def mark_sharding(t, mesh, partition_spec):
                                            _where(g, mesh, partition_spec)))
     spec = _translate(mesh, partition_spec, g)
     _check_axes(mesh, spec, g)
+    _check_reshard(g, mesh, partition_spec)
     torch.ops.lazytpu.spmd_set_sharding(g, _encode(mesh, spec), _core._caller(2) or "")
     # the mesh shape and spec ride along for the DTensor view (torch_xla 2.9)
     return wrap_as_sharded_tensor(t, mesh_shape=mesh.mesh_shape, partition_spec=partition_spec)
@@ -167,10 +207,23 @@ def sharding_spec_text(t):
     g = t.global_tensor if isinstance(t, XLAShardedTensor) else t
     if not _core.is_lazytpu_tensor(g):
         return ""
-    d = _sharding_of(g)
-    if d is not None and len(d[1]) == 1:
+    enc = list(torch.ops.lazytpu.spmd_get_sharding(g))
+    if not enc:
+        # in SPMD mode every output of a step has a sharding: torch_xla's
+        # partitioner gives an unannotated one "{replicated}"
+        return "{replicated}" if _replicated_output(g) else ""
+    if _is_manual(enc):
+        return "{manual}"
+    if len(_decode(enc)[1]) == 1:
         return "{replicated}"        # one device holds all of it (torch_xla's text)
     return torch.ops.lazytpu.spmd_sharding_text(g)
+
+
+def _replicated_output(g):
+    """True when g (no sharding of its own) is the output of a step run in
+    SPMD mode: torch_xla 2.9 then gives it the computation's output sharding,
+    replicated (PrepareOutputShardingPropagation)."""
+    return is_spmd() and bool(torch.ops.lazytpu.spmd_from_step(g))
 
 
 def _sharding_of(t):
@@ -196,10 +249,15 @@ def partition_spec_of(t):
 def sharding_type_of(t):
     """ShardingType of t's sharding as an int, None when t has none
     (torch_xla's _XLAC._get_xla_sharding_type)."""
-    d = _sharding_of(t)
-    if d is None:
+    g = unwrap_sharded_tensor(t)
+    if not _core.is_lazytpu_tensor(g):
         return None
-    mesh_shape, ids, dims = d
+    enc = list(torch.ops.lazytpu.spmd_get_sharding(g))
+    if not enc:
+        return int(ShardingType.REPLICATED) if _replicated_output(g) else None
+    if _is_manual(enc):
+        return int(ShardingType.MANUAL)
+    mesh_shape, ids, dims = _decode(enc)
     used = {a for axes in dims for a in axes}
     if not used or len(ids) == 1:       # a mesh of one device: replicated, as torch_xla
         return int(ShardingType.REPLICATED)
@@ -232,7 +290,7 @@ def wrap_if_sharded(x):
     """x as an XLAShardedTensor when it is a device tensor with a sharding."""
     from .sharded_tensor import XLAShardedTensor
     if (isinstance(x, torch.Tensor) and not isinstance(x, XLAShardedTensor)
-            and _core.is_lazytpu_tensor(x) and sharding_type_of(x) is not None):
+            and _core.is_lazytpu_tensor(x) and _sharding_of(x) is not None):
         return XLAShardedTensor(x)
     return x
 
@@ -319,24 +377,55 @@ def mark_sharding_with_gradients(t, mesh, partition_spec):
 
 
 def enable_manual_sharding(t, partition_spec, *, mesh=None):
-    """Manual sharding (per-core code between enable/disable) needs the
-    per-core programs of the partitioner, which this build does not run:
-    raises RuntimeError after checking the spec, never a wrong value."""
+    """torch_xla's manual sharding: annotates t with partition_spec over mesh
+    (the global mesh when None) and returns, as an XLAShardedTensor, the
+    per-core view of it: its shape is one shard's, and the ops on it (and on
+    what is computed from it) run on every core of the mesh on that core's
+    own block, until disable_manual_sharding puts the blocks together. A dim
+    its shards do not divide is refused (RuntimeError; XLA would pad)."""
     mesh = get_global_mesh() if mesh is None else mesh
     if mesh is None:
         raise ValueError("enable_manual_sharding: no mesh given and no global mesh set")
-    g = unwrap_sharded_tensor(t)
-    mark_sharding(g, mesh, partition_spec)
-    raise RuntimeError("enable_manual_sharding: per-core (manual) regions need the SPMD "
-                       "partitioner's per-core programs, which lazytpu does not run yet; "
-                       "the tensor (%s) was annotated, but no shard-shaped view exists"
-                       % _where(g, mesh, tuple(partition_spec)))
+    t = mark_sharding(unwrap_sharded_tensor(t), mesh, partition_spec)
+    out = torch.ops.lazytpu.spmd_full_to_shard(unwrap_sharded_tensor(t))
+    return wrap_as_sharded_tensor(out, mesh_shape=mesh.mesh_shape,
+                                  partition_spec=tuple(partition_spec))
 
 
 def disable_manual_sharding(t, partition_spec, full_shape, *, mesh=None):
-    """See enable_manual_sharding: raises RuntimeError."""
-    raise RuntimeError("disable_manual_sharding: manual sharding is not supported by "
-                       "lazytpu yet (see enable_manual_sharding)")
+    """Ends a manual region: t's per-core values (each core's block) as one
+    tensor of full_shape laid out by partition_spec over mesh (the global
+    mesh when None); replicated (no split dim): the first core's value is
+    the tensor's. Returns an XLAShardedTensor."""
+    mesh = get_global_mesh() if mesh is None else mesh
+    if mesh is None:
+        raise ValueError("disable_manual_sharding: no mesh given and no global mesh set")
+    t = _mark_manual_sharding(unwrap_sharded_tensor(t))
+    out = spmd_shard_to_full_shape(unwrap_sharded_tensor(t),
+                                   mesh.get_op_sharding(partition_spec), full_shape,
+                                   unwrap_sharded_tensor(t).dtype)
+    return wrap_as_sharded_tensor(out, mesh_shape=mesh.mesh_shape,
+                                  partition_spec=tuple(partition_spec))
+
+
+def spmd_full_to_shard_shape(t):
+    """torch_xla's _XLAC._spmd_full_to_shard_shape: the per-core (manual)
+    view of sharded t (RuntimeError when t has no sharding)."""
+    return torch.ops.lazytpu.spmd_full_to_shard(_device_tensor(unwrap_sharded_tensor(t),
+                                                               "_spmd_full_to_shard_shape"))
+
+
+def spmd_shard_to_full_shape(t, op_sharding, full_shape, dtype):
+    """torch_xla's _XLAC._spmd_shard_to_full_shape: manual t's per-core
+    values as one tensor of full_shape with op_sharding (an OpSharding;
+    RuntimeError when t is not manual-sharded)."""
+    g = _device_tensor(unwrap_sharded_tensor(t), "_spmd_shard_to_full_shape")
+    if dtype is not None and dtype != g.dtype:
+        raise RuntimeError("_spmd_shard_to_full_shape: output dtype %s differs from the "
+                           "tensor's %s (lazytpu does not convert here)" % (dtype, g.dtype))
+    shape = [int(s) for s in full_shape]
+    enc = [] if op_sharding is None else list(op_sharding.encoding(len(shape)))
+    return torch.ops.lazytpu.spmd_shard_to_full(g, enc, shape, _core._caller(2) or "")
 
 
 def apply_backward_optimization_barrier(m):
@@ -453,13 +542,17 @@ def shard_as(a, b):
     return tree_unflatten(out_a, a_spec), tree_unflatten(out_b, b_spec)
 
 
-def _mark_manual_sharding(t):
-    """torch_xla's MANUAL sharding (per-core code between
-    SPMDFullToShardShape / SPMDShardToFullShape): lazytpu runs no manual
-    regions, so this refuses with RuntimeError, never a wrong layout."""
-    raise RuntimeError("_mark_manual_sharding: manual sharding (per-core regions) is not "
-                       "supported by lazytpu; the tensor (shape %s) keeps its sharding"
-                       % (list(unwrap_sharded_tensor(t).shape),))
+def _mark_manual_sharding(t, op_sharding=None):
+    """torch_xla's _mark_manual_sharding: marks t's computed value
+    "{manual}" (the per-core values of a manual region, before
+    _spmd_shard_to_full_shape). RuntimeError for device data (torch_xla:
+    "Marking any data tensors as manual is not supported")."""
+    g = _device_tensor(unwrap_sharded_tensor(t), "_mark_manual_sharding")
+    mesh = get_global_mesh()
+    enc = _encode(mesh, (None,)) if mesh is not None and mesh.size() == \
+        global_runtime_device_count() else []
+    torch.ops.lazytpu.spmd_mark_manual(g, enc)
+    return wrap_as_sharded_tensor(t)
 
 
 def _replicate(t):

@@ -140,6 +140,25 @@ def _get_xla_sharding_type(t):
     return sharding_type_of(t)
 
 
+def _spmd_full_to_shard_shape(t):
+    """The per-core (manual) view of sharded t (lazytpu.spmd.sharding)."""
+    from lazytpu.spmd.sharding import spmd_full_to_shard_shape
+    return spmd_full_to_shard_shape(t)
+
+
+def _spmd_shard_to_full_shape(t, op_sharding, full_shape, dtype):
+    """Manual t's per-core values as one tensor of full_shape with
+    op_sharding (lazytpu.spmd.sharding)."""
+    from lazytpu.spmd.sharding import spmd_shard_to_full_shape
+    return spmd_shard_to_full_shape(t, op_sharding, full_shape, dtype)
+
+
+def _mark_manual_sharding(t, op_sharding=None):
+    """Marks t's computed value {manual} (lazytpu.spmd.sharding)."""
+    from lazytpu.spmd.sharding import _mark_manual_sharding as mark
+    mark(t, op_sharding)
+
+
 def _global_tensor_from_cpu_shards(shards, op_sharding, global_shape=None):
     """A sharded device tensor put together from one CPU shard per core
     (lazytpu.spmd.op_sharding.global_tensor_from_cpu_shards)."""
