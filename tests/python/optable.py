@@ -262,6 +262,10 @@ VIA = {"data", "scalar"}
 UNREACHED = {
     "copy": "clone shares the functional value; no aten op traces copy",
     "rand_normal": "randn / normal_ run on the CPU fallback (no device kernel registered)",
+    # manual sharding: only on a sharded value under an SPMD mesh, which the
+    # single-core property run has not (tests/python/test_spmd_manual.py)
+    "spmd_full_to_shard": "needs a sharded value under an SPMD mesh",
+    "spmd_shard_to_full": "needs a manual value under an SPMD mesh",
 }
 # The backward op a derived entry also reaches (through its gradient).
 GRAD_OP = {"sigmoid": "sigmoid_backward", "tanh": "tanh_backward", "gelu": "gelu_backward",
