@@ -810,7 +810,25 @@ static lt_status execute(const lt_graph *g, lt_sync_cause cause, const char *fra
             keep_val[j] = 0;           /* a result is its sum (lt_spmdx_keep_sum) */
             /* the addends of a value summed (not a view of a fused value)
              * are kept per position until the sum has run */
-            if (!(lt_spmdx_linear_view(g, j) && x->fuse[g->in_pos[g->in_off[j]]])) {
+            if (x->fuse[j] == 2 || (lt_spmdx_linear_view(g, j) && x->fuse[g->in_pos[g->in_off[j]]]))
+                is_out[j] = 0;         /* no core computes it: its readers and
+                                          the step read its sum */
+            if (x->fuse[j] == 2) {
+                /* a whole product: its operands' blocks are kept instead,
+                 * the cores compute no partial product */
+                char *mark = calloc((size_t)nn, 1);
+                if (!mark) {
+                    st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+                    goto out;
+                }
+                lt_spmdx_product_blocks(x, j, mark);
+                for (int u = 0; u < nn; u++)
+                    if (mark[u]) {
+                        is_out[u] = 1;
+                        x->last_use[u] = x->n_levels - 1;
+                    }
+                free(mark);
+            } else if (!(lt_spmdx_linear_view(g, j) && x->fuse[g->in_pos[g->in_off[j]]])) {
                 is_out[j] = 1;
                 x->last_use[j] = x->n_levels - 1;
             }

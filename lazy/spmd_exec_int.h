@@ -214,6 +214,9 @@ int lt_spmdx_linear_view(const lt_graph *g, int i);
 /* spmd_fuse.c: x->fuse, the partial values the first position's programs
  * sum themselves (after the layouts, solo, levels and last uses). */
 void lt_spmdx_plan_fuse(xs *x);
+/* Marks in mark the values whose per-position blocks the first position's
+ * product of fused value j (x->fuse[j] == 2) reads. */
+void lt_spmdx_product_blocks(const xs *x, int j, char *mark);
 /* The whole value of fused value j as a node of the first position's
  * program being built (sumn[j], made once per level; its data leaves
  * appended to the level's sources); the sum counted as an all-reduce. */

@@ -20,6 +20,7 @@
 #include "spmd_exec_int.h"
 #include "compile.h"
 #include "tensor.h"
+#include "options.h"
 
 /* The conversion of value j to layout w already made this step, or NULL. */
 conv *lt_spmdx_conv_find(const xs *x, int j, const lay *w)
@@ -91,6 +92,13 @@ lt_status lt_spmdx_add_src(src_buf **src, int *n_src, int *cap, lt_node *node, l
  * host, in the same order. *out: a new reference. */
 static lt_status sum_node(xs *x, int j, int core0, lt_node **out, src_buf **src, int *n_src, int *cap);
 
+/* The whole value of contraction-fused value j (x->fuse[j] == 2): its
+ * product over the whole contracted dim, computed by the first position's
+ * program from the operands' blocks instead of the sum of the cores'
+ * partial products. *out: a new reference. */
+static lt_status product_node(xs *x, int j, int core0, lt_node **out, src_buf **src, int *n_src,
+                              int *cap);
+
 /* The whole value of fused value j in the first position's program:
  * sumn[j] (made once per level): a data leaf over its sum made by an
  * earlier level, the view of its fused input's whole value, or the sum of
@@ -119,6 +127,7 @@ lt_status lt_spmdx_whole_node(xs *x, int j, int core0, lt_node **sumn, src_buf *
         sumn[j] = lt_node_new((lt_op)y->op, &sumn[u], 1, &a, &y->shape, (lt_dtype)y->dtype, core0, 0);
         return sumn[j] ? LT_OK : lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
     }
+    if (x->fuse[j] == 2) return product_node(x, j, core0, &sumn[j], src, n_src, cap);
     return sum_node(x, j, core0, &sumn[j], src, n_src, cap);
 }
 
@@ -184,6 +193,179 @@ static lt_status sum_node(xs *x, int j, int core0, lt_node **out, src_buf **src,
     return st;
 }
 
+/* The positions holding the blocks of a dim split over `code`, by block
+ * index (the others along the remaining mesh axes, coordinate 0 there):
+ * pos[b] for b < nshards; 0 when some block has no such position. */
+static int blocks_of(const xs *x, int64_t code, int *pos)
+{
+    int64_t k = nshards(x, code);
+    unsigned axes = lt_spmd_axes_mask(code);
+    for (int64_t b = 0; b < k; b++) pos[b] = -1;
+    for (int q = 0; q < x->nd; q++) {
+        int rep = 1;
+        for (int a = 0; a < x->m->mesh_ndim; a++)
+            if (!(axes >> a & 1) && x->coord[q][a]) rep = 0;
+        if (!rep) continue;
+        int64_t b = shard_idx(x, q, code);
+        if (b < 0 || b >= k || pos[b] >= 0) return 0;
+        pos[b] = q;
+    }
+    for (int64_t b = 0; b < k; b++)
+        if (pos[b] < 0) return 0;
+    return 1;
+}
+
+/* 1 when the whole value of value u can be made in the first position's
+ * program of a level after lu: a data value (read whole); a reshape or
+ * permute of such a value (that view of its whole value); or a value the
+ * cores computed at level lu or before, not partial, split along one dim at most
+ * (its blocks concatenated in block order, or position 0's copy). With
+ * mark, each value whose blocks are read is marked there. */
+static int whole_ok(const xs *x, int u, int lu, char *mark, int depth)
+{
+    const lt_graph *g = x->g;
+    const lt_node *n = g->nodes[u];
+    if (!lt_node_is_pending(n)) return n->op == LT_OP_data && !n->buf->parts;
+    if (depth > 8 || x->level[u] > lu || x->T[u].partial || x->T[u].manual || x->fuse[u] || x->solo[u])
+        return 0;
+    if (lt_spmdx_linear_view(g, u) && whole_ok(x, g->in_pos[g->in_off[u]], lu, mark, depth + 1)) return 1;
+    int ds = -1;
+    for (int d = 0; d < n->shape.ndim; d++)
+        if (x->T[u].ax[d]) {
+            if (ds >= 0) return 0;
+            ds = d;
+        }
+    int pos[LT_SPMD_MAX_DEVICES];
+    if (ds >= 0 && !blocks_of(x, x->T[u].ax[ds], pos)) return 0;
+    if (mark) mark[u] = 1;
+    return 1;
+}
+
+/* The whole value of value u (whole_ok) as a node of the first position's
+ * program, into *out (a new reference); its leaves appended to the
+ * level's sources. */
+static lt_status whole_of(xs *x, int u, int core0, lt_node **out, src_buf **src, int *n_src,
+                          int *cap)
+{
+    const lt_graph *g = x->g;
+    const lt_node *y = g->nodes[u];
+    *out = NULL;
+    if (!lt_node_is_pending(y)) {
+        lay wl;
+        memset(&wl, 0, sizeof wl);
+        wl.pscale = 1;
+        lt_buffer **b = NULL;
+        lt_status st = lt_spmdx_value_in(x, u, &wl, &b);
+        if (st != LT_OK) return st;
+        lt_node *n = lt_node_new_data(lt_buffer_retain(b[0]), &y->shape, (lt_dtype)y->dtype, core0);
+        if (!n) return lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+        src_desc sd = {.kind = SRC_VALUE, .j = u, .w = wl};
+        st = lt_spmdx_add_src(src, n_src, cap, n, b, sd);
+        if (st != LT_OK) lt_node_release(n);
+        else *out = n;
+        return st;
+    }
+    if (lt_spmdx_linear_view(g, u) && whole_ok(x, g->in_pos[g->in_off[u]], x->level[u], NULL, 1)) {
+        lt_node *v = NULL;
+        lt_status st = whole_of(x, g->in_pos[g->in_off[u]], core0, &v, src, n_src, cap);
+        if (st != LT_OK) return st;
+        lt_attrs a = y->attrs;
+        *out = lt_node_new((lt_op)y->op, &v, 1, &a, &y->shape, (lt_dtype)y->dtype, core0, 0);
+        lt_node_release(v);
+        return *out ? LT_OK : lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+    }
+    int ds = -1;
+    for (int d = 0; d < y->shape.ndim; d++)
+        if (x->T[u].ax[d]) ds = d;
+    int pos[LT_SPMD_MAX_DEVICES] = {0};
+    int64_t k = ds < 0 ? 1 : nshards(x, x->T[u].ax[ds]);
+    if (ds >= 0 && !blocks_of(x, x->T[u].ax[ds], pos))
+        return lt_set_error(LT_ERR_INTERNAL, "spmd: a product's blocks");
+    lt_shape ls;
+    local_shape(x, &y->shape, &x->T[u], &ls);
+    lt_node *parts[LT_SPMD_MAX_DEVICES];
+    int made = 0;
+    lt_status st = LT_OK;
+    for (int64_t b = 0; b < k && st == LT_OK; b++) {
+        int q = pos[b];
+        if (!x->val[u] || !x->val[u][q]) {
+            st = lt_set_error(LT_ERR_INTERNAL, "spmd: a product's operand block not made");
+            break;
+        }
+        lt_node *n = lt_node_new_data(lt_buffer_retain(x->val[u][q]), &ls, (lt_dtype)y->dtype, core0);
+        if (!n) {
+            st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+            break;
+        }
+        src_desc sd = {.kind = SRC_ADDEND, .j = u, .q = q};
+        st = lt_spmdx_add_src(src, n_src, cap, n, &x->val[u][q], sd);
+        if (st != LT_OK) lt_node_release(n);
+        else parts[made++] = n;
+    }
+    if (st == LT_OK && made == 1) {
+        *out = parts[0];
+        return LT_OK;
+    }
+    if (st == LT_OK) {
+        lt_attrs a;
+        memset(&a, 0, sizeof a);
+        a.n = 1;
+        a.i[0] = ds;
+        *out = lt_node_new(LT_OP_cat, parts, made, &a, &y->shape, (lt_dtype)y->dtype, core0, 0);
+        if (!*out) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+    }
+    for (int t = 0; t < made; t++) lt_node_release(parts[t]);
+    return st;
+}
+
+static lt_status product_node(xs *x, int j, int core0, lt_node **out, src_buf **src, int *n_src,
+                              int *cap)
+{
+    const lt_graph *g = x->g;
+    const lt_node *y = g->nodes[j];
+    lt_node *in[2] = {NULL, NULL};
+    *out = NULL;
+    lt_status st = whole_of(x, g->in_pos[g->in_off[j]], core0, &in[0], src, n_src, cap);
+    if (st == LT_OK) st = whole_of(x, g->in_pos[g->in_off[j] + 1], core0, &in[1], src, n_src, cap);
+    if (st == LT_OK) {
+        lt_attrs a = y->attrs;
+        *out = lt_node_new(LT_OP_mm, in, 2, &a, &y->shape, (lt_dtype)y->dtype, core0, 0);
+        if (!*out) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+    }
+    lt_node_release(in[0]);
+    lt_node_release(in[1]);
+    if (st == LT_OK) {
+        /* the all-reduce the plan has, run as the product over the whole
+         * contracted dim (no partial products written, none summed) */
+        double by = (double)lt_shape_numel(&y->shape) * (double)lt_dtype_size((lt_dtype)y->dtype);
+        lt_spmdx_note(x, K_REDUCE, x->T[j].partial, by);
+        lt_spmdx_rec_note(x, K_REDUCE, x->T[j].partial, by);
+    }
+    return st;
+}
+
+/* 1 when fused value j (summed, not a view) may be computed as a whole
+ * product (x->fuse[j] == 2): an f32 mm, its sum unscaled, each operand's
+ * whole value can be made by the first position (whole_ok). With mark:
+ * the values whose blocks that reads are marked. */
+static int product_ok(const xs *x, int j, char *mark)
+{
+    const lt_graph *g = x->g;
+    const lt_node *y = g->nodes[j];
+    if (y->op != LT_OP_mm || y->dtype != LT_F32 || g->in_off[j + 1] - g->in_off[j] != 2 ||
+        x->T[j].pscale != 1)
+        return 0;
+    for (int e = g->in_off[j]; e < g->in_off[j + 1]; e++)
+        if (g->nodes[g->in_pos[e]]->dtype != LT_F32 || !whole_ok(x, g->in_pos[e], x->level[j], mark, 0))
+            return 0;
+    return 1;
+}
+
+void lt_spmdx_product_blocks(const xs *x, int j, char *mark)
+{
+    product_ok(x, j, mark);
+}
+
 /* x->fuse: partial values (f32/f64, not split, a power-of-two scale: the
  * sums exact as the host's) whose every reader is a first-position program
  * wanting them whole, or a reshape/permute of them that is fused too, with
@@ -230,5 +412,16 @@ void lt_spmdx_plan_fuse(xs *x)
                 if (g->in_pos[e] == j) read = 1;
         x->fuse[j] = (char)read;
     }
+    /* a data-parallel weight gradient (the batch contracted): the first
+     * position's product over the whole batch, not 8 partial products
+     * summed (LAZYTPU_SPMD_PRODUCT) */
+    if (!lt_opt_int(LT_OPT_SPMD_PRODUCT)) return;
+    int n = 0;
+    for (int j = 0; j < g->n_nodes; j++)
+        if (x->fuse[j] && !lt_spmdx_linear_view(g, j) && product_ok(x, j, NULL)) {
+            x->fuse[j] = 2;
+            n++;
+        }
+    if (n) lt_counter_inc_name("SpmdWholeProducts", n);
 }
 

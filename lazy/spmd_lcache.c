@@ -128,7 +128,7 @@ uint64_t lt_spmdx_plan_key(const xs *x, const char *is_out)
         int nd = g->nodes[i]->shape.ndim;
         h = mix_lay(h, &x->T[i], nd);
         h = lt_hash_mix(h, (uint64_t)x->level[i] << 32 | (uint64_t)x->last_use[i]);
-        h = lt_hash_mix(h, (uint64_t)(x->solo[i] | x->fuse[i] << 1 | x->repl[i] << 2 | is_out[i] << 3));
+        h = lt_hash_mix(h, (uint64_t)(x->solo[i] | x->repl[i] << 2 | is_out[i] << 3 | x->fuse[i] << 4));
         for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++) {
             h = mix_lay(h, &x->W[e], g->nodes[g->in_pos[e]]->shape.ndim);
             h = lt_hash_mix(h, (uint64_t)x->bump[e]);
@@ -369,13 +369,31 @@ lt_status lt_spmdx_run_cached_level(xs *x, lc_entry *e, int L, lt_sync_cause cau
 
 /* ------------------------------------------------------------ queueing */
 
-/* 1 if every step of p is a fused elementwise program: each output
- * element is computed alone, so its value does not depend on how many
- * threads share the elements */
+/* 1 if step s is a 2-D matrix product the kernels never split along K
+ * (lt_kutil_gemm_par splits K only when K >= 2 max(M, N)): each element
+ * of the result is summed alike on any number of threads. */
+static int step_mm_unsplit(const lt_step *s)
+{
+    if (s->op != LT_OP_mm || s->n_in < 2) return 0;
+    const lt_shape *a = &s->in[0].v.shape, *b = &s->in[1].v.shape;
+    if (a->ndim != 2 || b->ndim != 2) return 0;
+    int64_t M = a->dims[0], K = a->dims[1], N = b->dims[1];
+    return K < 2 * (M > N ? M : N);
+}
+
+/* 1 if every step of p computes each output element alone, so its value
+ * does not depend on how many threads share the elements: fused
+ * elementwise programs, a concatenation, a product not split along K (the
+ * first core's product of a data-parallel weight gradient) */
 static int prog_elementwise(const lt_program *p)
 {
-    for (int s = 0; s < p->n_steps; s++)
-        if (p->steps[s].kind != LT_STEP_FUSED) return 0;
+    for (int s = 0; s < p->n_steps; s++) {
+        const lt_step *st = &p->steps[s];
+        if (st->kind == LT_STEP_FUSED) continue;
+        if (st->kind == LT_STEP_KERNEL && st->op == LT_OP_cat) continue;
+        if ((st->kind == LT_STEP_KERNEL || st->kind == LT_STEP_GEMM_EPI) && step_mm_unsplit(st)) continue;
+        return 0;
+    }
     return 1;
 }
 
