@@ -974,6 +974,8 @@ lt_status lt_shape_rule_nll_bwd(lt_op op, const lt_operand *in, int n,
 lt_status lt_shape_rule_rand(lt_op op, const lt_operand *in, int n,
                              lt_attrs *a, lt_shape *out)
 {
+    if (n < 1 || n > 2)
+        return lt_shape_fail(LT_ERR_ARG, op, in, n, "takes a seed and an optional counter offset");
     TRY(lt_shape_need_attrs(op, in, n, a, 2, "dtype, ndim, dims..."));
     int64_t nd = a->i[1];
     if (nd < 0 || nd > LT_MAX_DIMS)
@@ -981,6 +983,8 @@ lt_status lt_shape_rule_rand(lt_op op, const lt_operand *in, int n,
     TRY(lt_shape_need_attrs(op, in, n, a, (int)(2 + nd), "dtype, ndim, dims..."));
     if (in[0].shape->ndim != 0 || !is_int(in[0].dtype))
         return lt_shape_fail(LT_ERR_ARG, op, in, n, "seed must be a 0-dim integer tensor");
+    if (n == 2 && (in[1].shape->ndim != 0 || (in[1].dtype != LT_I64 && in[1].dtype != LT_I32)))
+        return lt_shape_fail(LT_ERR_ARG, op, in, n, "counter offset must be a 0-dim int64 or int32 tensor");
     out->ndim = (int)nd;
     for (int d = 0; d < nd; d++) {
         if (a->i[2 + d] < 0)

@@ -123,6 +123,14 @@ lt_status lt_spmd_manual_expand(lt_graph *g, lt_node *const *roots, int nr);
 lt_sharding *lt_spmd_forward(lt_op op, const lt_attrs *a, lt_node *const *in,
                              int n_in, const lt_shape *out);
 
+/* Backward propagation over captured graph g (spmd_propagate.c): ax[i]
+ * (g->n_nodes rows, LT_MAX_DIMS packed mesh axes per dim, filled in by the
+ * caller from the nodes' shardings) of a computed node with no sharding,
+ * read only by elementwise ops of its shape, becomes the layout of the
+ * last such consumer (in graph order) that is split. Others unchanged;
+ * on malloc failure nothing changes. */
+void lt_spmd_backward_layouts(const lt_graph *g, int64_t (*ax)[LT_MAX_DIMS]);
+
 /* A new node equal to n (same op, operands, attrs, buffer or value) with
  * sharding s (NULL: none) and LT_NODE_SHARD_ANNOT when annotated. Caller
  * owns 1 reference; NULL on malloc failure (error set). */

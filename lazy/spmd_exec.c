@@ -25,6 +25,12 @@
  *             dims after them), expand, slice/select of a
  *             whole dim: layouts follow (partials pass through the linear
  *             views)
+ *   rand_uniform / rand_normal that its consumers want split along dim 0
+ *             (their trace-time layouts propagated backward through
+ *             elementwise ops: a dropout mask): split so, each position
+ *             generating its block of the whole value's stream from a
+ *             per-position counter offset (a data input of the one local
+ *             program), bitwise the whole value's block
  *   anything else (and any op whose local shape is not the expected one):
  *             replicated — inputs gathered, every core runs it whole
  *             (counted, reported)
@@ -538,6 +544,24 @@ static lt_status run_level(xs *x, int L, lt_sync_cause cause, const char *frame,
             if (!in[k]) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
             else made = k + 1;
         }
+        int nl = nin;                  /* the local op's inputs */
+        if (st == LT_OK && made == nin && lt_op_kind_of((lt_op)n->op) == LT_KIND_RANDOM &&
+            !x->T[i].manual && n->shape.ndim >= 1 && x->T[i].ax[0]) {
+            /* a random value split along dim 0: each position generates
+             * its block of the whole value's stream, from its counter
+             * offset (per-position data) */
+            lt_buffer **b = NULL;
+            st = lt_spmdx_offset_in(x, i, &b);
+            lt_shape s0 = {.ndim = 0};
+            in[nin] = st == LT_OK ? lt_node_new_data(lt_buffer_retain(b[0]), &s0, LT_I64, core0) : NULL;
+            src_desc sd = {.kind = SRC_OFFSET, .j = i};
+            if (in[nin] && lt_spmdx_add_src(&src, &n_src, &cap_src, in[nin], b, sd) != LT_OK) {
+                lt_node_release(in[nin]);
+                in[nin] = NULL;
+            }
+            if (in[nin]) made = nl = nin + 1;
+            else if (st == LT_OK) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+        }
         double s0 = st == LT_OK && made == nin && nin > 0 ? lt_spmdx_in0_scale(x, i) : 1;
         if (s0 != 1) {
             /* the bias's share of a partial sum, a mean loss's local share */
@@ -565,7 +589,7 @@ static lt_status run_level(xs *x, int L, lt_sync_cause cause, const char *frame,
             lt_spmdx_local_attrs(x, i, &a);
             lt_shape os;
             local_shape(x, &n->shape, &x->T[i], &os);
-            ln[i] = lt_node_new(lt_spmdx_local_op(x, i), in, nin, &a, &os, (lt_dtype)n->dtype, core0,
+            ln[i] = lt_node_new(lt_spmdx_local_op(x, i), in, nl, &a, &os, (lt_dtype)n->dtype, core0,
                                 n->flags & ~LT_NODE_SHARD_ANNOT);
             if (!ln[i]) st = lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
         }
@@ -1016,6 +1040,7 @@ out:
         free(c->buf);
         free(c);
     }
+    lt_spmdx_offsets_free(x);
     free(wait_after);
     free(x->fuse);
     free(is_out);

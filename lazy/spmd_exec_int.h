@@ -66,6 +66,10 @@ typedef struct xs {
     struct lc_level *rec;      /* the level being built is recorded here
                                   (spmd_lcache.c), or NULL */
     lt_status err;             /* set by the layouts: the step is refused (manual sharding) */
+    int64_t *rand_ax;          /* per node: the axes a random op's consumers want its
+                                  dim 0 split over (0: none); NULL: no random op */
+    lt_buffer ***offs;         /* per node: a split random op's per-position counter
+                                  offsets (lt_spmdx_offset_in), or NULL */
 } xs;
 
 static inline int64_t nshards(const xs *x, int64_t code)
@@ -159,6 +163,14 @@ static inline int kind_of(const lay *A, const lay *B, int ndim)
 void lt_spmdx_plan_layouts(xs *x);
 /* The attrs of node i's local op (sizes written in them made local). */
 void lt_spmdx_local_attrs(const xs *x, int i, lt_attrs *a);
+/* A random op i split along dim 0 reads, as its local op's second input,
+ * its block's counter offset: per position an int64 0-dim buffer of that
+ * position's core holding the whole value's index of the block's first
+ * element (borrowed from x; made once per step). LT_ERR_INTERNAL when i
+ * is not split along dim 0 alone; allocation failures as lt_buffer_alloc. */
+lt_status lt_spmdx_offset_in(xs *x, int i, lt_buffer ***out);
+/* Releases the offsets made this step and x->rand_ax. */
+void lt_spmdx_offsets_free(xs *x);
 /* The factor node i's local op applies to its input 0 (1: none): an
  * addmm with a partial result adds bias / shards; a mean nll_loss_backward
  * split over the batch scales its grad by 1 / shards. */
@@ -177,8 +189,10 @@ lt_op lt_spmdx_local_op(const xs *x, int i);
  * plan finds it again (spmd_lcache.c): the value of node j in layout w
  * (lt_spmdx_value_in), j's whole sum made by a first-position program
  * (SRC_WHOLE), the addend position q holds of partial value j (SRC_ADDEND),
- * the value of scalar node j of the graph (SRC_GSCALAR), or the constant v. */
-enum { SRC_VALUE = 0, SRC_WHOLE, SRC_ADDEND, SRC_GSCALAR, SRC_CONST };
+ * the value of scalar node j of the graph (SRC_GSCALAR), the constant v, or
+ * the per-position counter offsets of split random op j (SRC_OFFSET:
+ * lt_spmdx_offset_in). */
+enum { SRC_VALUE = 0, SRC_WHOLE, SRC_ADDEND, SRC_GSCALAR, SRC_CONST, SRC_OFFSET };
 typedef struct src_desc {
     int kind, j, q;
     lay w;

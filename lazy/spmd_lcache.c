@@ -7,7 +7,8 @@
  * work that gives the same programs every step of a training loop. The
  * first step of a plan records, per level, where each leaf of its
  * programs came from (src_desc: a value in a layout, a fused sum, an
- * addend, a scalar of the graph, a constant), the layout changes counted
+ * addend, a scalar of the graph, a constant, a split random op's counter
+ * offsets), the layout changes counted
  * while building, and each program with its parameter and root mapping.
  * A later step whose plan has the same key (lt_spmdx_plan_key: the graph's
  * key, the mesh, every layout, level, change and first-position choice)
@@ -329,6 +330,9 @@ lt_status lt_spmdx_run_cached_level(xs *x, lc_entry *e, int L, lt_sync_cause cau
             break;
         case SRC_GSCALAR:
             vals[t] = x->g->nodes[d->j]->value;
+            break;
+        case SRC_OFFSET:
+            st = lt_spmdx_offset_in(x, d->j, &bufs[t]);
             break;
         default:
             vals[t] = d->v;

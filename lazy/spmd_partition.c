@@ -32,6 +32,9 @@
  *   batch ops   nll_loss (+ backward), embedding_backward, layer norm's and
  *               a convolution's weight gradients on each core's batch slice
  *               (plan_batch_op, as the executor's rules)
+ *   random      rand_uniform / rand_normal that its consumers want split
+ *               along dim 0 (the backward pass): each core generates its
+ *               block of the stream, no collective
  *   opaque, collective: every split input gathered, partial inputs reduced,
  *               the op runs replicated (counted: SpmdReplicatedOps)
  * Outputs that are partial sums are reduced at the end.
@@ -387,57 +390,20 @@ static void plan_node(plan *p, int i)
         return;
     }
     default:
+        if (lt_op_kind_of((lt_op)n->op) == LT_KIND_RANDOM && nin == 1 && n->shape.ndim >= 1 &&
+            p->ax[i][0] && n->shape.dims[0] % shards_of(p, p->ax[i][0]) == 0) {
+            /* split along dim 0 as its consumers want it: each core
+             * generates its block of the stream (spmd_rules.c rule_random);
+             * the other dims whole (a consumer splitting them slices) */
+            for (int d = 1; d < LT_MAX_DIMS; d++) p->ax[i][d] = 0;
+            return;
+        }
         if (plan_batch_op(p, i)) return;
         for (int k = 0; k < nin; k++) bring_whole(p, i, in_pos(p, i, k));
         p->replicated[n->op]++;
         p->n_replicated++;
         return;
     }
-}
-
-/* Unsharded computed values take their consumers' layout when every
- * consumer is elementwise on the same shape and sharded. */
-static void backward_layouts(plan *p)
-{
-    const lt_graph *g = p->g;
-    int n = g->n_nodes;
-    int *cnt = calloc((size_t)n + 1, sizeof *cnt);
-    int *first = malloc((size_t)n * sizeof *first);
-    char *ok = malloc((size_t)n);
-    if (!cnt || !first || !ok) goto out;
-    for (int i = 0; i < n; i++) {
-        first[i] = -1;
-        ok[i] = 1;
-    }
-    for (int i = 0; i < n; i++) {
-        const lt_node *c = g->nodes[i];
-        for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++) {
-            int j = g->in_pos[e];
-            cnt[j]++;
-            int same = lt_spmd_rule_of((lt_op)c->op) == LT_SPMD_EW &&
-                       lt_shape_equal(&c->shape, &g->nodes[j]->shape);
-            if (!same) ok[j] = 0;
-        }
-    }
-    /* reverse post-order: consumers are settled before their inputs */
-    for (int i = n - 1; i >= 0; i--) {
-        const lt_node *c = g->nodes[i];
-        int sharded = 0;
-        for (int d = 0; d < c->shape.ndim; d++) sharded |= p->ax[i][d] != 0;
-        if (!sharded || lt_spmd_rule_of((lt_op)c->op) != LT_SPMD_EW) continue;
-        for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++) {
-            int j = g->in_pos[e];
-            const lt_node *x = g->nodes[j];
-            if (!lt_node_is_pending(x) || !ok[j] || x->shard || first[j] >= 0) continue;
-            if (!lt_shape_equal(&x->shape, &c->shape)) continue;
-            first[j] = i;
-            memcpy(p->ax[j], p->ax[i], sizeof p->ax[j]);
-        }
-    }
-out:
-    free(cnt);
-    free(first);
-    free(ok);
 }
 
 static double peak_bytes(plan *p, int split, double *param_bytes)
@@ -547,7 +513,7 @@ lt_status lt_spmd_plan(const lt_graph *g, lt_spmd_plan_out *res, int report)
         if (n->shard->n_dev != mesh->n_dev || n->shard->mesh_ndim != mesh->mesh_ndim) continue;
         for (int d = 0; d < n->shape.ndim && d < n->shard->ndim; d++) p->ax[i][d] = n->shard->axes[d];
     }
-    backward_layouts(p);
+    lt_spmd_backward_layouts(g, p->ax);
     for (int i = 0; i < g->n_nodes; i++) plan_node(p, i);
     for (int k = 0; k < g->n_outputs; k++) {
         int j = g->output_pos[k];

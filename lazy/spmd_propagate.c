@@ -20,9 +20,17 @@
  *   collective, opaque: none (replicated)
  * A mesh axis may split one dim only: a later dim that would reuse an axis
  * loses it. An output with no split dim gets no sharding (NULL).
+ *
+ * Backward (lt_spmd_backward_layouts, at plan time over a captured graph):
+ * an unsharded computed value read only by elementwise ops of its shape
+ * takes a split consumer's layout (GSPMD's backward propagation: an
+ * optimizer state beside a sharded parameter, a dropout mask beside the
+ * batch-split activation it multiplies).
  */
+#include <stdlib.h>
 #include <string.h>
 #include "spmd.h"
+#include "tensor.h"
 
 /* The first sharded input's sharding (the mesh template), or NULL. */
 static const lt_sharding *mesh_of(lt_node *const *in, int n_in)
@@ -259,4 +267,46 @@ lt_sharding *lt_spmd_forward(lt_op op, const lt_attrs *a, lt_node *const *in,
     case LT_SPMD_CONV: return rule_conv(m, in, out);
     default: return NULL;
     }
+}
+
+/* Backward propagation (spmd.h): an unsharded computed value takes the
+ * layout of its consumers when every consumer is elementwise on its shape
+ * and one of them is split. */
+void lt_spmd_backward_layouts(const lt_graph *g, int64_t (*ax)[LT_MAX_DIMS])
+{
+    int n = g->n_nodes;
+    int *first = malloc((size_t)(n ? n : 1) * sizeof *first);
+    char *ok = malloc((size_t)(n ? n : 1));
+    if (!first || !ok) goto out;
+    for (int i = 0; i < n; i++) {
+        first[i] = -1;
+        ok[i] = 1;
+    }
+    for (int i = 0; i < n; i++) {
+        const lt_node *c = g->nodes[i];
+        for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++) {
+            int j = g->in_pos[e];
+            int same = lt_spmd_rule_of((lt_op)c->op) == LT_SPMD_EW &&
+                       lt_shape_equal(&c->shape, &g->nodes[j]->shape);
+            if (!same) ok[j] = 0;
+        }
+    }
+    /* reverse post-order: consumers are settled before their inputs */
+    for (int i = n - 1; i >= 0; i--) {
+        const lt_node *c = g->nodes[i];
+        int sharded = 0;
+        for (int d = 0; d < c->shape.ndim; d++) sharded |= ax[i][d] != 0;
+        if (!sharded || lt_spmd_rule_of((lt_op)c->op) != LT_SPMD_EW) continue;
+        for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++) {
+            int j = g->in_pos[e];
+            const lt_node *x = g->nodes[j];
+            if (!lt_node_is_pending(x) || !ok[j] || x->shard || first[j] >= 0) continue;
+            if (!lt_shape_equal(&x->shape, &c->shape)) continue;
+            first[j] = i;
+            memcpy(ax[j], ax[i], sizeof ax[j]);
+        }
+    }
+out:
+    free(first);
+    free(ok);
 }

@@ -235,6 +235,57 @@ static int rule_cat(xs *x, int i, lay *T, lay *W)
     return 1;
 }
 
+/* rand_uniform / rand_normal (seed): split along dim 0 as its consumers
+ * want it (x->rand_ax, from the backward propagation of the consumers'
+ * shardings: plan_randoms), the other dims whole: each position's
+ * block is a contiguous run of the whole value's elements, which its local
+ * op generates from its counter offset (lt_spmdx_offset_in) with the
+ * whole value's values. Anything else: no rule (replicated). */
+static int rule_random(xs *x, int i, lay *T)
+{
+    const lt_graph *g = x->g;
+    const lt_node *n = g->nodes[i];
+    if (!x->rand_ax || !x->rand_ax[i] || g->in_off[i + 1] - g->in_off[i] != 1 || n->shape.ndim < 1)
+        return 0;
+    T->ax[0] = x->rand_ax[i];
+    lay_fix(x, &n->shape, T);
+    return T->ax[0] != 0;
+}
+
+/* x->rand_ax: per node, the mesh axes splitting dim 0 that the consumers
+ * of a random op want (0: none; NULL when g has no random op to split):
+ * the layouts the trace gave the graph's values (annotated, propagated
+ * forward), propagated backward through elementwise consumers of the same
+ * shape (the dropout mask: rand -> lt -> cast -> mul with the batch-split
+ * activation), as the plan does (spmd_partition.c). */
+static void plan_randoms(xs *x)
+{
+    const lt_graph *g = x->g;
+    int any = 0;
+    for (int i = 0; i < g->n_nodes && !any; i++)
+        any = lt_op_kind_of((lt_op)g->nodes[i]->op) == LT_KIND_RANDOM && lt_node_is_pending(g->nodes[i]) &&
+              g->in_off[i + 1] - g->in_off[i] == 1;
+    if (!any) return;
+    int64_t (*ax)[LT_MAX_DIMS] = calloc((size_t)g->n_nodes, sizeof *ax);
+    x->rand_ax = calloc((size_t)g->n_nodes, sizeof *x->rand_ax);
+    if (!ax || !x->rand_ax) {          /* no hint: replicated, as without one */
+        free(ax);
+        free(x->rand_ax);
+        x->rand_ax = NULL;
+        return;
+    }
+    for (int i = 0; i < g->n_nodes; i++) {
+        const lt_node *n = g->nodes[i];
+        if (n->shard && n->shard->n_dev == x->m->n_dev && n->shard->mesh_ndim == x->m->mesh_ndim &&
+            !n->shard->manual)
+            for (int d = 0; d < n->shape.ndim && d < n->shard->ndim; d++) ax[i][d] = n->shard->axes[d];
+    }
+    lt_spmd_backward_layouts(g, ax);
+    for (int i = 0; i < g->n_nodes; i++)
+        if (lt_op_kind_of((lt_op)g->nodes[i]->op) == LT_KIND_RANDOM) x->rand_ax[i] = ax[i][0];
+    free(ax);
+}
+
 /* Decides T[i] and W of i's inputs; returns 0 when the op has no rule. */
 static int rule(xs *x, int i)
 {
@@ -444,6 +495,7 @@ static int rule(xs *x, int i)
     case LT_SPMD_GATHER:
         return op == LT_OP_index_select ? rule_index_select(x, i, T, W) : 0;
     default:
+        if (lt_op_kind_of(op) == LT_KIND_RANDOM) return rule_random(x, i, T);
         if (op == LT_OP_nll_loss || op == LT_OP_nll_loss_backward) return rule_nll(x, i, T, W);
         if (op == LT_OP_embedding_backward) return rule_embedding_bwd(x, i, T, W);
         if (op == LT_OP_cat) return rule_cat(x, i, T, W);
@@ -475,6 +527,60 @@ void lt_spmdx_local_attrs(const xs *x, int i, lt_attrs *a)
         for (int d = 0; d < n->shape.ndim && d < a->n; d++)
             if (x->T[i].ax[d]) a->i[d] = n->shape.dims[d] / nshards(x, x->T[i].ax[d]);
     }
+    if (lt_op_kind_of((lt_op)n->op) == LT_KIND_RANDOM) {   /* {dtype, ndim, dims...} */
+        for (int d = 0; d < n->shape.ndim && 2 + d < a->n; d++)
+            if (x->T[i].ax[d]) a->i[2 + d] = n->shape.dims[d] / nshards(x, x->T[i].ax[d]);
+    }
+}
+
+/* The counter offsets of random op i split along dim 0 (rule_random): per
+ * position an int64 0-dim buffer on its core holding the index, in the
+ * whole value, of its block's first element. Made once per step. */
+lt_status lt_spmdx_offset_in(xs *x, int i, lt_buffer ***out)
+{
+    const lt_node *n = x->g->nodes[i];
+    const lay *T = &x->T[i];
+    if (!x->offs) {
+        x->offs = calloc((size_t)x->g->n_nodes, sizeof *x->offs);
+        if (!x->offs) return lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+    }
+    if (x->offs[i]) {
+        *out = x->offs[i];
+        return LT_OK;
+    }
+    if (n->shape.ndim < 1 || !T->ax[0])
+        return lt_set_error(LT_ERR_INTERNAL, "spmd: a counter offset for an unsplit value");
+    for (int d = 1; d < n->shape.ndim; d++)
+        if (T->ax[d]) return lt_set_error(LT_ERR_INTERNAL, "spmd: a random value split past dim 0");
+    lt_buffer **b = calloc((size_t)x->nd, sizeof *b);
+    if (!b) return lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+    int64_t block = (n->shape.dims[0] / nshards(x, T->ax[0]));
+    for (int d = 1; d < n->shape.ndim; d++) block *= n->shape.dims[d];
+    for (int q = 0; q < x->nd; q++) {
+        lt_status st = lt_buffer_alloc(x->m->dev[q], LT_I64, 1, &b[q]);
+        if (st != LT_OK) {
+            for (int r = 0; r < q; r++) lt_buffer_release(b[r]);
+            free(b);
+            return st;
+        }
+        *(int64_t *)b[q]->data = shard_idx(x, q, T->ax[0]) * block;
+    }
+    x->offs[i] = b;
+    *out = b;
+    return LT_OK;
+}
+
+void lt_spmdx_offsets_free(xs *x)
+{
+    for (int i = 0; x->offs && i < x->g->n_nodes; i++)
+        if (x->offs[i]) {
+            for (int q = 0; q < x->nd; q++) lt_buffer_release(x->offs[i][q]);
+            free(x->offs[i]);
+        }
+    free(x->offs);
+    x->offs = NULL;
+    free(x->rand_ax);
+    x->rand_ax = NULL;
 }
 
 /* 1 when the local op on the wanted input layouts gives T's local shape. */
@@ -512,6 +618,7 @@ void lt_spmdx_plan_layouts(xs *x)
         return;
     }
     lt_spmd_manual_mark(g, man);
+    plan_randoms(x);
     for (int i = 0; i < g->n_nodes; i++) {
         const lt_node *n = g->nodes[i];
         memset(&x->T[i], 0, sizeof x->T[i]);

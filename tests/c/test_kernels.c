@@ -654,6 +654,49 @@ static void test_random(void **state)
     assert_true(fabs(m4 - 3) < 0.3);   /* kurtosis of a normal */
 }
 
+/* A counter offset (second input) o: the output is elements o.. of the
+ * stream, bitwise the whole output's block there (a core of a partitioned
+ * step generating its block); odd offsets split rand_normal's pairs. */
+static void test_random_offset(void **state)
+{
+    (void)state;
+    const int64_t n = 1000;
+    double seed = 77;
+    lt_view s = kt_view(LT_I64, 0, NULL, NULL, 0, &seed);
+    lt_op ops[2] = {LT_OP_rand_uniform, LT_OP_rand_normal};
+    lt_dtype dts[2] = {LT_F32, LT_F64};
+    int64_t offs[4] = {0, 1, 250, 613};
+    for (int o = 0; o < 2; o++)
+        for (int t = 0; t < 2; t++) {
+            size_t es = dts[t] == LT_F32 ? 4 : 8;
+            lt_attrs at = KATTR(dts[t], 1, n);
+            lt_view whole = kt_out(dts[t], 1, DIMS(n));
+            assert_int_equal(lt_kernel_random(ops[o], &at, &s, 1, &whole, &kt_ctx2), LT_OK);
+            for (int k = 0; k < 4; k++) {
+                int64_t m = k == 3 ? n - offs[k] : 100;
+                double ov = (double)offs[k];
+                lt_view in2[2] = {s, kt_view(k & 1 ? LT_I32 : LT_I64, 0, NULL, NULL, 0, &ov)};
+                lt_attrs ab = KATTR(dts[t], 1, m);
+                lt_view blk = kt_out(dts[t], 1, DIMS(m));
+                assert_int_equal(lt_kernel_random(ops[o], &ab, in2, 2, &blk, &kt_ctx1), LT_OK);
+                assert_memory_equal(blk.data, (char *)whole.data + (size_t)offs[k] * es, (size_t)m * es);
+            }
+            /* a wrong offset gives other values */
+            double ov = 3;
+            lt_view in2[2] = {s, kt_view(LT_I64, 0, NULL, NULL, 0, &ov)};
+            lt_attrs ab = KATTR(dts[t], 1, 100);
+            lt_view blk = kt_out(dts[t], 1, DIMS(100));
+            assert_int_equal(lt_kernel_random(ops[o], &ab, in2, 2, &blk, &kt_ctx1), LT_OK);
+            assert_memory_not_equal(blk.data, (char *)whole.data + 4 * es, 100 * es);
+        }
+    /* the offset must be an integer */
+    double fv = 1;
+    lt_view bad[2] = {s, kt_view(LT_F32, 0, NULL, NULL, 0, &fv)};
+    lt_attrs ab = KATTR(LT_F32, 1, 4);
+    lt_view blk = kt_out(LT_F32, 1, DIMS(4));
+    assert_int_not_equal(lt_kernel_random(LT_OP_rand_uniform, &ab, bad, 2, &blk, &kt_ctx1), LT_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -670,6 +713,7 @@ int main(void)
         cmocka_unit_test_teardown(test_embedding_backward_arange, kt_teardown),
         cmocka_unit_test_teardown(test_nll_loss, kt_teardown),
         cmocka_unit_test_teardown(test_random, kt_teardown),
+        cmocka_unit_test_teardown(test_random_offset, kt_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -321,6 +321,11 @@ static void test_loss_rand_collective(void **st)
     assert_int_equal(rdt, LT_F32);
     assert_int_equal(run(LT_OP_rand_uniform, 1, (lt_shape[]){S0}, (lt_dtype[]){LT_I64}, (int64_t[]){LT_F32, 2, 3}, 3, &out, &rdt), LT_ERR_ARG);
     assert_int_equal(run(LT_OP_rand_normal, 1, (lt_shape[]){S0}, (lt_dtype[]){LT_I64}, (int64_t[]){LT_I64, 1, 3}, 3, &out, &rdt), LT_ERR_DTYPE);
+    /* an optional counter offset: an integer 0-dim tensor */
+    assert_int_equal(run(LT_OP_rand_normal, 2, (lt_shape[]){S0, S0}, (lt_dtype[]){LT_I64, LT_I64}, (int64_t[]){LT_F64, 1, 3}, 3, &out, &rdt), LT_OK);
+    ASSERT_SHAPE(out, 3);
+    assert_int_equal(run(LT_OP_rand_uniform, 2, (lt_shape[]){S0, SH(2)}, (lt_dtype[]){LT_I64, LT_I64}, (int64_t[]){LT_F32, 1, 3}, 3, &out, &rdt), LT_ERR_ARG);
+    assert_int_equal(run(LT_OP_rand_uniform, 2, (lt_shape[]){S0, S0}, (lt_dtype[]){LT_I64, LT_F32}, (int64_t[]){LT_F32, 1, 3}, 3, &out, &rdt), LT_ERR_ARG);
     setenv("LAZYTPU_WORLD_SIZE", "4", 1);
     assert_int_equal(run(LT_OP_all_gather, 1, (lt_shape[]){SH(3, 5)}, fi, (int64_t[]){0}, 1, &out, NULL), LT_OK);
     ASSERT_SHAPE(out, 12, 5);
