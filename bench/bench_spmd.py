@@ -4,13 +4,16 @@ same training on one core with no sharding, at the same global batch, as
 images/s and a ratio, in one run.
 
     .venv/bin/python bench/bench_spmd.py [--model mlp|cnn|both]
-        [--batch 256] [--steps 40] [--warmup 5] [--repeat 3]
+        [--batch 256] [--steps N] [--warmup 5] [--repeat 5]
 
 Models: the MLP and CNN of examples/fashion_mnist.py, SGD with momentum,
 cross entropy, synthetic Fashion-MNIST-shaped data fed through
 lazytpu.loader.MpDeviceLoader (input_sharding= for SPMD). Both runs use the
 same batches. The two runs alternate `repeat` times, each timed run in a
-fresh process of its own; the best images/s of each count.
+fresh process of its own; the ratio is of the medians of each side (the
+spread, min-max, is printed beside it). Steps per timed run, unless
+--steps says: MLP 300, CNN 40 (each run ~1.5-3 s; a 40-step MLP run lasts
+0.2 s, where one scheduler hiccup moves it by 10%).
 
 The "max diff" column: both runs again in float64, same batches, same
 warmup+steps steps, untimed; the max abs difference of the state dict
@@ -34,6 +37,7 @@ in the output is read from the SpmdPartitionedExecute counter. Target
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -103,13 +107,13 @@ def child_run(a):
     print(json.dumps({"img_s": rate}))
 
 
-def timed(name, spmd, a):
+def timed(name, spmd, a, steps):
     """A timed run in a process of its own: a core's thread budget and
     inline execution depend on how many cores the process has started, so a
     one-core run after an SPMD run in the same process would get 1 of the
     2 CPUs and no inline execution (a handicapped peer)."""
     cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--batch", str(a.batch),
-           "--steps", str(a.steps), "--warmup", str(a.warmup)] + (["--spmd"] if spmd else []) + \
+           "--steps", str(steps), "--warmup", str(a.warmup)] + (["--spmd"] if spmd else []) + \
         (["--unpartitioned"] if a.unpartitioned else [])
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
@@ -121,9 +125,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="both", choices=["mlp", "cnn", "both"])
     ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--steps", type=int, default=None, help="per timed run (default: MLP 300, CNN 40)")
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--json", default=None)
     ap.add_argument("--unpartitioned", action="store_true")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -139,15 +143,13 @@ def main():
     res = {}
     for name in (["mlp", "cnn"] if a.model == "both" else [a.model]):
         cls = MLP if name == "mlp" else CNN
-        batches = _batches(a.warmup + a.steps, a.batch)
-        one = sp = 0.0
-        for r in range(a.repeat):       # interleaved, best of each: a loaded machine
+        steps = a.steps or (300 if name == "mlp" else 40)
+        batches = _batches(a.warmup + steps, a.batch)
+        ones, sps = [], []
+        for r in range(a.repeat):       # interleaved: the machine's drift hits both
             for spmd in ((False, True) if r % 2 == 0 else (True, False)):
-                rate = timed(name, spmd, a)
-                if spmd:
-                    sp = max(sp, rate)
-                else:
-                    one = max(one, rate)
+                (sps if spmd else ones).append(timed(name, spmd, a, steps))
+        one, sp = statistics.median(ones), statistics.median(sps)
         # untimed, in this process: the same steps in float32 and float64
         runs0 = met.counter_value("SpmdPartitionedExecute") or 0
         _, p1 = run(cls, batches, a.warmup, spmd=False)
@@ -158,12 +160,14 @@ def main():
         _, q8 = run(cls, batches, a.warmup, spmd=True, dtype=torch.float64)
         diff = _max_diff(q1, q8)
         res[name] = {"one_core_img_s": one, "spmd8_img_s": sp, "ratio": sp / one,
+                     "one_core_runs": ones, "spmd8_runs": sps,
                      "max_state_diff_f64": diff, "max_state_diff_f32_end": d32,
                      "partitioned_steps": nparts}
-        print("%s: one core %.0f img/s, SPMD 8-way DP %.0f img/s, ratio %.2fx, "
-              "max diff %.1e in float64 (f32 end %.1e) (batch %d, %d steps, %d steps ran partitioned)"
-              % (name, one, sp, sp / one, diff, d32, a.batch, a.steps, res[name]["partitioned_steps"]),
-              flush=True)
+        print("%s: one core %.0f img/s (%.0f-%.0f), SPMD 8-way DP %.0f img/s (%.0f-%.0f), "
+              "ratio of medians %.2fx, max diff %.1e in float64 (f32 end %.1e) "
+              "(batch %d, %d steps x %d runs each, %d steps ran partitioned)"
+              % (name, one, min(ones), max(ones), sp, min(sps), max(sps), sp / one, diff, d32,
+                 a.batch, steps, a.repeat, res[name]["partitioned_steps"]), flush=True)
     print("load average %.2f" % os.getloadavg()[0])
     if a.json:
         with open(a.json, "w") as f:
