@@ -212,14 +212,13 @@ uint64_t lt_submit_queue(int core, lt_submit_job *j, const char *fresh)
 /* Per core, the last seqs of the latest marked steps (lt_submit_mark_step),
  * oldest first. */
 #define LT_STEP_MARKS 8
-#define LT_MARK_CORES 64   /* device.c: LT_MAX_CORES */
 static pthread_mutex_t g_marks_mu = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t g_marks[LT_MARK_CORES][LT_STEP_MARKS];
-static int g_n_marks[LT_MARK_CORES];
+static uint64_t g_marks[LT_MAX_CORES][LT_STEP_MARKS];
+static int g_n_marks[LT_MAX_CORES];
 
 void lt_submit_mark_step(int core)
 {
-    if (core < 0 || core >= LT_MARK_CORES) return;
+    if (core < 0 || core >= LT_MAX_CORES) return;
     uint64_t last = lt_core_last_seq(core);
     pthread_mutex_lock(&g_marks_mu);
     int n = g_n_marks[core];
@@ -242,15 +241,16 @@ lt_status lt_submit_bound(int core, uint64_t seq, int report)
     uint64_t target = seq - (uint64_t)rtm->max_inflight;
     /* seq ends a marked step: the end of the step max_inflight steps
      * before it (programs of one step count as one) */
-    if (core >= 0 && core < LT_MARK_CORES) {
+    if (core >= 0 && core < LT_MAX_CORES) {
         pthread_mutex_lock(&g_marks_mu);
         int n = g_n_marks[core];
         int64_t k = n - 1 - rtm->max_inflight;
-        if (n && g_marks[core][n - 1] == seq && k >= 0 && g_marks[core][k] < target)
-            target = g_marks[core][k];
-        else if (n && g_marks[core][n - 1] == seq && k < 0 && n > 0 &&
-                 (uint64_t)rtm->max_inflight >= (uint64_t)n)
-            target = 0;        /* fewer marked steps queued than the bound */
+        if (n && g_marks[core][n - 1] == seq) {
+            if (k < 0)
+                target = 0;    /* fewer marked steps so far than the bound */
+            else if (g_marks[core][k] < target)
+                target = g_marks[core][k];
+        }
         pthread_mutex_unlock(&g_marks_mu);
     }
     return target ? lt_core_wait(core, target, report) : LT_OK;
