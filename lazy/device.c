@@ -44,7 +44,6 @@
 #define LT_UNDER_ASAN 0
 #endif
 
-#define LT_MAX_CORES 64
 #define LT_DEFAULT_CORES 8
 /* base/options.def: LAZYTPU_NUM_CORES 1..64, default 8 */
 _Static_assert(LT_MAX_CORES == 64 && LT_DEFAULT_CORES == 8, "options.def: LAZYTPU_NUM_CORES");

@@ -15,6 +15,10 @@
 #include "lazytpu.h"
 #include "fault.h"
 
+/* Most simulated cores a process can have (base/options.def:
+ * LAZYTPU_NUM_CORES 1..64). */
+#define LT_MAX_CORES 64
+
 typedef struct lt_buffer {
     atomic_int refs;
     int core;

@@ -620,22 +620,25 @@ static lt_status run_level(xs *x, int L, lt_sync_cause cause, const char *frame,
     if (st != LT_OK || nr == 0) goto out;
     /* values only the first position computes (x->solo) go in its program
      * alone; the other positions run the level without them */
+    /* (a sum every position makes, fuse 3, is in both programs) */
     int n_solo = 0;
-    for (int r = 0; r < nr; r++) n_solo += roots_i[r] < 0 || x->solo[roots_i[r]];
+    for (int r = 0; r < nr; r++)
+        n_solo += roots_i[r] < 0 ? x->fuse[-1 - roots_i[r]] != 3 : x->solo[roots_i[r]];
     if (!n_solo) {
         st = queue_level(x, roots, roots_i, nr, 0, x->nd, src, n_src, cause, frame, 0, 0);
     } else {
         int nk = 0;
-        for (int r = 0; r < nr; r++) nk += roots_i[r] >= 0 && !x->solo[roots_i[r]];
+        for (int r = 0; r < nr; r++) nk += roots_i[r] >= 0 && !x->solo[roots_i[r]];   /* not sums alone */
         /* a level of the first position alone (data parallel: the sum of
          * the gradients and the update): the other cores wait for it, so
          * it may use every CPU (its ops are elementwise or run alike on
          * any number of threads: the values do not change) */
         int thr = nk == 0 ? lt_core_nproc() : 0;
         st = queue_level(x, roots, roots_i, nr, 0, 1, src, n_src, cause, frame, n_sums > 0, thr);
+        int others = nk;           /* values the other positions compute */
         nk = 0;
-        for (int r = 0; r < nr; r++)
-            if (roots_i[r] >= 0 && !x->solo[roots_i[r]]) {
+        for (int r = 0; r < nr && others; r++)
+            if (roots_i[r] < 0 ? x->fuse[-1 - roots_i[r]] == 3 : !x->solo[roots_i[r]]) {
                 roots_i[nk] = roots_i[r];
                 roots[nk++] = roots[r];
             }
@@ -870,11 +873,16 @@ static lt_status execute(const lt_graph *g, lt_sync_cause cause, const char *fra
         }
     for (int j = 0; j < nn; j++)
         if (lt_node_is_pending(g->nodes[j]) && x->T[j].partial && !x->fuse[j]) wait_after[x->level[j]] = 1;
+    int every = (int)lt_opt_int(LT_OPT_SPMD_SUM_EVERY);
     for (int k = 0; k < g->n_outputs; k++) {
         int j = g->output_pos[k];
         const lt_node *n = g->nodes[j];
+        /* (a whole value every position computes, a batch-norm weight's
+         * gradient from the sums every position made: position 0's buffer,
+         * written by a program, under LAZYTPU_SPMD_SUM_EVERY) */
         if (lt_node_is_pending(n) && !x->fuse[j] &&
-            (x->T[j].partial || lay_split(&x->T[j], n->shape.ndim) || !x->solo[j] || x->m->dev[0] != g->core))
+            (x->T[j].partial || lay_split(&x->T[j], n->shape.ndim) || (!x->solo[j] && !every) ||
+             x->m->dev[0] != g->core))
             wait_after[x->n_levels - 1] = 1;
     }
     for (int q = 0; q < x->nd; q++) {
@@ -932,6 +940,7 @@ static lt_status execute(const lt_graph *g, lt_sync_cause cause, const char *fra
         lt_status sq = lt_core_wait(m->dev[q], 0, 1);
         if (st == LT_OK) st = sq;
     }
+    for (int q = 0; q < x->nd && st == LT_OK; q++) lt_submit_mark_step(m->dev[q]);
     /* the step's results, whole on the graph's core */
     for (int k = 0; k < g->n_outputs && st == LT_OK; k++) {
         int j = g->output_pos[k];
@@ -1041,6 +1050,7 @@ out:
         free(c);
     }
     lt_spmdx_offsets_free(x);
+    lt_spmdx_sames_free(x);
     free(wait_after);
     free(x->fuse);
     free(is_out);

@@ -59,7 +59,12 @@ typedef struct xs {
     int n_parts;               /* results kept as per-core shards */
     char *fuse;                /* per node: a partial value whose every reader is a
                                   first-position program wanting it whole: summed
-                                  there, in that program (no host all-reduce) */
+                                  there, in that program (no host all-reduce); 3:
+                                  read whole by every position's programs, each of
+                                  which sums it (a batch-norm statistic); 2: a whole
+                                  product (spmd_fuse.c) */
+    struct same_bufs *sames;   /* per-position arrays naming one buffer (an addend
+                                  every position reads): lt_spmdx_same_bufs */
     uint64_t last_seq[LT_SPMD_MAX_DEVICES];   /* per position: its core's last job */
     int waited;                /* every job queued so far is done */
     int cur_level;             /* the level being run */
@@ -236,9 +241,17 @@ void lt_spmdx_product_blocks(const xs *x, int j, char *mark);
  * appended to the level's sources); the sum counted as an all-reduce. */
 lt_status lt_spmdx_whole_node(xs *x, int j, int core0, lt_node **sumn, src_buf **src, int *n_src,
                               int *cap);
-/* Keeps b, the whole value of fused value j made by a first-position
- * program, for j's later readers and the step's results. */
-lt_status lt_spmdx_keep_sum(xs *x, int j, lt_buffer *b);
+/* Keeps b, the whole value of fused value j made by position q's program,
+ * for j's later readers and the step's results: at q == 0 for every
+ * position (a first-position sum), at q > 0 (fuse 3: every position sums
+ * it) for position q. */
+lt_status lt_spmdx_keep_sum(xs *x, int j, int q, lt_buffer *b);
+/* A per-position array (x->nd entries, owned by x until the step ends:
+ * lt_spmdx_sames_free) whose every entry is b: a buffer every position's
+ * program reads (another core's addend), as a level's source. NULL when out
+ * of host memory (error set). */
+lt_buffer **lt_spmdx_same_bufs(xs *x, lt_buffer *b);
+void lt_spmdx_sames_free(xs *x);
 
 /* ---- spmd_lcache.c: the level programs of a plan, kept for its next steps */
 

@@ -13,6 +13,15 @@
  * value is that view of the sum. That program waits for the other cores'
  * jobs it reads (lt_submit_job.after), so the host queues the levels
  * without waiting for them.
+ *
+ * A partial value that programs every position runs read whole (batch
+ * norm's statistics over a split batch: the forward mean and variance, the
+ * backward sums; LAZYTPU_SPMD_SUM_EVERY=1, fuse 3) is summed so by each of
+ * those programs, every position adding the same addends in the same
+ * order (the same bits on every core, and as the host's all-reduce makes
+ * them); each position keeps its own sum for later levels. A program waits
+ * on its core for the jobs writing the addends it reads (their buffers are
+ * its parameters), so the host queues the whole step without waiting.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -34,8 +43,45 @@ conv *lt_spmdx_conv_find(const xs *x, int j, const lay *w)
 /* Keeps b, the whole sum of partial value j computed by the first
  * position's program (x->fuse), as j's whole layout for its later readers
  * and the step's results: every position reads that one buffer. */
-lt_status lt_spmdx_keep_sum(xs *x, int j, lt_buffer *b)
+typedef struct same_bufs {
+    struct same_bufs *next;
+    lt_buffer *b[];
+} same_bufs;
+
+lt_buffer **lt_spmdx_same_bufs(xs *x, lt_buffer *b)
 {
+    same_bufs *s = malloc(sizeof *s + (size_t)x->nd * sizeof s->b[0]);
+    if (!s) {
+        lt_set_error(LT_ERR_INTERNAL, "spmd: out of host memory");
+        return NULL;
+    }
+    for (int q = 0; q < x->nd; q++) s->b[q] = b;   /* borrowed: x->val holds b */
+    s->next = x->sames;
+    x->sames = s;
+    return s->b;
+}
+
+void lt_spmdx_sames_free(xs *x)
+{
+    while (x->sames) {
+        same_bufs *s = x->sames;
+        x->sames = s->next;
+        free(s);
+    }
+}
+
+lt_status lt_spmdx_keep_sum(xs *x, int j, int q, lt_buffer *b)
+{
+    if (q > 0) {               /* every position sums it: position q's own */
+        lay wl;
+        memset(&wl, 0, sizeof wl);
+        wl.pscale = 1;
+        conv *f = lt_spmdx_conv_find(x, j, &wl);
+        if (!f) return lt_set_error(LT_ERR_INTERNAL, "spmd: a position's sum before the first's");
+        lt_buffer_release(f->buf[q]);
+        f->buf[q] = lt_buffer_retain(b);
+        return LT_OK;
+    }
     conv *c = calloc(1, sizeof *c);
     lt_buffer **buf = calloc((size_t)x->nd, sizeof *buf);
     if (!c || !buf) {
@@ -152,7 +198,8 @@ static lt_status sum_node(xs *x, int j, int core0, lt_node **out, src_buf **src,
             break;
         }
         src_desc sd = {.kind = SRC_ADDEND, .j = j, .q = q};
-        st = lt_spmdx_add_src(src, n_src, cap, d, &x->val[j][q], sd);
+        lt_buffer **sb = lt_spmdx_same_bufs(x, x->val[j][q]);
+        st = sb ? lt_spmdx_add_src(src, n_src, cap, d, sb, sd) : LT_ERR_INTERNAL;
         if (acc && st == LT_OK) {
             lt_node *two[2] = {acc, d};
             lt_node *sum = lt_node_new(LT_OP_add, two, 2, &na, &y->shape, (lt_dtype)y->dtype, core0, 0);
@@ -298,7 +345,8 @@ static lt_status whole_of(xs *x, int u, int core0, lt_node **out, src_buf **src,
             break;
         }
         src_desc sd = {.kind = SRC_ADDEND, .j = u, .q = q};
-        st = lt_spmdx_add_src(src, n_src, cap, n, &x->val[u][q], sd);
+        lt_buffer **sb = lt_spmdx_same_bufs(x, x->val[u][q]);
+        st = sb ? lt_spmdx_add_src(src, n_src, cap, n, sb, sd) : LT_ERR_INTERNAL;
         if (st != LT_OK) lt_node_release(n);
         else parts[made++] = n;
     }
@@ -379,6 +427,7 @@ void lt_spmdx_plan_fuse(xs *x)
 {
     const lt_graph *g = x->g;
     if (x->m->dev[0] != g->core) return;
+    int every = (int)lt_opt_int(LT_OPT_SPMD_SUM_EVERY);
     for (int j = 0; j < g->n_nodes; j++) {
         const lt_node *y = g->nodes[j];
         int e2;
@@ -392,7 +441,7 @@ void lt_spmdx_plan_fuse(xs *x)
             for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++) {
                 int j = g->in_pos[e];
                 if (!x->fuse[j]) continue;
-                int ok = x->bump[e] ? x->solo[i] && !x->W[e].partial &&
+                int ok = x->bump[e] ? (x->solo[i] || every) && !x->W[e].partial &&
                                           !lay_split(&x->W[e], g->nodes[j]->shape.ndim)
                                     : x->fuse[i] && lt_spmdx_linear_view(g, i) &&
                                           x->T[i].partial == x->T[j].partial &&
@@ -412,13 +461,35 @@ void lt_spmdx_plan_fuse(xs *x)
                 if (g->in_pos[e] == j) read = 1;
         x->fuse[j] = (char)read;
     }
+    /* read whole by a program every position runs (a batch-norm
+     * statistic): each such program sums the addends itself, in position
+     * order (the same additions on every core); the fused value a view of
+     * it reads is summed so too */
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++)
+            if (x->fuse[g->in_pos[e]] && x->bump[e] && !x->solo[i]) x->fuse[g->in_pos[e]] = 3;
+    int n3 = 0;
+    for (int j = 0; j < g->n_nodes; j++) n3 += x->fuse[j] == 3;
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int j = 0; j < g->n_nodes; j++) {
+            if (x->fuse[j] != 3 || !lt_spmdx_linear_view(g, j)) continue;
+            int u = g->in_pos[g->in_off[j]];
+            if (x->fuse[u] && x->fuse[u] != 3) {
+                x->fuse[u] = 3;
+                changed = 1;
+                n3++;
+            }
+        }
+    }
+    if (n3) lt_counter_inc_name("SpmdEveryPositionSums", n3);
     /* a data-parallel weight gradient (the batch contracted): the first
      * position's product over the whole batch, not 8 partial products
      * summed (LAZYTPU_SPMD_PRODUCT) */
     if (!lt_opt_int(LT_OPT_SPMD_PRODUCT)) return;
     int n = 0;
     for (int j = 0; j < g->n_nodes; j++)
-        if (x->fuse[j] && !lt_spmdx_linear_view(g, j) && product_ok(x, j, NULL)) {
+        if (x->fuse[j] == 1 && !lt_spmdx_linear_view(g, j) && product_ok(x, j, NULL)) {
             x->fuse[j] = 2;
             n++;
         }

@@ -326,7 +326,7 @@ lt_status lt_spmdx_run_cached_level(xs *x, lc_entry *e, int L, lt_sync_cause cau
         case SRC_ADDEND:
             if (!x->val[d->j] || !x->val[d->j][d->q])
                 st = lt_set_error(LT_ERR_INTERNAL, "spmd: a recorded level reads an addend not made");
-            else bufs[t] = &x->val[d->j][d->q];
+            else if (!(bufs[t] = lt_spmdx_same_bufs(x, x->val[d->j][d->q]))) st = LT_ERR_INTERNAL;
             break;
         case SRC_GSCALAR:
             vals[t] = x->g->nodes[d->j]->value;
@@ -470,7 +470,7 @@ lt_status lt_spmdx_queue_jobs(xs *x, const lprog_run *r, int q0, int q1, lt_sync
         for (int k = 0; k < r->nr && st == LT_OK; k++) {
             int i = r->roots_i[k];
             if (i < 0) {               /* the in-program sum of partial value -1 - i */
-                st = lt_spmdx_keep_sum(x, -1 - i, args->out_bufs[r->root_out[k]]);
+                st = lt_spmdx_keep_sum(x, -1 - i, q, args->out_bufs[r->root_out[k]]);
                 continue;
             }
             if (!x->val[i]) x->val[i] = calloc((size_t)x->nd, sizeof *x->val[i]);

@@ -3,6 +3,7 @@
  * cache or compile, output buffers, the job that runs the program, the
  * in-flight bound. Used by lazy/sync.c and lazy/replay.c.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,11 +209,49 @@ uint64_t lt_submit_queue(int core, lt_submit_job *j, const char *fresh)
 
 /* ------------------------------------------------------------ bound */
 
+/* Per core, the last seqs of the latest marked steps (lt_submit_mark_step),
+ * oldest first. */
+#define LT_STEP_MARKS 8
+static pthread_mutex_t g_marks_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t g_marks[LT_MAX_CORES][LT_STEP_MARKS];
+static int g_n_marks[LT_MAX_CORES];
+
+void lt_submit_mark_step(int core)
+{
+    if (core < 0 || core >= LT_MAX_CORES) return;
+    uint64_t last = lt_core_last_seq(core);
+    pthread_mutex_lock(&g_marks_mu);
+    int n = g_n_marks[core];
+    if (!n || g_marks[core][n - 1] != last) {
+        if (n == LT_STEP_MARKS) {
+            memmove(&g_marks[core][0], &g_marks[core][1], (size_t)(n - 1) * sizeof g_marks[0][0]);
+            n--;
+        }
+        g_marks[core][n++] = last;
+        g_n_marks[core] = n;
+    }
+    pthread_mutex_unlock(&g_marks_mu);
+}
+
 lt_status lt_submit_bound(int core, uint64_t seq, int report)
 {
     lt_runtime *rtm = lt_rt();
     if (seq == 0) seq = lt_core_last_seq(core);
-    if (rtm && rtm->max_inflight > 0 && seq > (uint64_t)rtm->max_inflight)
-        return lt_core_wait(core, seq - (uint64_t)rtm->max_inflight, report);
-    return LT_OK;
+    if (!rtm || rtm->max_inflight <= 0 || seq <= (uint64_t)rtm->max_inflight) return LT_OK;
+    uint64_t target = seq - (uint64_t)rtm->max_inflight;
+    /* seq ends a marked step: the end of the step max_inflight steps
+     * before it (programs of one step count as one) */
+    if (core >= 0 && core < LT_MAX_CORES) {
+        pthread_mutex_lock(&g_marks_mu);
+        int n = g_n_marks[core];
+        int64_t k = n - 1 - rtm->max_inflight;
+        if (n && g_marks[core][n - 1] == seq) {
+            if (k < 0)
+                target = 0;    /* fewer marked steps so far than the bound */
+            else if (g_marks[core][k] < target)
+                target = g_marks[core][k];
+        }
+        pthread_mutex_unlock(&g_marks_mu);
+    }
+    return target ? lt_core_wait(core, target, report) : LT_OK;
 }

@@ -98,5 +98,10 @@ uint64_t lt_submit_queue(int core, lt_submit_job *j, const char *fresh);
  * more than max_inflight older than `seq` (0: the last queued); with report
  * their unclaimed faults are reported (a step sync), else not. */
 lt_status lt_submit_bound(int core, uint64_t seq, int report);
+/* Marks core's last queued job as the end of a step that queued several
+ * programs on it (a partitioned step: one per level): lt_submit_bound then
+ * counts that step as one program, so the host still traces step N+1 while
+ * the cores run step N. Thread-safe. */
+void lt_submit_mark_step(int core);
 
 #endif
