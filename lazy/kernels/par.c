@@ -17,6 +17,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 #include "par.h"
 #include "device.h"     /* lt_core_par_pool: the pool lives in the core record */
@@ -96,6 +97,7 @@ static void *helper_main(void *argp)
 {
     lt_par_pool *p = argp;
     uint64_t seen = 0, served = 0;    /* last job / last program woken for */
+    prctl(PR_SET_NAME, "lt-helper", 0, 0, 0);   /* top -H, gdb, py-spy */
     for (;;) {
         uint64_t g = atomic_load(&p->gen);
         for (int s = 0; g == seen && (s < LT_PAR_SPIN ||

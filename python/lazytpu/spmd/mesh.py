@@ -1,5 +1,6 @@
 """Device meshes: the cores of an SPMD program arranged in named axes."""
 import collections
+import math
 
 import numpy as np
 
@@ -47,7 +48,7 @@ class Mesh:
                                  % (self.size(), self.device_ids.tolist()))
 
     def size(self):
-        return int(np.prod(self.mesh_shape))
+        return math.prod(self.mesh_shape)
 
     def shape(self):
         names = self.axis_names if self.axis_names is not None else range(len(self.mesh_shape))

@@ -61,13 +61,14 @@ def _check_axes(mesh, spec, t=None):
             flat.extend(d)
         elif d is not None:
             flat.append(d)
-    where = _where(t, mesh, spec) if t is not None else "partition_spec %s" % (spec,)
+    def where():
+        return _where(t, mesh, spec) if t is not None else "partition_spec %s" % (spec,)
     if not all(0 <= d < len(mesh.mesh_shape) for d in flat):
         raise AssertionError("partition_spec (%s) contains out of bound index into "
-                             "mesh_shape %s: %s" % (spec, mesh.mesh_shape, where))
+                             "mesh_shape %s: %s" % (spec, mesh.mesh_shape, where()))
     if len(flat) != len(set(flat)):
         raise AssertionError("Each device mesh dimension should appear at most once in "
-                             "partition_spec %s: %s" % (spec, where))
+                             "partition_spec %s: %s" % (spec, where()))
     return flat
 
 
@@ -166,6 +167,15 @@ def mark_sharding(t, mesh, partition_spec):
         # recorded graph keeps no annotation (values are unaffected: the
         # compiled graph runs whole); docs/spmd.md
         return t
+    partition_spec = _annotate(t, mesh, partition_spec)
+    # the mesh shape and spec ride along for the DTensor view (torch_xla 2.9)
+    return wrap_as_sharded_tensor(t, mesh_shape=mesh.mesh_shape, partition_spec=partition_spec)
+
+
+def _annotate(t, mesh, partition_spec):
+    """mark_sharding without the returned wrapper (the loader's batches,
+    the replicated rest of a batch: called per tensor per step). Returns
+    the spec as a tuple."""
     from .sharded_tensor import XLAShardedTensor
     g = t.global_tensor if isinstance(t, XLAShardedTensor) else t
     _device_tensor(g, "mark_sharding")
@@ -187,8 +197,7 @@ def mark_sharding(t, mesh, partition_spec):
     _check_axes(mesh, spec, g)
     _check_reshard(g, mesh, partition_spec)
     torch.ops.lazytpu.spmd_set_sharding(g, _encode(mesh, spec), _core._caller(2) or "")
-    # the mesh shape and spec ride along for the DTensor view (torch_xla 2.9)
-    return wrap_as_sharded_tensor(t, mesh_shape=mesh.mesh_shape, partition_spec=partition_spec)
+    return partition_spec
 
 
 def clear_sharding(t):
@@ -324,7 +333,8 @@ class ShardingSpec:
                 "When minibatch is configured, the per-host batch size must be divisible by "
                 "local runtime device count. Per host input data shape = %s, "
                 "local_runtime_device_count = %d" % (t.size(), global_runtime_device_count()))
-        mark_sharding(t, self.mesh, self.partition_spec)
+        if not torch.compiler.is_compiling():
+            _annotate(t, self.mesh, self.partition_spec)
 
 
 class MarkShardingFunction(torch.autograd.Function):
@@ -558,8 +568,16 @@ def _mark_manual_sharding(t, op_sharding=None):
 def _replicate(t):
     """t annotated as replicated over every core (torch_xla's SPMD data
     without a sharding: every core holds all of it)."""
-    from .mesh import get_1d_mesh
-    mark_sharding(t, get_1d_mesh(), (None,) * t.dim())
+    n = global_runtime_device_count()
+    mesh = _REPLICATE_MESH.get(n)
+    if mesh is None:
+        from .mesh import get_1d_mesh
+        mesh = _REPLICATE_MESH[n] = get_1d_mesh()
+    if not torch.compiler.is_compiling():
+        _annotate(t, mesh, (None,) * t.dim())
+
+
+_REPLICATE_MESH = {}    # _replicate's 1-D mesh per core count
 
 
 def shard_batch(data, spec):
