@@ -612,8 +612,7 @@ lt_buffer *lt_buffer_retain(lt_buffer *b)
 
 void lt_buffer_release(lt_buffer *b)
 {
-    if (!b || atomic_fetch_sub(&b->refs, 1) != 1)
-        return;
+    if (!b || atomic_fetch_sub(&b->refs, 1) != 1) return;
     if (b->base) {                   /* a view: base's memory */
         lt_buffer_release(b->base);
         lt_fault_release(b->fault);
