@@ -575,9 +575,30 @@ lt_status lt_buffer_alloc(int core, lt_dtype dt, int64_t numel,
     b->bytes = bytes;
     b->data = data;
     b->parts = NULL;
+    b->base = NULL;
     b->ready_seq = 0;
     b->fault = NULL;
     atomic_fetch_add(&c->n_buffers, 1);
+    *out = b;
+    return LT_OK;
+}
+
+lt_status lt_buffer_view(lt_buffer *base, int core, size_t off, lt_dtype dt, int64_t numel,
+                         lt_buffer **out)
+{
+    *out = NULL;
+    size_t bytes = (size_t)numel * dtype_bytes(dt);
+    if (!base || !base->data || base->parts || base->base || base->ready_seq || base->fault ||
+        off % 64 || off > base->bytes || bytes > base->bytes - off || !lt_core_valid(core))
+        return lt_set_error(LT_ERR_INTERNAL, "buffer_view: not a view of a ready whole buffer");
+    lt_buffer *b = calloc(1, sizeof *b);
+    if (!b) return lt_set_error(LT_ERR_OOM, "core %d: host allocation failed", core);
+    atomic_init(&b->refs, 1);
+    b->core = core;
+    b->dtype = dt;
+    b->numel = numel;
+    b->data = (char *)base->data + off;
+    b->base = lt_buffer_retain(base);
     *out = b;
     return LT_OK;
 }
@@ -591,8 +612,13 @@ lt_buffer *lt_buffer_retain(lt_buffer *b)
 
 void lt_buffer_release(lt_buffer *b)
 {
-    if (!b || atomic_fetch_sub(&b->refs, 1) != 1)
+    if (!b || atomic_fetch_sub(&b->refs, 1) != 1) return;
+    if (b->base) {                   /* a view: base's memory */
+        lt_buffer_release(b->base);
+        lt_fault_release(b->fault);
+        free(b);
         return;
+    }
     atomic_fetch_sub(&g_cores[b->core].bytes_in_use, b->bytes);
     atomic_fetch_sub(&g_cores[b->core].n_buffers, 1);
     if (b->data)

@@ -29,6 +29,9 @@ typedef struct lt_buffer {
                                  assembled (lt_buffer_whole) */
     struct lt_buffer_parts *parts;   /* owned, or NULL: the value held as
                                  per-core parts (a sharded value) */
+    struct lt_buffer *base;   /* NULL, or a view (lt_buffer_view): data points
+                                 into base's memory, on which it holds a
+                                 reference; not accounted; never written */
     uint64_t ready_seq;       /* 0 = ready now; else the job seq that writes it */
     struct lt_fault *fault;   /* owned; set (by the core's worker, before the
                                  job counts as done) when the writing job
@@ -65,6 +68,14 @@ void *lt_core_par_pool(int core);
  * core's budget would be exceeded; the message names the core, the request
  * and the bytes in use / budget. Caller owns 1 reference. */
 lt_status lt_buffer_alloc(int core, lt_dtype dt, int64_t numel, lt_buffer **out);
+/* A read-only view of numel elements of dtype dt at byte offset off of
+ * base's data (ready, whole, not a view itself; off + the view's bytes
+ * within base's, off a multiple of 64): a buffer of core `core` holding a
+ * reference on base, not counted against any budget. Programs read it;
+ * lt_submit_outputs never lets one write it (an aliased output gets a fresh
+ * copy). */
+lt_status lt_buffer_view(lt_buffer *base, int core, size_t off, lt_dtype dt, int64_t numel,
+                         lt_buffer **out);
 lt_buffer *lt_buffer_retain(lt_buffer *b);
 void lt_buffer_release(lt_buffer *b);   /* frees and un-accounts at 0 */
 /* Blocks until the buffer's writer job finished. Returns LT_OK, or, when

@@ -200,6 +200,45 @@ static lt_status distribute(const xs *x, const lt_node *n, const lay *B, char *G
 }
 
 
+/* With LAZYTPU_SPMD_INPUT_VIEWS, out[q] = views of device data b (value n,
+ * ready and whole) in layout B when only dim 0 is split and every block
+ * starts on a 64-byte boundary: each block of a row-major value split
+ * along dim 0 is a contiguous run of b (the loader's batch). Returns 1 if
+ * so (out filled), else 0 (out untouched). */
+static int split_views(const xs *x, const lt_node *n, const lay *B, lt_buffer *b, lt_buffer **out)
+{
+    if (!lt_opt_int(LT_OPT_SPMD_INPUT_VIEWS) || B->manual || B->partial || n->shape.ndim < 1 ||
+        !b->data || b->parts || b->base || b->numel != lt_shape_numel(&n->shape) ||
+        b->dtype != (lt_dtype)n->dtype)
+        return 0;
+    for (int d = 1; d < n->shape.ndim; d++)
+        if (B->ax[d]) return 0;
+    size_t es = lt_dtype_size((lt_dtype)n->dtype);
+    lt_shape ls;
+    local_shape(x, &n->shape, B, &ls);
+    int64_t row = n->shape.dims[0] ? b->numel / n->shape.dims[0] : 0;
+    for (int q = 0; q < x->nd; q++) {
+        int64_t off[LT_MAX_DIMS];
+        offsets(x, q, &n->shape, B, off);
+        if (off[0] + ls.dims[0] > n->shape.dims[0] || ((size_t)(off[0] * row) * es) % 64) return 0;
+    }
+    for (int q = 0; q < x->nd; q++) {
+        int64_t off[LT_MAX_DIMS];
+        offsets(x, q, &n->shape, B, off);
+        if (lt_buffer_view(b, x->m->dev[q], (size_t)(off[0] * row) * es, b->dtype,
+                           lt_shape_numel(&ls), &out[q]) != LT_OK) {
+            for (int k = 0; k <= q; k++) {
+                lt_buffer_release(out[k]);
+                out[k] = NULL;
+            }
+            lt_set_error(LT_OK, "%s", "");
+            return 0;
+        }
+    }
+    lt_counter_inc_name("SpmdInputViews", 1);
+    return 1;
+}
+
 /* Counts an executed layout change of kind k over the mesh axes `axes`. */
 void lt_spmdx_note(xs *x, int k, unsigned axes, double bytes)
 {
@@ -275,7 +314,7 @@ lt_status lt_spmdx_value_in(xs *x, int j, const lay *w, lt_buffer ***out)
         } else {
             lt_status s0 = lt_buffer_wait(n->buf);
             if (s0 != LT_OK) return s0;
-            st = distribute(x, n, w, n->buf->data, c->buf);
+            if (!split_views(x, n, w, n->buf, c->buf)) st = distribute(x, n, w, n->buf->data, c->buf);
         }
     } else {
         if (!lay_split(w, n->shape.ndim) && !w->partial) {

@@ -81,6 +81,15 @@ lt_status lt_submit_outputs(int core, const lt_program *p, lt_exec_args *a, char
             continue;
         }
         int j = lt_program_output_alias(p, k);
+        if (j >= 0 && j < a->n_params && a->param_bufs[j] && a->param_bufs[j]->base) {
+            /* a view is never written: the output gets a copy of it */
+            const lt_buffer *v = a->param_bufs[j];
+            lt_status st = lt_buffer_alloc(core, v->dtype, v->numel, &a->out_bufs[k]);
+            if (st != LT_OK) return st;
+            memcpy(a->out_bufs[k]->data, v->data, (size_t)v->numel * lt_dtype_size(v->dtype));
+            fresh[k] = 1;
+            continue;
+        }
         if (j >= 0 && j < a->n_params && a->param_bufs[j]) {
             lt_status su = lt_buffer_unpart(a->param_bufs[j]);   /* written whole */
             if (su != LT_OK) return su;
