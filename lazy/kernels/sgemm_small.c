@@ -11,7 +11,8 @@
  * blocks is packed into 6-row panels; op(B) is packed into 16-column panels
  * once per K block (a transposed B, q @ k^T, with 8x8 register
  * transposes). It also beats OpenBLAS slightly on the linear layers' row
- * blocks (lt_sgemm_small_ok has the measured rules). Built for AVX2 + FMA
+ * blocks (lt_sgemm_small_ok has the measured rules), and a few rows times
+ * a wide transposed B as C^T (sgemm_swapped). Built for AVX2 + FMA
  * only (the library is built with -march=native); elsewhere
  * lt_sgemm_small_ok() says no and callers keep BLAS.
  */
@@ -130,7 +131,7 @@ static void pack_b(int tb, const float *B, int64_t ldb, int64_t k0, int64_t kc, 
  * (32-byte aligned): stored over C when acc is 0,
  * added to C when 1. */
 static inline __attribute__((always_inline)) void ukernel(int64_t kc, const float *a, int64_t ars, int64_t aks, int64_t mr,
-                    const float *restrict b, float *c, int64_t ldc, int acc, int64_t nr)
+                    const float *restrict b, float *c, int64_t ldc, int acc, int64_t nr, int tr)
 {
     const float *a0 = a, *a1 = a + (mr > 1 ? 1 : 0) * ars, *a2 = a + (mr > 2 ? 2 : mr - 1) * ars;
     const float *a3 = a + (mr > 3 ? 3 : mr - 1) * ars, *a4 = a + (mr > 4 ? 4 : mr - 1) * ars;
@@ -163,6 +164,29 @@ static inline __attribute__((always_inline)) void ukernel(int64_t kc, const floa
         c51 = _mm256_fmadd_ps(av, b1, c51);
         a0 += aks; a1 += aks; a2 += aks; a3 += aks; a4 += aks; a5 += aks;
         b += NR;
+    }
+    if (tr) {     /* the tile is of C^T: column r of C gets row r (lt_sgemm_small's swap) */
+        float tile[8][NR] __attribute__((aligned(32))), tt[NR][8];
+        __m256 z = _mm256_setzero_ps();
+        _mm256_store_ps(tile[0], c00); _mm256_store_ps(tile[0] + 8, c01);
+        _mm256_store_ps(tile[1], c10); _mm256_store_ps(tile[1] + 8, c11);
+        _mm256_store_ps(tile[2], c20); _mm256_store_ps(tile[2] + 8, c21);
+        _mm256_store_ps(tile[3], c30); _mm256_store_ps(tile[3] + 8, c31);
+        _mm256_store_ps(tile[4], c40); _mm256_store_ps(tile[4] + 8, c41);
+        _mm256_store_ps(tile[5], c50); _mm256_store_ps(tile[5] + 8, c51);
+        _mm256_store_ps(tile[6], z); _mm256_store_ps(tile[6] + 8, z);
+        _mm256_store_ps(tile[7], z); _mm256_store_ps(tile[7] + 8, z);
+        transpose8(tile[0], NR, tt[0], 8);
+        transpose8(tile[0] + 8, NR, tt[8], 8);
+        static const int32_t ones[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+        __m256i m = _mm256_loadu_si256((const __m256i *)(ones + 8 - mr));
+        for (int64_t q = 0; q < nr; q++) {
+            float *dst = c + q * ldc;
+            __m256 v = _mm256_loadu_ps(tt[q]);
+            if (acc) v = _mm256_add_ps(v, _mm256_maskload_ps(dst, m));
+            _mm256_maskstore_ps(dst, m, v);
+        }
+        return;
     }
     if (nr == NR && mr == MR) {     /* a whole tile: straight from registers */
 #define LT_SG_ROW(r, x0, x1)                                                   \
@@ -243,6 +267,48 @@ int lt_sgemm_small_ok(int ta, int64_t M, int64_t N, int64_t K)
     return M <= 512 && N <= 512 && K <= 1024 && mnk <= 256.0 * 256 * 256;
 }
 
+/* A few rows times a wide transposed B (x[32, 784] @ W[256, 784]^T: a
+ * linear layer's forward on one core's share of a batch split eight ways)
+ * computed as C^T = B op(A)^T: B's rows are read in place as the six
+ * broadcast streams and only op(A)'s few rows are packed (25K floats, not
+ * W's 200K: packing W took ~17% of the product's time at 32 rows, the last
+ * 6-row tile of 32 rows another ~11%); every tile runs the whole K (a
+ * panel of K x 16 floats, from L2) and is stored transposed once. Measured
+ * (thread CPU time, quiet machine) in lt_sgemm_small's comment. */
+static int swap_ok(int ta, int tb, int64_t M, int64_t N, int64_t K)
+{
+    /* time per product against the plain path (thread CPU, best of 40x10,
+     * 2026-11-28): 32 x 256 x 784 0.74-0.80x, 16 x 256 x 784 0.68x,
+     * 8 x 256 x 784 0.90x, 32 x 512 x 784 0.74x, 32 x 128 x 784 0.85x,
+     * 32 x 256 x 256 0.88x, 32 x 256 x 128 0.98x; behind at 24 rows (a
+     * panel of 8 of 16 columns: 1.08x), 33 rows (1.26x), K = 64 (1.45x);
+     * even at 64 rows (0.93-1.03x) */
+    return !ta && tb && (M <= 16 || M == 32) && N >= 4 * M && K >= 128 && K <= 1024;
+}
+
+static void sgemm_swapped(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                          const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    float *panel = NULL;
+    if (posix_memalign((void **)&panel, 64, (size_t)(K * NR) * sizeof(float)) != 0) {
+        blas_sgemm(0, 1, M, N, K, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    if (beta != 0.0f && beta != 1.0f)     /* then accumulate onto beta*C */
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) C[i * ldc + j] *= beta;
+    int acc = beta != 0.0f;
+    for (int64_t i0 = 0; i0 < M; i0 += NR) {
+        int64_t nr = M - i0 < NR ? M - i0 : NR;
+        pack_b(1, A, lda, 0, K, i0, nr, panel);     /* op(A)^T's columns i0.. */
+        for (int64_t j0 = 0; j0 < N; j0 += MR) {
+            int64_t mr = N - j0 < MR ? N - j0 : MR;
+            ukernel(K, B + j0 * ldb, ldb, 1, mr, panel, C + i0 * ldc + j0, ldc, acc, nr, 1);
+        }
+    }
+    free(panel);
+}
+
 void lt_sgemm_small(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
                     int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
 {
@@ -252,6 +318,10 @@ void lt_sgemm_small(int ta, int tb, int64_t M, int64_t N, int64_t K, const float
             if (beta == 0.0f) memset(C + i * ldc, 0, (size_t)N * sizeof *C);
             else for (int64_t j = 0; j < N; j++) C[i * ldc + j] *= beta;
         }
+        return;
+    }
+    if (swap_ok(ta, tb, M, N, K)) {
+        sgemm_swapped(M, N, K, A, lda, B, ldb, beta, C, ldc);
         return;
     }
     /* op(A) is read in place (six broadcast streams, one per row, or one
@@ -298,11 +368,11 @@ void lt_sgemm_small(int ta, int tb, int64_t M, int64_t N, int64_t K, const float
                     float *cp = C + (ic + ir) * ldc + jr;
                     /* three calls: each one specialised on its strides */
                     if (packa)
-                        ukernel(kc, pa + ir * kc, 1, MR, mr, bp, cp, ldc, acc, nr);
+                        ukernel(kc, pa + ir * kc, 1, MR, mr, bp, cp, ldc, acc, nr, 0);
                     else if (ta)
-                        ukernel(kc, A + pc * lda + ic + ir, 1, lda, mr, bp, cp, ldc, acc, nr);
+                        ukernel(kc, A + pc * lda + ic + ir, 1, lda, mr, bp, cp, ldc, acc, nr, 0);
                     else
-                        ukernel(kc, A + (ic + ir) * lda + pc, lda, 1, mr, bp, cp, ldc, acc, nr);
+                        ukernel(kc, A + (ic + ir) * lda + pc, lda, 1, mr, bp, cp, ldc, acc, nr, 0);
                 }
             }
         }
@@ -316,6 +386,48 @@ int lt_sgemm_small_ok(int ta, int64_t M, int64_t N, int64_t K)
 {
     (void)ta; (void)M; (void)N; (void)K;
     return 0;
+}
+
+/* A few rows times a wide transposed B (x[32, 784] @ W[256, 784]^T: a
+ * linear layer's forward on one core's share of a batch split eight ways)
+ * computed as C^T = B op(A)^T: B's rows are read in place as the six
+ * broadcast streams and only op(A)'s few rows are packed (25K floats, not
+ * W's 200K: packing W took ~17% of the product's time at 32 rows, the last
+ * 6-row tile of 32 rows another ~11%); every tile runs the whole K (a
+ * panel of K x 16 floats, from L2) and is stored transposed once. Measured
+ * (thread CPU time, quiet machine) in lt_sgemm_small's comment. */
+static int swap_ok(int ta, int tb, int64_t M, int64_t N, int64_t K)
+{
+    /* time per product against the plain path (thread CPU, best of 40x10,
+     * 2026-11-28): 32 x 256 x 784 0.74-0.80x, 16 x 256 x 784 0.68x,
+     * 8 x 256 x 784 0.90x, 32 x 512 x 784 0.74x, 32 x 128 x 784 0.85x,
+     * 32 x 256 x 256 0.88x, 32 x 256 x 128 0.98x; behind at 24 rows (a
+     * panel of 8 of 16 columns: 1.08x), 33 rows (1.26x), K = 64 (1.45x);
+     * even at 64 rows (0.93-1.03x) */
+    return !ta && tb && (M <= 16 || M == 32) && N >= 4 * M && K >= 128 && K <= 1024;
+}
+
+static void sgemm_swapped(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                          const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    float *panel = NULL;
+    if (posix_memalign((void **)&panel, 64, (size_t)(K * NR) * sizeof(float)) != 0) {
+        blas_sgemm(0, 1, M, N, K, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    if (beta != 0.0f && beta != 1.0f)     /* then accumulate onto beta*C */
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) C[i * ldc + j] *= beta;
+    int acc = beta != 0.0f;
+    for (int64_t i0 = 0; i0 < M; i0 += NR) {
+        int64_t nr = M - i0 < NR ? M - i0 : NR;
+        pack_b(1, A, lda, 0, K, i0, nr, panel);     /* op(A)^T's columns i0.. */
+        for (int64_t j0 = 0; j0 < N; j0 += MR) {
+            int64_t mr = N - j0 < MR ? N - j0 : MR;
+            ukernel(K, B + j0 * ldb, ldb, 1, mr, panel, C + i0 * ldc + j0, ldc, acc, nr, 1);
+        }
+    }
+    free(panel);
 }
 
 void lt_sgemm_small(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,

@@ -2,7 +2,7 @@
  * kernel for small products) against a double-precision reference: every
  * transpose pair, edge tiles in M and N (not multiples of 6 / 16), K across
  * the 256 block, leading dimensions larger than the matrix, beta 0 / 1 /
- * other, C's untouched columns past N; and lt_kutil_gemm's dispatch (it
+ * other, the few-rows NT products computed as C^T, C's untouched columns past N; and lt_kutil_gemm's dispatch (it
  * must give the same values as OpenBLAS where the kernel is chosen);
  * lt_kutil_gemm_par's split of a long-K product over workers. */
 #include <stdarg.h>
@@ -82,6 +82,7 @@ static void test_shapes_and_transposes(void **state)
         {6, 16, 1}, {1, 1, 1}, {7, 17, 9},              /* one tile, edges */
         {13, 33, 300}, {100, 37, 300},                  /* K over one 256 block */
         {121, 48, 513}, {5, 70, 8},                     /* M past the 120-row block */
+        {32, 256, 784}, {16, 70, 130}, {5, 33, 129},    /* NT: computed as C^T */
     };
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
         for (int ta = 0; ta < 2; ta++)
@@ -98,6 +99,8 @@ static void test_leading_dims_and_beta(void **state)
             check_one(ta, tb, 40, 35, 70, 3, 1.0f);        /* accumulate */
             check_one(ta, tb, 29, 64, 260, 0, 1.0f);       /* accumulate over K blocks */
             check_one(ta, tb, 29, 64, 20, 7, -0.5f);       /* general beta */
+            check_one(ta, tb, 32, 130, 200, 3, 1.0f);      /* C^T (NT), accumulate */
+            check_one(ta, tb, 12, 50, 140, 2, -0.5f);      /* C^T, a partial panel */
         }
 }
 
