@@ -388,48 +388,6 @@ int lt_sgemm_small_ok(int ta, int64_t M, int64_t N, int64_t K)
     return 0;
 }
 
-/* A few rows times a wide transposed B (x[32, 784] @ W[256, 784]^T: a
- * linear layer's forward on one core's share of a batch split eight ways)
- * computed as C^T = B op(A)^T: B's rows are read in place as the six
- * broadcast streams and only op(A)'s few rows are packed (25K floats, not
- * W's 200K: packing W took ~17% of the product's time at 32 rows, the last
- * 6-row tile of 32 rows another ~11%); every tile runs the whole K (a
- * panel of K x 16 floats, from L2) and is stored transposed once. Measured
- * (thread CPU time, quiet machine) in lt_sgemm_small's comment. */
-static int swap_ok(int ta, int tb, int64_t M, int64_t N, int64_t K)
-{
-    /* time per product against the plain path (thread CPU, best of 40x10,
-     * 2026-11-28): 32 x 256 x 784 0.74-0.80x, 16 x 256 x 784 0.68x,
-     * 8 x 256 x 784 0.90x, 32 x 512 x 784 0.74x, 32 x 128 x 784 0.85x,
-     * 32 x 256 x 256 0.88x, 32 x 256 x 128 0.98x; behind at 24 rows (a
-     * panel of 8 of 16 columns: 1.08x), 33 rows (1.26x), K = 64 (1.45x);
-     * even at 64 rows (0.93-1.03x) */
-    return !ta && tb && (M <= 16 || M == 32) && N >= 4 * M && K >= 128 && K <= 1024;
-}
-
-static void sgemm_swapped(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                          const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
-{
-    float *panel = NULL;
-    if (posix_memalign((void **)&panel, 64, (size_t)(K * NR) * sizeof(float)) != 0) {
-        blas_sgemm(0, 1, M, N, K, A, lda, B, ldb, beta, C, ldc);
-        return;
-    }
-    if (beta != 0.0f && beta != 1.0f)     /* then accumulate onto beta*C */
-        for (int64_t i = 0; i < M; i++)
-            for (int64_t j = 0; j < N; j++) C[i * ldc + j] *= beta;
-    int acc = beta != 0.0f;
-    for (int64_t i0 = 0; i0 < M; i0 += NR) {
-        int64_t nr = M - i0 < NR ? M - i0 : NR;
-        pack_b(1, A, lda, 0, K, i0, nr, panel);     /* op(A)^T's columns i0.. */
-        for (int64_t j0 = 0; j0 < N; j0 += MR) {
-            int64_t mr = N - j0 < MR ? N - j0 : MR;
-            ukernel(K, B + j0 * ldb, ldb, 1, mr, panel, C + i0 * ldc + j0, ldc, acc, nr, 1);
-        }
-    }
-    free(panel);
-}
-
 void lt_sgemm_small(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
                     int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
 {
