@@ -117,6 +117,7 @@ static int g_wait_spin;          /* polls of a waiter before it sleeps */
  * waiter running it inline), else -1: lt_core_par_pool hands the pool to
  * that thread only. */
 static _Thread_local int tl_exec_core = -1;
+static _Thread_local int tl_exec_inline;   /* ... and it is a waiter inline */
 static size_t g_cache_limit;     /* LAZYTPU_BUFFER_CACHE_BYTES per core */
 static int g_cache_auto;         /* limit not set: grows to 2x the core's peak use */
 static pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -467,6 +468,8 @@ void lt_devices_shutdown(void)
 int lt_devices_count(void) { return g_n_cores; }
 
 int lt_core_valid(int core) { return core >= 0 && core < g_n_cores; }
+
+int lt_core_exec_inline(void) { return tl_exec_inline; }
 
 void *lt_core_par_pool(int core)
 {
@@ -938,7 +941,9 @@ static void run_inline_locked(lt_core *c)
     char *saved = m && *m ? strdup(m) : NULL;
     uint64_t seq = job->seq;
     lt_counter_add(inline_counter(), 1);
+    tl_exec_inline = 1;
     lt_fault *f = job_execute(job, (int)(c - g_cores));   /* job is freed now */
+    tl_exec_inline = 0;
     lt_set_error(LT_OK, "%s", saved ? saved : "");
     free(saved);
     pthread_mutex_lock(&c->mu);

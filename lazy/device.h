@@ -63,6 +63,9 @@ int lt_core_nproc(void);
  * other thread, after lt_devices_shutdown or on malloc failure. Freed by
  * lt_devices_shutdown. */
 void *lt_core_par_pool(int core);
+/* 1 when the calling thread is running a core's program inline, as the
+ * caller that waits for it (the core's worker is then idle), else 0. */
+int lt_core_exec_inline(void);
 
 /* Allocates numel elements of dt on core. Fails with LT_ERR_OOM when the
  * core's budget would be exceeded; the message names the core, the request
