@@ -59,7 +59,7 @@
  * host is tracing meanwhile: three threads on two CPUs) the helper sleeps
  * soon as before: polling there made the torch.compile MLP step, whose
  * forward program runs on the worker, 1.34-1.43x -> 1.37-1.83x eager. */
-static int64_t g_spin_ns = -1;      /* LAZYTPU_PAR_SPIN_US * 1000, read once */
+static _Atomic int64_t g_spin_ns = -1;   /* LAZYTPU_PAR_SPIN_US * 1000, read once */
 
 struct lt_par_pool {
     pthread_mutex_t mu;
@@ -129,11 +129,11 @@ static void *helper_main(void *argp)
     prctl(PR_SET_NAME, "lt-helper", 0, 0, 0);   /* top -H, gdb, py-spy */
     for (;;) {
         uint64_t g = atomic_load(&p->gen);
-        int recent = last != 0 && g_spin_ns > 0;    /* poll until last + spin */
+        int64_t spin = atomic_load_explicit(&g_spin_ns, memory_order_relaxed);
+        int recent = last != 0 && spin > 0;         /* poll until last + spin */
         for (int s = 0; g == seen && (s < LT_PAR_SPIN ||
                                       (s < LT_PAR_HOLD_SPIN && atomic_load(&p->hold)) ||
-                                      (recent && ((s & 15) || (recent = mono_ns() - last <
-                                                                         g_spin_ns))));
+                                      (recent && ((s & 15) || (recent = mono_ns() - last < spin))));
              s++) {
             if (s < LT_PAR_SPIN)
                 cpu_relax();
@@ -270,8 +270,10 @@ void lt_par_run(lt_par_pool *p, int workers, int64_t n_chunks, lt_par_fn fn,
             fn(arg, c, 0);
         return;
     }
-    if (g_spin_ns < 0)                          /* before any helper reads it */
-        g_spin_ns = lt_opt_int(LT_OPT_PAR_SPIN_US) * 1000;
+    if (atomic_load_explicit(&g_spin_ns, memory_order_relaxed) < 0)   /* before any
+                                                                        helper reads it */
+        atomic_store_explicit(&g_spin_ns, lt_opt_int(LT_OPT_PAR_SPIN_US) * 1000,
+                              memory_order_relaxed);
     while (p->n_threads < workers - 1) {        /* start helpers on demand */
         if (pthread_create(&p->th[p->n_threads], NULL, helper_main, p) != 0)
             break;
