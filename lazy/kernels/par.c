@@ -45,17 +45,16 @@
  * inline (lt_core_exec_inline: the core's worker is idle, the host will
  * trace the next step on the other CPU) a helper keeps polling, yielding
  * the CPU at each poll, for LAZYTPU_PAR_SPIN_US (default 3000 us) before
- * it sleeps, the way
- * an OpenMP team waits between parallel regions (libgomp spins for a while
- * by default, and eager PyTorch's kernels start on awake threads because of
- * it). A step that waits for its result runs its program on the calling
- * thread after ~1 ms of tracing: a helper that slept meanwhile is reached by
- * a futex wake that, on this VM, often lands after the first kernels have
- * run alone. Polling with sched_yield gives the CPU to any runnable thread
- * (the tracing host, a worker), so only an otherwise idle CPU spins. The MLP's
- * synchronous step, paired in one process against eager (2026-11-28):
- * 1.29x -> 1.17x eager at 1000-3000 us; CNN 0.74x -> 0.70x; pipelined
- * steps unchanged or better. After a job issued by the core's worker (the
+ * it sleeps, the way an OpenMP team waits between parallel regions
+ * (libgomp spins for a while by default, and eager PyTorch's kernels start
+ * on awake threads because of it). A step that waits for its result runs
+ * its program on the calling thread after ~1 ms of tracing: a helper that
+ * slept meanwhile is reached by a futex wake that, on this VM, often lands
+ * after the first kernels have run alone. Polling with sched_yield gives
+ * the CPU to any runnable thread, so only an otherwise idle CPU spins.
+ * Synchronous steps against eager, measured in one process, 0 vs 3000 us
+ * (2026-11-28, docs/benchmarks.md): MLP 1.32-1.34x -> 1.24-1.31x, CNN
+ * 0.67-0.69x -> 0.54-0.64x. After a job issued by the core's worker (the
  * host is tracing meanwhile: three threads on two CPUs) the helper sleeps
  * soon as before: polling there made the torch.compile MLP step, whose
  * forward program runs on the worker, 1.34-1.43x -> 1.37-1.83x eager. */
