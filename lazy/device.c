@@ -466,9 +466,7 @@ void lt_devices_shutdown(void)
 }
 
 int lt_devices_count(void) { return g_n_cores; }
-
 int lt_core_valid(int core) { return core >= 0 && core < g_n_cores; }
-
 int lt_core_exec_inline(void) { return tl_exec_inline; }
 
 void *lt_core_par_pool(int core)
@@ -922,12 +920,9 @@ uint64_t lt_core_submit(int core, lt_job *job)
 /* Counter "InlineExecute": programs run by a waiting caller (lt_core_wait). */
 static lt_counter *inline_counter(void)
 {
-    static _Atomic(lt_counter *) k;
+    static _Atomic(lt_counter *) k;     /* lt_counter_get returns one per name */
     lt_counter *c = atomic_load_explicit(&k, memory_order_acquire);
-    if (!c) {
-        c = lt_counter_get("InlineExecute");
-        atomic_store_explicit(&k, c, memory_order_release);
-    }
+    if (!c) atomic_store_explicit(&k, c = lt_counter_get("InlineExecute"), memory_order_release);
     return c;
 }
 
