@@ -41,7 +41,7 @@ with LAZYTPU_PROFILE=1, which records per step boundary where the time goes
   kernels    the sum of the programs' "KernelTime::*"
 
 --ab VAR runs the whole comparison twice per round in child processes,
-VAR=0 and VAR=1 alternately (rounds = --runs), and prints both sides' medians
+VAR=0 and VAR=1 alternately (--ab VAR=a,b: those values) (rounds = --runs), and prints both sides' medians
 and ratios to eager: an A/B of a lazytpu switch on a loaded machine.
 --ab-tree DIR does the same with another source tree's build (DIR/python,
 DIR/build, e.g. main's) as side "base" against this one's ("this").
@@ -274,7 +274,8 @@ def main():
     p.add_argument("--runs", type=int, default=7)
     p.add_argument("--steps", type=int, default=0, help="steps per run (0: per model)")
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--ab", default=None, help="a LAZYTPU_ switch: alternate =0 / =1 runs")
+    p.add_argument("--ab", default=None,
+                   help="a LAZYTPU_ switch: alternate =0 / =1 runs (VAR=a,b: those values)")
     p.add_argument("--ab-tree", default=None,
                    help="another tree (its python/ and build/): alternate base / this runs")
     p.add_argument("--no-breakdown", action="store_true")
@@ -304,7 +305,8 @@ def main():
                               "LAZYTPU_BIN_DIR": os.path.join(base, "build")},
                      "this": {}}
         else:
-            sides = {"%s=0" % args.ab: {args.ab: "0"}, "%s=1" % args.ab: {args.ab: "1"}}
+            var, _, vals = args.ab.partition("=")
+            sides = {"%s=%s" % (var, v): {var: v} for v in (vals or "0,1").split(",")}
         names = list(sides)
         # rounds of one run per side, alternating which side goes first
         t = {side: {w: [] for w in ways} for side in names}

@@ -24,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 #include "device.h"
 #include "kernels/par.h"
@@ -238,7 +237,7 @@ static void *core_main(void *arg)
     int idx = (int)(c - g_cores);
     char name[16];
     snprintf(name, sizeof name, "lt-core%d", idx);   /* top -H, gdb, py-spy */
-    prctl(PR_SET_NAME, name, 0, 0, 0);
+    lt_par_thread_start(name);   /* name, priority below the host */
     for (;;) {
         pthread_mutex_lock(&c->mu);
         /* a waiter running a job inline has the core (busy) */

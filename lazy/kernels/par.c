@@ -18,7 +18,10 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
+#include <errno.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include "par.h"
 #include "device.h"     /* lt_core_par_pool: the pool lives in the core record */
@@ -120,12 +123,34 @@ static int claim_worker(lt_par_pool *p, uint64_t g, int workers)
     }
 }
 
+void lt_par_thread_start(const char *name)
+{
+    prctl(PR_SET_NAME, name, 0, 0, 0);
+    int delta = (int)lt_opt_int(LT_OPT_WORKER_NICE);
+    if (delta <= 0)
+        return;
+    /* Linux: the nice value is per thread; PRIO_PROCESS with a thread id
+     * addresses one thread, with the pid the main thread */
+    errno = 0;
+    int host = getpriority(PRIO_PROCESS, (id_t)getpid());
+    if (errno)
+        return;
+    id_t tid = (id_t)syscall(SYS_gettid);
+    errno = 0;
+    int cur = getpriority(PRIO_PROCESS, tid);
+    if (errno)
+        return;
+    int target = host + delta > 19 ? 19 : host + delta;
+    if (target > cur)      /* a helper started by a worker has its level */
+        (void)setpriority(PRIO_PROCESS, tid, target);
+}
+
 static void *helper_main(void *argp)
 {
     lt_par_pool *p = argp;
     uint64_t seen = 0, served = 0;    /* last job / last program woken for */
     int64_t last = 0;                 /* mono_ns() after a lingering job, 0: none */
-    prctl(PR_SET_NAME, "lt-helper", 0, 0, 0);   /* top -H, gdb, py-spy */
+    lt_par_thread_start("lt-helper");
     for (;;) {
         uint64_t g = atomic_load(&p->gen);
         int64_t spin = atomic_load_explicit(&g_spin_ns, memory_order_relaxed);

@@ -35,6 +35,14 @@ lt_par_pool *lt_par_pool_new(void);
  * concurrently with lt_par_for on the same pool. */
 void lt_par_pool_free(lt_par_pool *p);
 
+/* Names the calling thread (prctl, at most 15 characters: top -H, gdb,
+ * py-spy) and lowers its priority to LAZYTPU_WORKER_NICE nice levels below
+ * the process's main thread (the host), never raising it: for the cores'
+ * worker and helper threads, so that a host tracing beside a running
+ * program keeps a CPU. A refused setpriority is ignored (the thread keeps
+ * its priority). */
+void lt_par_thread_start(const char *name);
+
 /* Runs fn over n_chunks chunks on up to `workers` workers: the calling
  * thread plus helpers of core ctx->core's pool, when the caller is that
  * core's worker thread (lt_core_par_pool). From any other thread (kernels

@@ -1,0 +1,79 @@
+"""LAZYTPU_WORKER_NICE (lazy/kernels/par.c lt_par_thread_start): the cores'
+worker threads (lt-coreN) and their helpers (lt-helper) run that many nice
+levels below the process's main thread, capped at 19 and never above the
+level they started at; 0 leaves them at the host's level. Each case runs in
+a fresh process (the option is read once per process) and reads the levels
+of its own threads from /proc."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+if not sys.platform.startswith("linux"):
+    pytest.skip("per-thread nice levels are Linux's", allow_module_level=True)
+
+_CHILD = r"""
+import json, os, torch, lazytpu
+d = lazytpu.device()
+x = torch.randn(256, 256).to(d)
+lazytpu.mark_step(); lazytpu.wait_device_ops()
+for _ in range(3):
+    y = (x @ x).relu()
+    lazytpu.mark_step()          # left to the worker (no wait): it runs it
+lazytpu.wait_device_ops()
+got = {}
+for t in os.listdir("/proc/self/task"):
+    st = open("/proc/self/task/%s/stat" % t).read()
+    name = st[st.index("(") + 1:st.rindex(")")]
+    nice = int(st[st.rindex(")") + 2:].split()[16])
+    got.setdefault("main" if int(t) == os.getpid() else name, []).append(nice)
+print(json.dumps({"levels": got, "sum": float(y.sum().item()),
+                  "want": float((x.cpu() @ x.cpu()).relu().sum())}))
+"""
+
+
+def _levels(env_extra, start_nice=0):
+    env = dict(os.environ)
+    env.pop("LAZYTPU_WORKER_NICE", None)
+    env["LAZYTPU_NUM_CORES"] = "2"
+    env.update(env_extra)
+    pre = (lambda: os.nice(start_nice)) if start_nice else None
+    p = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
+                       text=True, timeout=300, preexec_fn=pre)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert abs(out["sum"] - out["want"]) <= 1e-3 * abs(out["want"]), out
+    return out["levels"]
+
+
+def _workers(levels):
+    cores = [v for k, vs in levels.items() if k.startswith("lt-core") for v in vs]
+    helpers = levels.get("lt-helper", [])
+    assert cores, levels
+    assert helpers, "no helper thread started: %s" % levels
+    return cores, helpers
+
+
+@pytest.mark.parametrize("env, start, want_main, want_workers", [
+    ({}, 0, 0, 5),                                 # the default: 5 below the host
+    ({"LAZYTPU_WORKER_NICE": "0"}, 0, 0, 0),       # off: the host's level
+    ({}, 3, 3, 8),                                 # relative to a niced host
+    ({"LAZYTPU_WORKER_NICE": "9"}, 15, 15, 19),    # capped at 19
+])
+def test_worker_threads_run_below_the_host(env, start, want_main, want_workers):
+    levels = _levels(env, start)
+    assert levels["main"] == [want_main], levels
+    cores, helpers = _workers(levels)
+    assert set(cores) == {want_workers}, levels
+    assert set(helpers) == {want_workers}, levels
+
+
+def test_out_of_range_value_is_refused():
+    env = dict(os.environ, LAZYTPU_WORKER_NICE="20")
+    p = subprocess.run([sys.executable, "-c", "import torch, lazytpu; "
+                        "torch.ones(2).to(lazytpu.device()).sum().item()"],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0
+    assert "LAZYTPU_WORKER_NICE" in p.stderr, p.stderr[-2000:]
