@@ -52,7 +52,9 @@ def _workers(levels):
     cores = [v for k, vs in levels.items() if k.startswith("lt-core") for v in vs]
     helpers = levels.get("lt-helper", [])
     assert cores, levels
-    assert helpers, "no helper thread started: %s" % levels
+    # a helper starts with the first kernel split over two threads: none on
+    # a one-CPU machine
+    assert helpers or (os.cpu_count() or 1) < 2, "no helper thread started: %s" % levels
     return cores, helpers
 
 
@@ -67,7 +69,7 @@ def test_worker_threads_run_below_the_host(env, start, want_main, want_workers):
     assert levels["main"] == [want_main], levels
     cores, helpers = _workers(levels)
     assert set(cores) == {want_workers}, levels
-    assert set(helpers) == {want_workers}, levels
+    assert set(helpers) <= {want_workers}, levels
 
 
 def test_out_of_range_value_is_refused():
