@@ -39,8 +39,9 @@ void lt_par_pool_free(lt_par_pool *p);
  * py-spy) and lowers its priority to LAZYTPU_WORKER_NICE nice levels below
  * the process's main thread (the host), never raising it: for the cores'
  * worker and helper threads, so that a host tracing beside a running
- * program keeps a CPU. A refused setpriority is ignored (the thread keeps
- * its priority). */
+ * program keeps a CPU. Not in a world of several processes
+ * (LAZYTPU_WORLD_SIZE > 1). A refused setpriority is ignored (the thread
+ * keeps its priority). */
 void lt_par_thread_start(const char *name);
 
 /* Runs fn over n_chunks chunks on up to `workers` workers: the calling

@@ -11,8 +11,20 @@ import sys
 
 import pytest
 
+import lazytpu
+
 if not sys.platform.startswith("linux"):
     pytest.skip("per-thread nice levels are Linux's", allow_module_level=True)
+
+def _thread_levels():
+    got = {}
+    for t in os.listdir("/proc/self/task"):
+        st = open("/proc/self/task/%s/stat" % t).read()
+        name = st[st.index("(") + 1:st.rindex(")")]
+        nice = int(st[st.rindex(")") + 2:].split()[16])
+        got.setdefault("main" if int(t) == os.getpid() else name, []).append(nice)
+    return got
+
 
 _CHILD = r"""
 import json, os, torch, lazytpu
@@ -79,3 +91,26 @@ def test_out_of_range_value_is_refused():
                        env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode != 0
     assert "LAZYTPU_WORKER_NICE" in p.stderr, p.stderr[-2000:]
+
+
+def _spawned(index, out_dir):
+    import torch
+    dev = lazytpu.device()
+    x = torch.randn(256, 256).to(dev)
+    y = (x @ x).relu().sum()
+    lazytpu.mark_step(wait=True)
+    want = float((x.cpu() @ x.cpu()).relu().sum())
+    assert abs(float(y.cpu()) - want) <= 1e-3 * abs(want)
+    with open(os.path.join(out_dir, "levels.%d" % index), "w") as f:
+        json.dump(_thread_levels(), f)
+
+
+def test_world_of_processes_keeps_the_host_level(tmp_path):
+    lazytpu.spawn(_spawned, args=(str(tmp_path),), nprocs=2, timeout=240)
+    for index in range(2):
+        with open(tmp_path / ("levels.%d" % index)) as f:
+            levels = json.load(f)
+        main = levels["main"][0]
+        cores = [v for k, vs in levels.items() if k.startswith("lt-core") for v in vs]
+        assert cores and set(cores) == {main}, levels
+        assert set(levels.get("lt-helper", [])) <= {main}, levels
