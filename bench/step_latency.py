@@ -41,8 +41,8 @@ with LAZYTPU_PROFILE=1, which records per step boundary where the time goes
   kernels    the sum of the programs' "KernelTime::*"
 
 --ab VAR runs the whole comparison twice per round in child processes,
-VAR=0 and VAR=1 alternately (--ab VAR=a,b: those values) (rounds = --runs), and prints both sides' medians
-and ratios to eager: an A/B of a lazytpu switch on a loaded machine.
+VAR=0 and VAR=1 alternately (--ab VAR=a,b: a and b; rounds = --runs), and
+prints both sides' medians and ratios to eager: an A/B of a lazytpu switch on a loaded machine.
 --ab-tree DIR does the same with another source tree's build (DIR/python,
 DIR/build, e.g. main's) as side "base" against this one's ("this").
 --pipelined: the lazytpu ways do not wait after each step (mark_step() only,

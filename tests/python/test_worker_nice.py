@@ -4,6 +4,7 @@ levels below the process's main thread, capped at 19 and never above the
 level they started at; 0 leaves them at the host's level. Each case runs in
 a fresh process (the option is read once per process) and reads the levels
 of its own threads from /proc."""
+import inspect
 import json
 import os
 import subprocess
@@ -16,7 +17,10 @@ import lazytpu
 if not sys.platform.startswith("linux"):
     pytest.skip("per-thread nice levels are Linux's", allow_module_level=True)
 
+
 def _thread_levels():
+    """Thread name ("main" for the main thread) -> the nice levels of the
+    process's threads of that name."""
     got = {}
     for t in os.listdir("/proc/self/task"):
         st = open("/proc/self/task/%s/stat" % t).read()
@@ -26,8 +30,9 @@ def _thread_levels():
     return got
 
 
-_CHILD = r"""
-import json, os, torch, lazytpu
+# the child defines _thread_levels from this file's source
+_CHILD = "import os\n" + inspect.getsource(_thread_levels) + r"""
+import json, torch, lazytpu
 d = lazytpu.device()
 x = torch.randn(256, 256).to(d)
 lazytpu.mark_step(); lazytpu.wait_device_ops()
@@ -35,13 +40,7 @@ for _ in range(3):
     y = (x @ x).relu()
     lazytpu.mark_step()          # left to the worker (no wait): it runs it
 lazytpu.wait_device_ops()
-got = {}
-for t in os.listdir("/proc/self/task"):
-    st = open("/proc/self/task/%s/stat" % t).read()
-    name = st[st.index("(") + 1:st.rindex(")")]
-    nice = int(st[st.rindex(")") + 2:].split()[16])
-    got.setdefault("main" if int(t) == os.getpid() else name, []).append(nice)
-print(json.dumps({"levels": got, "sum": float(y.sum().item()),
+print(json.dumps({"levels": _thread_levels(), "sum": float(y.sum().item()),
                   "want": float((x.cpu() @ x.cpu()).relu().sum())}))
 """
 
