@@ -186,6 +186,15 @@ Ref full(int core, const std::vector<int64_t> &dims, double v, lt_dtype dt);
 Ref reduce(lt_op op, lt_tensor *x, const std::vector<int64_t> &dims,
            bool keepdim);
 Ref binary(lt_op op, lt_tensor *a, lt_tensor *b);
+/* The class-index target t of an NLL loss over C classes as the core's i64
+ * indices (ops_nn.cpp): i64 as is; Byte cast when byte_ok (eager's
+ * nll_loss takes it, nll_loss2d does not). In torch_xla compatibility mode
+ * any integer target is cast, and a floating one taken as torch_xla's
+ * lowering takes it (a one-hot comparison with the classes 0..C-1): a value
+ * that is not one of them (a fraction, out of range, NaN) matches no class
+ * and counts as ignore_index. Any other target is returned unchanged: the
+ * core refuses it, and the CPU fallback raises eager's error. */
+Ref nll_target(lt_tensor *t, int64_t C, int64_t ignore_index, bool byte_ok);
 Ref mul_scalar(lt_tensor *x, const c10::Scalar &s);  /* x * s; x if s == 1 */
 
 /* The device type and dispatch key device tensors carry: PrivateUse1

@@ -567,6 +567,26 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lt_native_layer_norm_backward(
 
 /* --------------------------------------------------------------- losses */
 
+}  // namespace
+
+Ref nll_target(lt_tensor *t, int64_t C, int64_t ignore_index, bool byte_ok) {
+  lt_dtype dt = lt_tensor_dtype(t);
+  if (dt == LT_I64) return Ref::borrow(t);
+  if (dt == LT_U8 && (byte_ok || xla_compat())) return cast(t, LT_I64);
+  if (!xla_compat()) return Ref::borrow(t);
+  if (!lt_dtype_is_float(dt)) return cast(t, LT_I64);
+  int core = lt_tensor_core(t);
+  Ref lo = scalar_typed(core, 0, dt), hi = scalar_typed(core, (double)C, dt);
+  Ref whole = trace(LT_OP_eq, {t, trace(LT_OP_floor, {t}).get()});
+  Ref in = trace(LT_OP_logical_and, {trace(LT_OP_ge, {t, lo.get()}).get(),
+                                     trace(LT_OP_lt, {t, hi.get()}).get()});
+  Ref ok = trace(LT_OP_logical_and, {whole.get(), in.get()});
+  Ref ig = scalar_typed(core, (double)ignore_index, dt);
+  return cast(trace(LT_OP_where, {ok.get(), t, ig.get()}).get(), LT_I64);
+}
+
+namespace {
+
 std::tuple<at::Tensor, at::Tensor> lt_nll_loss_forward(const at::Tensor &self,
                                                        const at::Tensor &target,
                                                        const c10::optional<at::Tensor> &weight,
@@ -577,7 +597,8 @@ std::tuple<at::Tensor, at::Tensor> lt_nll_loss_forward(const at::Tensor &self,
               self.size(0), ") to match target batch_size (", target.size(0), ").");
   bool hw = weight && weight->defined();
   int core = common_core({&self, &target, hw ? &*weight : nullptr});
-  Ref x = operand(self, core), t = operand(target, core), w = opt_operand(weight, core);
+  Ref x = operand(self, core), w = opt_operand(weight, core);
+  Ref t = nll_target(operand(target, core).get(), self.size(-1), ignore_index, true);
   lt_attrs a = attrs_of({reduction, ignore_index});
   std::vector<lt_tensor *> in{x.get(), t.get()};
   if (w) in.push_back(w.get());
@@ -603,7 +624,8 @@ at::Tensor lt_nll_loss_backward(const at::Tensor &grad, const at::Tensor &self,
                                 const at::Tensor &total_weight) {
   bool hw = weight && weight->defined();
   int core = common_core({&grad, &self, &target, hw ? &*weight : nullptr});
-  Ref g = operand(grad, core), x = operand(self, core), t = operand(target, core);
+  Ref g = operand(grad, core), x = operand(self, core);
+  Ref t = nll_target(operand(target, core).get(), self.size(-1), ignore_index, true);
   Ref w = opt_operand(weight, core);
   lt_attrs a = attrs_of({reduction, ignore_index});
   std::vector<lt_tensor *> in{g.get(), x.get(), t.get()};

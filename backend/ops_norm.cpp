@@ -119,7 +119,8 @@ std::tuple<at::Tensor, at::Tensor> lt_nll_loss2d_forward(
   bool hw = weight && weight->defined();
   int core = common_core({&self, &target, hw ? &*weight : nullptr});
   Ref x = rows_of(operand(self, core).get());
-  Ref t = reshape(operand(target, core).get(), {target.numel()});
+  Ref t = nll_target(reshape(operand(target, core).get(), {target.numel()}).get(),
+                     self.size(1), ignore_index, false);
   Ref w = opt_ref(weight, core);
   lt_attrs a = attrs_of({reduction, ignore_index});
   std::vector<lt_tensor *> in{x.get(), t.get()};
@@ -149,7 +150,8 @@ at::Tensor lt_nll_loss2d_backward(const at::Tensor &grad, const at::Tensor &self
   Ref g = operand(grad, core);
   if (reduction == 0) g = reshape(g.get(), {target.numel()});
   Ref x = rows_of(operand(self, core).get());
-  Ref t = reshape(operand(target, core).get(), {target.numel()});
+  Ref t = nll_target(reshape(operand(target, core).get(), {target.numel()}).get(),
+                     self.size(1), ignore_index, false);
   Ref w = opt_ref(weight, core);
   lt_attrs a = attrs_of({reduction, ignore_index});
   std::vector<lt_tensor *> in{g.get(), x.get(), t.get()};

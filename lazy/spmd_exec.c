@@ -783,6 +783,9 @@ static lt_status execute(const lt_graph *g, lt_sync_cause cause, const char *fra
         if (m->dev[q] >= n_cores || m->dev[q] < 0) why = "the mesh names cores this process does not have";
     for (int i = 0; i < g->n_nodes; i++)
         if (g->in_off[i + 1] - g->in_off[i] > LT_MAX_ARITY_SPMD) why = "an op with more than 64 inputs";
+    /* one core: partitioning is the identity (the step is that core's
+     * program as it stands) */
+    if (!why && m->n_dev == 1 && m->dev[0] == g->core) why = "a mesh of one core";
     if (why) {
         xs y;
         memset(&y, 0, sizeof y);

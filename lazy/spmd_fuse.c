@@ -423,18 +423,12 @@ void lt_spmdx_product_blocks(const xs *x, int j, char *mark)
  * the fused value it views (lt_spmdx_whole_node) — not a host all-reduce or
  * reduce-scatter between levels. A data-parallel gradient, the views of it
  * the step keeps, and the loss are all made so. */
-void lt_spmdx_plan_fuse(xs *x)
+/* Drops the fusion of every value a reader cannot take fused (a reader
+ * on another level wanting a layout the sum is not, or a view that is not
+ * fused itself), until none is left. */
+static void fuse_settle(xs *x, int every)
 {
     const lt_graph *g = x->g;
-    if (x->m->dev[0] != g->core) return;
-    int every = (int)lt_opt_int(LT_OPT_SPMD_SUM_EVERY);
-    for (int j = 0; j < g->n_nodes; j++) {
-        const lt_node *y = g->nodes[j];
-        int e2;
-        /* summed at a later level than its own (the addends complete) */
-        x->fuse[j] = lt_node_is_pending(y) && x->level[j] < x->n_levels - 1 && x->T[j].partial && partial_ok(y) &&
-                     !lay_split(&x->T[j], y->shape.ndim) && frexp(x->T[j].pscale, &e2) == 0.5;
-    }
     for (int changed = 1; changed;) {
         changed = 0;
         for (int i = 0; i < g->n_nodes; i++)
@@ -452,6 +446,21 @@ void lt_spmdx_plan_fuse(xs *x)
                 }
             }
     }
+}
+
+void lt_spmdx_plan_fuse(xs *x)
+{
+    const lt_graph *g = x->g;
+    if (x->m->dev[0] != g->core) return;
+    int every = (int)lt_opt_int(LT_OPT_SPMD_SUM_EVERY);
+    for (int j = 0; j < g->n_nodes; j++) {
+        const lt_node *y = g->nodes[j];
+        int e2;
+        /* summed at a later level than its own (the addends complete) */
+        x->fuse[j] = lt_node_is_pending(y) && x->level[j] < x->n_levels - 1 && x->T[j].partial && partial_ok(y) &&
+                     !lay_split(&x->T[j], y->shape.ndim) && frexp(x->T[j].pscale, &e2) == 0.5;
+    }
+    fuse_settle(x, every);
     /* read by a program, or a result */
     for (int j = 0; j < g->n_nodes; j++) {
         if (!x->fuse[j] || lt_spmdx_is_result(x, j)) continue;
@@ -461,6 +470,19 @@ void lt_spmdx_plan_fuse(xs *x)
                 if (g->in_pos[e] == j) read = 1;
         x->fuse[j] = (char)read;
     }
+    /* a result that a program every position runs reads whole: all-reduced
+     * on the host (the step's result is the first position's sum, which
+     * these programs do not keep), and what its fusion needed settled */
+    int dropped = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int e = g->in_off[i]; e < g->in_off[i + 1]; e++) {
+            int j = g->in_pos[e];
+            if (x->fuse[j] && x->bump[e] && !x->solo[i] && lt_spmdx_is_result(x, j)) {
+                x->fuse[j] = 0;
+                dropped = 1;
+            }
+        }
+    if (dropped) fuse_settle(x, every);
     /* read whole by a program every position runs (a batch-norm
      * statistic): each such program sums the addends itself, in position
      * order (the same additions on every core); the fused value a view of

@@ -96,6 +96,16 @@ def _syncfree_step(opt, parent_step, closure, found_inf):
     return loss
 
 
+def _device_step_count(opt, capturable):
+    """Unless the caller chose: capturable (the step count on the device)
+    for groups whose parameters are all device tensors."""
+    if capturable is not None:
+        return
+    for g in opt.param_groups:
+        if g["params"] and all(_core.is_lazytpu_tensor(p) for p in g["params"]):
+            g["capturable"] = True
+
+
 class SyncFreeSGD(torch.optim.SGD):
     """SGD whose ``step(found_inf=t)`` skips the update where t != 0, on the
     device."""
@@ -106,16 +116,29 @@ class SyncFreeSGD(torch.optim.SGD):
 
 
 class SyncFreeAdam(torch.optim.Adam):
-    """Adam with a device-side skipped step (see SyncFreeSGD)."""
+    """Adam with a device-side skipped step (see SyncFreeSGD). Its step
+    count lives on the device (``capturable=True`` unless given, for device
+    parameters; torch_xla's syncfree Adam keeps it there too): a skipped
+    step does not count, so the bias correction is that of the steps
+    taken."""
     _lazytpu_syncfree = True
+
+    def __init__(self, params, *args, capturable=None, **kwargs):
+        super().__init__(params, *args, capturable=bool(capturable), **kwargs)
+        _device_step_count(self, capturable)
 
     def step(self, closure=None, found_inf=None):
         return _syncfree_step(self, super().step, closure, found_inf)
 
 
 class SyncFreeAdamW(torch.optim.AdamW):
-    """AdamW with a device-side skipped step (see SyncFreeSGD)."""
+    """AdamW with a device-side skipped step and step count (see
+    SyncFreeAdam)."""
     _lazytpu_syncfree = True
+
+    def __init__(self, params, *args, capturable=None, **kwargs):
+        super().__init__(params, *args, capturable=bool(capturable), **kwargs)
+        _device_step_count(self, capturable)
 
     def step(self, closure=None, found_inf=None):
         return _syncfree_step(self, super().step, closure, found_inf)

@@ -123,3 +123,191 @@ def test_suite_expected_failures_have_reasons():
         assert run in runs, "expected failure for a run the suite does not have: " + run
         assert category in ("internals", "gap", "hardware"), (run, test, category)
         assert len(reason) > 20, (run, test)
+
+
+_NLL_TARGETS = """
+    import json, torch, torch.nn.functional as F
+    torch.manual_seed(0)
+    x = torch.randn(6, 4)
+    x4 = torch.randn(2, 3, 2, 2)
+    cases = {
+        "float": torch.tensor([0., 3., 1., 2., 2., 0.]),
+        "odd": torch.tensor([0., 3.5, 1., -1., 7., float("nan")]),
+        "int32": torch.tensor([0, 3, 1, 2, 2, 0], dtype=torch.int32),
+        "byte": torch.tensor([0, 3, 1, 2, 2, 0], dtype=torch.uint8),
+    }
+    t4 = torch.tensor([[[0., 1.], [2., 1.5]], [[1., 0.], [9., 2.]]])
+
+    def run(d, fallbacks):
+        out = {}
+        for name, t in cases.items():
+            for red in ("mean", "sum", "none"):
+                xd = x.to(d).requires_grad_()
+                try:
+                    l = F.cross_entropy(xd, t.to(d), reduction=red, ignore_index=2)
+                    l.sum().backward()
+                    out[name + red] = [l.detach().cpu().flatten().tolist(), xd.grad.cpu().tolist()]
+                except RuntimeError as e:
+                    out[name + red] = str(e).split(chr(10))[0]
+        xd = x4.to(d).requires_grad_()
+        try:
+            l = F.cross_entropy(xd, t4.to(d))
+            l.backward()
+            out["2d"] = [[l.item()], xd.grad.cpu().flatten().tolist()]
+        except RuntimeError as e:
+            out["2d"] = str(e).split(chr(10))[0]
+        out["fallbacks"] = fallbacks()
+        print("OUT" + json.dumps(out))
+"""
+
+
+def _nll_reference(t, C, ignore):
+    """torch_xla's reading of a class-index target (a one-hot comparison
+    with the classes 0..C-1): values that are no class count as ignored."""
+    import torch
+    t = t.double()
+    ok = (t == t.floor()) & (t >= 0) & (t < C)
+    return torch.where(ok, t, torch.full_like(t, ignore)).long()
+
+
+def test_nll_loss_targets_of_other_dtypes():
+    """torch_xla 2.9 takes an NLL / cross-entropy target of any integer or
+    floating dtype (pytorch/xla's own tests pass float class indices); in
+    compatibility mode lazytpu does too, with torch_xla's meaning. The
+    plain device keeps eager's rule (Long, or Byte for nll_loss) and runs a
+    Byte target on the device, not on the CPU fallback."""
+    import json
+    import torch
+    import torch.nn.functional as F
+    compat = _run(_NLL_TARGETS + """
+    import torch_xla, torch_xla.debug.metrics as met
+    run(torch_xla.device(), lambda: [n for n in met.counter_names() if n.startswith("aten::")
+                                     and n != "aten::_local_scalar_dense"])
+    """)
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(_NLL_TARGETS + """
+    import lazytpu, lazytpu.metrics as lm
+    run(lazytpu.device(), lambda: [n for n in lm.counter_names() if n.startswith("aten::")
+                                   and n != "aten::_local_scalar_dense"])
+    """)], env=_env(), capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert p.returncode == 0, p.stderr[-4000:]
+    plain = p.stdout
+    got_c = json.loads(compat.split("OUT", 1)[1])
+    got_p = json.loads(plain.split("OUT", 1)[1])
+    assert got_c.pop("fallbacks") == []       # no CPU fallback: all on the device
+    # the plain device hands the targets eager refuses to the CPU fallback,
+    # which raises eager's error
+    assert set(got_p.pop("fallbacks")) <= {"aten::nll_loss_forward", "aten::nll_loss2d_forward"}
+    torch.manual_seed(0)
+    x = torch.randn(6, 4)
+    x4 = torch.randn(2, 3, 2, 2)
+    cases = {"float": torch.tensor([0., 3., 1., 2., 2., 0.]),
+             "odd": torch.tensor([0., 3.5, 1., -1., 7., float("nan")]),
+             "int32": torch.tensor([0, 3, 1, 2, 2, 0], dtype=torch.int32),
+             "byte": torch.tensor([0, 3, 1, 2, 2, 0], dtype=torch.uint8)}
+    t4 = torch.tensor([[[0., 1.], [2., 1.5]], [[1., 0.], [9., 2.]]])
+
+    def ref(xx, t, **kw):
+        xx = xx.clone().requires_grad_()
+        l = F.cross_entropy(xx, t, **kw)
+        l.sum().backward()
+        return [l.detach().flatten().tolist(), xx.grad.tolist()]
+
+    def close(a, b):
+        fa, fb = torch.tensor(a[0]), torch.tensor(b[0])
+        ga, gb = torch.tensor(a[1]).flatten(), torch.tensor(b[1]).flatten()
+        return (torch.allclose(fa, fb, atol=1e-5, equal_nan=True) and
+                torch.allclose(ga, gb, atol=1e-5))
+
+    for name, t in cases.items():
+        for red in ("mean", "sum", "none"):
+            want = ref(x, _nll_reference(t, 4, 2), reduction=red, ignore_index=2)
+            assert close(got_c[name + red], want), (name, red, got_c[name + red], want)
+            if name == "byte":
+                assert close(got_p[name + red], want), (name, red, got_p[name + red])
+            else:     # eager refuses them: so does the plain device
+                assert "expected target dtype to be Long or Byte" in got_p[name + red]
+    want = ref(x4, _nll_reference(t4, 3, -100).reshape(2, 2, 2))
+    assert close(got_c["2d"], want), (got_c["2d"], want)
+    assert "expected" in got_p["2d"]
+
+
+def test_spmd_mesh_of_one_device_trains():
+    """SPMD over torch_xla's CPU default of one device (PJRT_DEVICE=CPU): a
+    weight sharded on a one-device mesh, the model's output kept alive over
+    the step boundary (pytorch/xla's spmd/test_dtensor_integration.py). The
+    step runs as the one core's program; losses as on the CPU."""
+    out = _run("""
+        import torch, torch.nn as nn
+        import torch_xla, torch_xla.runtime as xr
+        from torch.distributed.tensor import init_device_mesh, Shard, distribute_tensor
+        xr.use_spmd()
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4))
+        ref = nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4))
+        ref.load_state_dict(model.state_dict())
+        model.to("xla")
+        mesh = init_device_mesh("xla", mesh_shape=(xr.global_runtime_device_count(),))
+        distribute_tensor(model[0].weight, mesh, [Shard(0)])
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        ropt = torch.optim.SGD(ref.parameters(), lr=0.1)
+        data = torch.randn(32, 16)
+        target = torch.randint(0, 4, (32,))
+        for _ in range(3):
+            opt.zero_grad()
+            output = model(data.to("xla"))          # alive across the sync
+            loss = nn.functional.cross_entropy(output, target.to("xla"))
+            loss.backward()
+            opt.step()
+            torch_xla.sync()
+            ropt.zero_grad()
+            rl = nn.functional.cross_entropy(ref(data), target)
+            rl.backward()
+            ropt.step()
+            print("LOSS", xr.global_runtime_device_count(), loss.item(), rl.item())
+        print("SPEC", torch_xla._XLAC._get_xla_sharding_spec(model[0].weight) != "")
+    """, PJRT_DEVICE="CPU")
+    rows = [l.split() for l in out.splitlines() if l.startswith("LOSS")]
+    assert len(rows) == 3 and all(r[1] == "1" for r in rows), out
+    for r in rows:
+        assert abs(float(r[2]) - float(r[3])) <= 1e-4 * max(1.0, abs(float(r[3]))), out
+    assert "SPEC True" in out
+
+
+def test_spmd_kept_output_of_a_contracted_split():
+    """The first layer's weight split along its input features over 8 cores
+    (pytorch/xla's test_xla_sharding.py test_optimizer_step_with_sharding):
+    its product is partial and every core's ReLU reads it whole; the
+    model's output stays alive over the step boundary, so that partial
+    product is one of the step's results too. Losses as on the CPU."""
+    out = _run("""
+        import numpy as np, torch, torch.nn as nn
+        import torch_xla, torch_xla.runtime as xr, torch_xla.distributed.spmd as xs
+        xr.use_spmd()
+        n = xr.global_runtime_device_count()
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, 4))
+        ref = nn.Sequential(nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, 4))
+        ref.load_state_dict(model.state_dict())
+        model.to("xla")
+        xs.mark_sharding(model[0].weight, xs.Mesh(np.arange(n), (1, n)), (0, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        ropt = torch.optim.SGD(ref.parameters(), lr=0.1)
+        data = torch.randn(16, 32)
+        target = torch.randint(0, 4, (16,))
+        for _ in range(3):
+            opt.zero_grad()
+            output = model(data.to("xla"))          # alive across the sync
+            loss = nn.functional.cross_entropy(output, target.to("xla"))
+            loss.backward()
+            opt.step()
+            torch_xla.sync()
+            ropt.zero_grad()
+            rl = nn.functional.cross_entropy(ref(data), target)
+            rl.backward()
+            ropt.step()
+            print("LOSS", n, loss.item(), rl.item())
+    """, PJRT_DEVICE="CPU", CPU_NUM_DEVICES="8")
+    rows = [l.split() for l in out.splitlines() if l.startswith("LOSS")]
+    assert len(rows) == 3 and all(r[1] == "8" for r in rows), out
+    for r in rows:
+        assert abs(float(r[2]) - float(r[3])) <= 1e-4 * max(1.0, abs(float(r[3]))), out

@@ -291,6 +291,21 @@ def test_amp_autocast_gradscaler_syncfree():
         o.step(found_inf=torch.tensor(0.0, device=d))
         xm.mark_step()
         assert not torch.equal(m.weight.detach().cpu(), before), name
+    # a skipped step does not count (the step count is on the device):
+    # two skipped steps and one taken are Adam's first step
+    w0 = torch.randn(3, 4)
+    g = torch.randn(3, 4)
+    for name, cls in (("Adam", torch.optim.Adam), ("AdamW", torch.optim.AdamW)):
+        p = torch.nn.Parameter(w0.clone().to(d))
+        r = torch.nn.Parameter(w0.clone())
+        o = getattr(xamp.syncfree, name)([p], lr=0.1)
+        for skip in (1.0, 1.0, 0.0):
+            p.grad = g.to(d)
+            o.step(found_inf=torch.tensor(skip, device=d))
+            xm.mark_step()
+        r.grad = g.clone()
+        cls([r], lr=0.1).step()
+        assert torch.allclose(p.detach().cpu(), r.detach(), atol=1e-6), name
 
 
 def test_env_var_names_and_runtime_cache(capsys):
