@@ -125,7 +125,8 @@ def test_suite_expected_failures_have_reasons():
         assert len(reason) > 20, (run, test)
 
 
-_NLL_TARGETS = """
+# the inputs, built alike in the child processes and the test
+_NLL_CASES = """
     import json, torch, torch.nn.functional as F
     torch.manual_seed(0)
     x = torch.randn(6, 4)
@@ -137,7 +138,9 @@ _NLL_TARGETS = """
         "byte": torch.tensor([0, 3, 1, 2, 2, 0], dtype=torch.uint8),
     }
     t4 = torch.tensor([[[0., 1.], [2., 1.5]], [[1., 0.], [9., 2.]]])
+"""
 
+_NLL_TARGETS = _NLL_CASES + """
     def run(d, fallbacks):
         out = {}
         for name, t in cases.items():
@@ -197,14 +200,9 @@ def test_nll_loss_targets_of_other_dtypes():
     # the plain device hands the targets eager refuses to the CPU fallback,
     # which raises eager's error
     assert set(got_p.pop("fallbacks")) <= {"aten::nll_loss_forward", "aten::nll_loss2d_forward"}
-    torch.manual_seed(0)
-    x = torch.randn(6, 4)
-    x4 = torch.randn(2, 3, 2, 2)
-    cases = {"float": torch.tensor([0., 3., 1., 2., 2., 0.]),
-             "odd": torch.tensor([0., 3.5, 1., -1., 7., float("nan")]),
-             "int32": torch.tensor([0, 3, 1, 2, 2, 0], dtype=torch.int32),
-             "byte": torch.tensor([0, 3, 1, 2, 2, 0], dtype=torch.uint8)}
-    t4 = torch.tensor([[[0., 1.], [2., 1.5]], [[1., 0.], [9., 2.]]])
+    ns = {}
+    exec(textwrap.dedent(_NLL_CASES), ns)
+    x, x4, cases, t4 = ns["x"], ns["x4"], ns["cases"], ns["t4"]
 
     def ref(xx, t, **kw):
         xx = xx.clone().requires_grad_()
