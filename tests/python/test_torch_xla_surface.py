@@ -229,6 +229,34 @@ def test_nll_loss_targets_of_other_dtypes():
     assert "expected" in got_p["2d"]
 
 
+# a 3-step SGD loop on the device beside the same loop on the CPU; the
+# device's output stays alive over each step boundary. Needs model, ref,
+# data, target; prints LOSS <devices> <device loss> <cpu loss> per step.
+_SPMD_LOOP = """
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        ropt = torch.optim.SGD(ref.parameters(), lr=0.1)
+        for _ in range(3):
+            opt.zero_grad()
+            output = model(data.to("xla"))          # alive across the sync
+            loss = nn.functional.cross_entropy(output, target.to("xla"))
+            loss.backward()
+            opt.step()
+            torch_xla.sync()
+            ropt.zero_grad()
+            rl = nn.functional.cross_entropy(ref(data), target)
+            rl.backward()
+            ropt.step()
+            print("LOSS", xr.global_runtime_device_count(), loss.item(), rl.item())
+"""
+
+
+def _check_spmd_losses(out, devices):
+    rows = [l.split() for l in out.splitlines() if l.startswith("LOSS")]
+    assert len(rows) == 3 and all(r[1] == str(devices) for r in rows), out
+    for r in rows:
+        assert abs(float(r[2]) - float(r[3])) <= 1e-4 * max(1.0, abs(float(r[3]))), out
+
+
 def test_spmd_mesh_of_one_device_trains():
     """SPMD over torch_xla's CPU default of one device (PJRT_DEVICE=CPU): a
     weight sharded on a one-device mesh, the model's output kept alive over
@@ -246,28 +274,12 @@ def test_spmd_mesh_of_one_device_trains():
         model.to("xla")
         mesh = init_device_mesh("xla", mesh_shape=(xr.global_runtime_device_count(),))
         distribute_tensor(model[0].weight, mesh, [Shard(0)])
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        ropt = torch.optim.SGD(ref.parameters(), lr=0.1)
         data = torch.randn(32, 16)
         target = torch.randint(0, 4, (32,))
-        for _ in range(3):
-            opt.zero_grad()
-            output = model(data.to("xla"))          # alive across the sync
-            loss = nn.functional.cross_entropy(output, target.to("xla"))
-            loss.backward()
-            opt.step()
-            torch_xla.sync()
-            ropt.zero_grad()
-            rl = nn.functional.cross_entropy(ref(data), target)
-            rl.backward()
-            ropt.step()
-            print("LOSS", xr.global_runtime_device_count(), loss.item(), rl.item())
+    """ + _SPMD_LOOP + """
         print("SPEC", torch_xla._XLAC._get_xla_sharding_spec(model[0].weight) != "")
     """, PJRT_DEVICE="CPU")
-    rows = [l.split() for l in out.splitlines() if l.startswith("LOSS")]
-    assert len(rows) == 3 and all(r[1] == "1" for r in rows), out
-    for r in rows:
-        assert abs(float(r[2]) - float(r[3])) <= 1e-4 * max(1.0, abs(float(r[3]))), out
+    _check_spmd_losses(out, 1)
     assert "SPEC True" in out
 
 
@@ -288,24 +300,7 @@ def test_spmd_kept_output_of_a_contracted_split():
         ref.load_state_dict(model.state_dict())
         model.to("xla")
         xs.mark_sharding(model[0].weight, xs.Mesh(np.arange(n), (1, n)), (0, 1))
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        ropt = torch.optim.SGD(ref.parameters(), lr=0.1)
         data = torch.randn(16, 32)
         target = torch.randint(0, 4, (16,))
-        for _ in range(3):
-            opt.zero_grad()
-            output = model(data.to("xla"))          # alive across the sync
-            loss = nn.functional.cross_entropy(output, target.to("xla"))
-            loss.backward()
-            opt.step()
-            torch_xla.sync()
-            ropt.zero_grad()
-            rl = nn.functional.cross_entropy(ref(data), target)
-            rl.backward()
-            ropt.step()
-            print("LOSS", n, loss.item(), rl.item())
-    """, PJRT_DEVICE="CPU", CPU_NUM_DEVICES="8")
-    rows = [l.split() for l in out.splitlines() if l.startswith("LOSS")]
-    assert len(rows) == 3 and all(r[1] == "8" for r in rows), out
-    for r in rows:
-        assert abs(float(r[2]) - float(r[3])) <= 1e-4 * max(1.0, abs(float(r[3]))), out
+    """ + _SPMD_LOOP, PJRT_DEVICE="CPU", CPU_NUM_DEVICES="8")
+    _check_spmd_losses(out, 8)
