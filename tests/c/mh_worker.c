@@ -523,12 +523,15 @@ static void mode_sgd(const char *dir)
 
 static void write_text(const char *dir, const char *what, const char *text)
 {
-    char p[1024];
+    /* written under a temporary name and renamed: a worker stopped while
+     * writing (its peer failed first) leaves no half-written file */
+    char p[1024], tmp[1100];
     snprintf(p, sizeof p, "%s/%s-%d.txt", dir, what, g_rank);
-    FILE *f = fopen(p, "w");
-    if (!f) DIE("cannot write %s", p);
+    snprintf(tmp, sizeof tmp, "%s.part", p);
+    FILE *f = fopen(tmp, "w");
+    if (!f) DIE("cannot write %s", tmp);
     fputs(text, f);
-    fclose(f);
+    if (fclose(f) != 0 || rename(tmp, p) != 0) DIE("cannot write %s", p);
 }
 
 static void note_process(const char *dir)
