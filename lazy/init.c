@@ -27,8 +27,24 @@ static pthread_mutex_t rt_mu;
 static atomic_int rt_ready;
 static lt_runtime rt;
 
+/* Process exit (exit(), the end of main, Python's finalisation) while a
+ * core still runs a program: the library destructors that follow (OpenBLAS
+ * frees its buffers) would pull memory from under the kernels, a crash
+ * after a script's last asynchronous step. The cores finish what they were
+ * given and stop first; the records stay, so anything released later (a
+ * static destructor dropping a tensor) still works, and a job submitted
+ * after this runs inline. Skipped when another thread holds the runtime. */
+static void rt_at_exit(void)
+{
+    if (!atomic_load(&rt_ready) || pthread_mutex_trylock(&rt_mu) != 0)
+        return;
+    lt_devices_shutdown();
+    pthread_mutex_unlock(&rt_mu);
+}
+
 static void rt_once_init(void)
 {
+    atexit(rt_at_exit);
     pthread_mutex_init(&rt_mu, NULL);
     for (int i = 0; i < LT_RT_MAX_CORES; i++) {
         lt_core_live *L = &rt.live[i];
