@@ -5,7 +5,8 @@
  * and XPU use): matmul, convolution, linear and the RNN cells run in the
  * autocast dtype (bf16: on the device that means bf16 inputs and f32
  * accumulation, the TPU MXU's numerics); pointwise transcendentals, norms,
- * reductions, softmax and the losses run in f32; mixed-input ops promote.
+ * reductions, softmax and the losses (cross_entropy_loss too, as in torch_xla
+ * and CPU autocast) run in f32; mixed-input ops promote.
  * Every other op falls through (runs in its inputs' dtype).
  */
 #include <ATen/autocast_mode.h>
@@ -47,6 +48,11 @@ void register_lists(torch::Library &m) {
   KERNEL_DIFFERENT_REDISPATCH_SIGNATURE(DT, FN, NAME, SIG, RSIG, POLICY)
   AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(LT_AUTOCAST_REDISPATCH)
   AT_FORALL_PROMOTE(LT_AUTOCAST_PROMOTE)
+  /* Not in the shared lists: cross_entropy_loss is composite and passes its
+   * input's dtype to log_softmax explicitly, so without this the log-probs
+   * would be rounded to bf16 before nll_loss. torch_xla 2.9 and CPU autocast
+   * list it as fp32. */
+  KERNEL(DT, cross_entropy_loss, fp32)
   m.impl(TORCH_SELECTIVE_NAME("aten::binary_cross_entropy"),
          TORCH_FN((&lt_binary_cross_entropy_banned)));
 #undef LT_AUTOCAST_LOWP

@@ -91,3 +91,23 @@ def test_binary_cross_entropy_is_refused_under_autocast():
     with torch.autocast("lazytpu", dtype=torch.bfloat16):
         with pytest.raises(RuntimeError, match="binary_cross_entropy_with_logits"):
             F.binary_cross_entropy(p, t)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean"])
+def test_cross_entropy_runs_in_f32_under_autocast(reduction):
+    # cross_entropy passes its input's dtype to log_softmax explicitly: unless
+    # the whole loss is on the fp32 list (torch_xla 2.9 and CPU autocast list
+    # it), the log-probs of bf16 logits are rounded to bf16 first.
+    torch.manual_seed(0)
+    x = torch.randn(16, 64)
+    w = torch.randn(10, 64) * 0.05
+    y = torch.randint(0, 10, (16,))
+    with torch.autocast("lazytpu", dtype=torch.bfloat16):
+        logits = F.linear(x.to(DEV), w.to(DEV))
+        ce = F.cross_entropy(logits, y.to(DEV), reduction=reduction)
+    assert logits.dtype == torch.bfloat16 and ce.dtype == torch.float32
+    want = F.cross_entropy(logits.cpu().float(), y, reduction=reduction)
+    torch.testing.assert_close(ce.cpu(), want, atol=2e-6, rtol=2e-6)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cpu = F.cross_entropy(F.linear(x, w), y, reduction=reduction)
+    torch.testing.assert_close(ce.cpu(), cpu, atol=2e-6, rtol=2e-6)
