@@ -364,27 +364,19 @@ at::Tensor lt_alias(const at::Tensor &self) {
   return view_copy_of(self, lt_detach_copy(self));
 }
 
-/* PyTorch 1.13 bug: FunctionalTensorWrapper::shallow_copy_and_detach (used by
- * detach() and .data) drops the view chain of a wrapper. When the wrapper is a
- * view whose storage was mutated in place (e.g. the gradient of maximum: a
- * t() of a masked_fill_'ed tensor), the copy later regenerates from the base
- * and gets the base's shape/values. AccumulateGrad detaches every gradient.
- * Our Functionalize kernel for detach: views of mutated storage become an
- * independent (correct) tensor; everything else keeps alias semantics. */
+/* Our Functionalize kernel for detach: the wrapper is synced first, then
+ * detached as an alias (a view sharing its storage), as in eager. PyTorch
+ * 1.13's shallow_copy_and_detach dropped the view chain of a wrapper, so
+ * round 1 detached a mutated view (or Parameter, itself an alias of the
+ * tensor it wraps) into an independent copy; with PyTorch 2.13 that broke
+ * alias semantics instead: `p.detach().zero_()` after an optimizer step
+ * left p unchanged, and safetensors saw tied weights as two storages. */
 at::Tensor functional_detach(c10::DispatchKeySet ks, const at::Tensor &self) {
   if (!at::functionalization::impl::isFunctionalTensor(self)) {
     c10::impl::ExcludeDispatchKeyGuard g(c10::DispatchKey::Functionalize);
     return at::_ops::detach::call(self);
   }
-  auto *w = at::functionalization::impl::unsafeGetFunctionalWrapper(self);
-  w->sync_();
-  auto *st = static_cast<at::functionalization::FunctionalStorageImpl *>(
-      w->storage().unsafeGetStorageImpl());
-  bool is_view = st->base().unsafeGetTensorImpl() != w->value().unsafeGetTensorImpl();
-  if (is_view && st->generation() != 0) {
-    lt_tensor *h = handle_of(w->value());
-    return at::functionalization::impl::to_functional_tensor(wrap(fresh(Ref::borrow(h), {h})));
-  }
+  at::functionalization::impl::unsafeGetFunctionalWrapper(self)->sync_();
   return at::_ops::alias::redispatch(ks, self);
 }
 

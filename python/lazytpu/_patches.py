@@ -33,17 +33,25 @@ def _str(self, *args, **kwargs):
 _ts._str = _str
 
 
-# - data_ptr()/storage() of a device tensor: the functionalization wrapper has
-#   an empty storage, so torch would return 0 / an obscure error. Say why.
+# - storage() of a device tensor: the functionalization wrapper has an empty
+#   storage, so torch would give an obscure error. Say why.
 _NO_HOST = ("lazytpu: a device tensor has no host memory, so %s is unavailable; "
             "copy it to the host first with .cpu()")
 _orig_data_ptr = torch.Tensor.data_ptr
 _orig_storage = torch.Tensor.storage
 
 
+# - data_ptr() of a device tensor is a device address, as a CUDA tensor's is:
+#   its storage's identity (UntypedStorage.data_ptr below) plus its offset in
+#   bytes. Views of one storage get addresses inside one range, other storages
+#   other ranges; safetensors' save_model / load_model and accelerate's
+#   save_state / load_state tell tied and aliased weights apart by it. It is
+#   not host memory: read values with .cpu().
 def _data_ptr(self):
     if self.device.type in _TYPES:
-        raise RuntimeError(_NO_HOST % "data_ptr()")
+        if not torch._is_functional_tensor(self):     # a fake / subclass tensor
+            raise RuntimeError(_NO_HOST % "data_ptr()")
+        return self.untyped_storage().data_ptr() + self.storage_offset() * self.element_size()
     return _orig_data_ptr(self)
 
 
@@ -62,7 +70,11 @@ torch.Tensor.storage = _storage
 #   not host memory, like a CUDA storage's. Libraries tell tied or aliased
 #   weights apart by it (safetensors' storage_ptr, transformers'
 #   id_tensor_storage in save_pretrained). Other storages are untouched.
+#   Its nbytes() is the size of the storage's base value (torch reads 0 for a
+#   storage-less device value): Tensor.untyped_storage() attaches it.
 _orig_storage_data_ptr = torch.UntypedStorage.data_ptr
+_orig_storage_nbytes = torch.UntypedStorage.nbytes
+_orig_untyped_storage = torch.Tensor.untyped_storage
 
 
 def _storage_data_ptr(self):
@@ -71,7 +83,23 @@ def _storage_data_ptr(self):
     return _orig_storage_data_ptr(self)
 
 
+def _storage_nbytes(self):
+    n = self.__dict__.get("_lazytpu_nbytes")
+    return _orig_storage_nbytes(self) if n is None else n
+
+
+# (only device tensors themselves: the fake tensors of torch.compile and other
+# subclasses have storages of their own)
+def _untyped_storage(self):
+    s = _orig_untyped_storage(self)
+    if self.device.type in _TYPES and torch._is_functional_tensor(self):
+        s._lazytpu_nbytes = torch.ops.lazytpu.storage_nbytes(self)
+    return s
+
+
 torch.UntypedStorage.data_ptr = _storage_data_ptr
+torch.UntypedStorage.nbytes = _storage_nbytes
+torch.Tensor.untyped_storage = _untyped_storage
 
 # - torch.save / copy.deepcopy pick their device path (through .cpu() / clone)
 #   when torch._C._has_storage(t) is False for a lazytpu tensor. Device

@@ -93,3 +93,29 @@ def test_in_place_through_a_view_and_autograd():
         v.pow_(2).polygamma_(1)
         (t * ww).sum().backward()
     torch.testing.assert_close(wd.grad.cpu(), w.grad)
+
+
+def _detach_aliases(dev):
+    """detach() is an alias, also of a tensor already updated in place (a
+    Parameter after an optimizer step) and of a view: writing through it
+    changes the original, as in eager (EMA updates, `p.detach().zero_()`,
+    safetensors / accelerate telling tied weights apart by storage)."""
+    p = torch.nn.Parameter(torch.ones(4, device=dev))
+    with torch.no_grad():
+        p.add_(1)
+    d = p.detach()
+    d.mul_(3)
+    base = torch.ones(4, 4, device=dev)
+    v = base[1]
+    v.add_(1)
+    v.detach().zero_()
+    same = d.untyped_storage().data_ptr() == p.untyped_storage().data_ptr()
+    return p.detach().cpu(), base.cpu(), same
+
+
+def test_detach_of_an_updated_tensor_is_an_alias():
+    pe, be, same_e = _detach_aliases("cpu")
+    pd, bd, same_d = _detach_aliases(DEV)
+    torch.testing.assert_close(pd, pe)
+    torch.testing.assert_close(bd, be)
+    assert same_e and same_d

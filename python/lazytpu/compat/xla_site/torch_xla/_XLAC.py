@@ -73,11 +73,13 @@ def _xla_wait_device_ops(devices=()):
 
 
 def _xla_get_tensor_id(tensor):
-    """An id shared by every reference to the same device tensor (tied
-    weights have one id)."""
+    """An id shared by every reference to the same device tensor, its
+    detached copies and views (its storage's identity): tied weights have one
+    id also in a state_dict, whose entries are detached (transformers'
+    save_pretrained finds tied weights so on xla)."""
     if not _core.is_lazytpu_tensor(tensor):
         raise RuntimeError("_xla_get_tensor_id: not an xla tensor (%s)" % tensor.device)
-    return tensor._cdata
+    return tensor.untyped_storage().data_ptr()
 
 
 def _get_xla_tensors_text(tensors):
