@@ -158,6 +158,16 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False,
     collects every worker's metrics report (merged)."""
     if start_method not in ("spawn", "fork", "forkserver"):
         raise ValueError("lazytpu.spawn: unknown start_method %r" % start_method)
+    if _loading_main:
+        # the script's module code runs again in every worker (as
+        # __mp_main__) to import fn: a spawn() there is not guarded by
+        # `if __name__ == "__main__"`. Python's multiprocessing and
+        # torch_xla refuse it too; running fn here would run it twice.
+        raise RuntimeError(
+            "lazytpu.spawn was called while a worker was importing the main script "
+            "(%s): the script calls spawn at module level, so every worker would "
+            "start it again; start the workers only from the main process, under "
+            "`if __name__ == \"__main__\":`" % _loading_main)
     if _C.option("LAZYTPU_SHM_NAME"):
         # already a worker of a launched world (lazytpu-run -n N python
         # script.py): this process is one of the N, fn runs here
@@ -272,6 +282,9 @@ def _run_exit_hooks():
 _parent_main_name = None
 
 
+_loading_main = None   # the script _load_main is running (spawn refuses then)
+
+
 def _load_main(path):
     """Makes a script's functions importable as __main__ in the worker (the
     script runs as __mp_main__, so its `if __name__ == "__main__"` block
@@ -300,7 +313,12 @@ def _load_main(path):
     sys.modules["__main__"] = mod
     with open(path) as f:
         code = compile(f.read(), path, "exec")
-    exec(code, mod.__dict__)
+    global _loading_main
+    _loading_main = path
+    try:
+        exec(code, mod.__dict__)
+    finally:
+        _loading_main = None
 
 
 def _restore_context(head):

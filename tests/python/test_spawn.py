@@ -362,3 +362,52 @@ def test_workers_get_the_parents_script_and_manager_key():
     p = subprocess.run([sys.executable, script], env=env, capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 0 and "OK" in p.stdout, p.stdout[-3000:] + p.stderr[-3000:]
+
+
+UNGUARDED = """
+import os, sys
+import lazytpu.launch as lsp
+
+def fn(index, path):
+    with open(path, "a") as f:
+        f.write("fn %d\\n" % index)
+
+lsp.spawn(fn, args=(sys.argv[1],), nprocs=2)      # no `if __name__ == "__main__"`
+print("after spawn")
+"""
+
+
+def test_spawn_at_module_level_without_main_guard_is_refused(tmp_path):
+    """A script that calls spawn at module level: each worker runs the
+    script's module code again to import fn, and reaches spawn there. It
+    used to run fn inline there and then once more (twice per worker);
+    Python's multiprocessing and torch_xla refuse it, so does lazytpu: the
+    job fails naming the fix, fn never runs, no worker is left."""
+    import subprocess
+    import sys
+    script = tmp_path / "unguarded.py"
+    script.write_text(UNGUARDED)
+    ran = tmp_path / "ran.txt"
+    mark = "LT_TEST_UNGUARDED=%s" % tmp_path
+    env = dict(os.environ, LT_TEST_UNGUARDED=str(tmp_path))
+    env["PYTHONPATH"] = os.path.join(os.path.dirname(__file__), "..", "..", "python")
+    p = subprocess.run([sys.executable, str(script), str(ran)], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0, p.stdout + p.stderr[-3000:]
+    assert "WorkerError" in p.stderr and 'if __name__ == "__main__"' in p.stderr, p.stderr[-3000:]
+    assert "after spawn" not in p.stdout
+    assert not ran.exists(), ran.read_text()
+    deadline = time.time() + 5
+    while True:
+        left = []
+        for pid in os.listdir("/proc"):
+            try:
+                with open("/proc/%s/environ" % pid, "rb") as f:
+                    if mark.encode() in f.read():
+                        left.append(pid)
+            except OSError:
+                continue
+        if not left or time.time() > deadline:
+            break
+        time.sleep(0.1)
+    assert not left, left
