@@ -118,6 +118,61 @@ def _install_first_move():
     setattr(torch.nn.Module, NAME, module_to_device)
 
 
+class ImportWatch:
+    """A meta path finder that notices the modules of ``pending`` being
+    imported: the normal finders find and load each, and its function is
+    called with the module once its code has run. It removes itself when
+    none is left. (lazytpu.hf's changes to transformers; autoload below.)"""
+
+    def __init__(self, pending):
+        self.pending = pending          # module name -> function(module)
+
+    def find_spec(self, name, path=None, target=None):
+        then = self.pending.pop(name, None)
+        if then is None:
+            return None
+        if not self.pending:
+            sys.meta_path.remove(self)
+        import importlib.util
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            then(module)
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def _accelerate_names_lazytpu():
+    return os.environ.get("ACCELERATE_TORCH_DEVICE", "").split(":")[0] == NAME
+
+
+def allow_bf16(module):
+    """TrainingArguments(bf16=True) refuses a device unless transformers'
+    ``is_torch_bf16_gpu_available()`` (CUDA, XPU, HPU, NPU, MPS, ... ; a TPU
+    through torch_xla) or torch_xla is there. The name ``module`` (a
+    transformers module: training_args, or the utils package it imports the
+    name from) holds then answers True also while ACCELERATE_TORCH_DEVICE
+    names a lazytpu device (the device TrainingArguments then picks; bf16 is
+    the TPU's type and Accelerate autocasts on it); otherwise it is
+    transformers' own check. Idempotent; a module without the name is left
+    alone."""
+    orig = getattr(module, "is_torch_bf16_gpu_available", None)
+    if orig is None or getattr(orig, "_lazytpu", False):
+        return
+
+    def is_torch_bf16_gpu_available():
+        return _accelerate_names_lazytpu() or orig()
+
+    is_torch_bf16_gpu_available._lazytpu = True
+    is_torch_bf16_gpu_available.__wrapped__ = orig
+    is_torch_bf16_gpu_available.__doc__ = orig.__doc__
+    module.is_torch_bf16_gpu_available = is_torch_bf16_gpu_available
+
+
 def autoload():
     """Entry point PyTorch calls at the end of ``import torch``. Never makes
     ``import torch`` fail: if lazytpu cannot register (the PrivateUse1 name is
@@ -132,6 +187,18 @@ def autoload():
                       RuntimeWarning, stacklevel=2)
         return
     register()
+    if _accelerate_names_lazytpu():
+        # ACCELERATE_TORCH_DEVICE=lazytpu and no import: lazytpu.hf.enable()
+        # runs when the engine loads, at the device's first use; a
+        # TrainingArguments(bf16=True) validates its device before that.
+        # transformers' training_args may be importing right now (its
+        # imports import torch) and take the name from transformers.utils
+        # next, or come later.
+        for name in ("transformers.utils", "transformers.training_args"):
+            if name in sys.modules:
+                allow_bf16(sys.modules[name])
+        if "transformers.training_args" not in sys.modules:
+            sys.meta_path.insert(0, ImportWatch({"transformers.training_args": allow_bf16}))
 
 
 def _engine_loaded():

@@ -5,6 +5,8 @@
   show up in the metrics. Like torch_xla/lazy, move it to the CPU first (one
   value read).
 """
+import threading
+
 import torch
 import torch._tensor_str as _ts
 
@@ -66,21 +68,42 @@ torch.Tensor.storage = _storage
 
 # - the storage of a device tensor (tensor.untyped_storage()) is shared by the
 #   tensor, its views and detached copies, as on any device; its data_ptr() is
-#   that storage's identity (unique while it lives), a device address that is
-#   not host memory, like a CUDA storage's. Libraries tell tied or aliased
-#   weights apart by it (safetensors' storage_ptr, transformers'
-#   id_tensor_storage in save_pretrained). Other storages are untouched.
+#   that storage's identity, a device address that is not host memory, like a
+#   CUDA storage's. Libraries tell tied or aliased weights apart by it
+#   (safetensors' storage_ptr, transformers' id_tensor_storage in
+#   save_pretrained). Other storages are untouched.
 #   Its nbytes() is the size of the storage's base value (torch reads 0 for a
 #   storage-less device value): Tensor.untyped_storage() attaches it.
+#   The address: a storage asked for one gets the next free range of its
+#   size in a region no host pointer can be (_ADDR_BASE), kept on its Python
+#   object (PyTorch keeps that object while the storage lives), so it is
+#   stable while the storage lives, and a storage's range never overlaps
+#   another's, live or dead. Reading memory through one faults: on x86-64
+#   the address is non-canonical (bit 62), on arm64 bits 48-55 are set
+#   (bit 55; the top byte, which arm64 ignores, is not relied on).
 _orig_storage_data_ptr = torch.UntypedStorage.data_ptr
 _orig_storage_nbytes = torch.UntypedStorage.nbytes
 _orig_untyped_storage = torch.Tensor.untyped_storage
 
+_ADDR_BASE = (1 << 62) | (1 << 55)
+_ADDR_ALIGN = 1 << 12            # and one such gap after each range
+_addr_next = [_ADDR_BASE]
+_addr_lock = threading.Lock()
+
 
 def _storage_data_ptr(self):
-    if self.device.type in _TYPES:
-        return self._cdata
-    return _orig_storage_data_ptr(self)
+    if self.device.type not in _TYPES:
+        return _orig_storage_data_ptr(self)
+    d = self.__dict__
+    n = self.nbytes()
+    with _addr_lock:
+        addr = d.get("_lazytpu_addr")
+        if addr is None or n > d["_lazytpu_span"]:   # new, or grew (resize_)
+            span = -(-max(n, 1) // _ADDR_ALIGN) * _ADDR_ALIGN
+            addr = _addr_next[0]
+            _addr_next[0] += span + _ADDR_ALIGN
+            d["_lazytpu_addr"], d["_lazytpu_span"] = addr, span
+    return addr
 
 
 def _storage_nbytes(self):

@@ -25,13 +25,16 @@ device is untouched):
   reads a value would trace one ever-growing graph;
 - the metrics report: at the end of ``Trainer.train()`` the report is
   written to ``<output_dir>/lazytpu-metrics.txt`` and a one-line summary
-  (compiles, cache hits, CPU fallbacks, host reads) is logged.
+  (compiles, cache hits, CPU fallbacks, host reads) is logged;
+- bf16: ``TrainingArguments(bf16=True)`` accepts the device (transformers
+  otherwise refuses any device but a GPU-like one or torch_xla's); Trainer
+  then trains under Accelerate's ``torch.autocast("lazytpu", bfloat16)``.
 """
-import importlib.util
 import os
 import sys
 
 import torch
+from _lazytpu_device import ImportWatch, allow_bf16, _accelerate_names_lazytpu
 
 from . import core
 from . import metrics as _met
@@ -47,8 +50,8 @@ def enabled():
     return _state["enabled"]
 
 
-def _device_env_is_lazytpu():
-    return os.environ.get(_DEVICE_ENV, "").split(":")[0] == "lazytpu"
+# True while ACCELERATE_TORCH_DEVICE names a lazytpu device
+_device_env_is_lazytpu = _accelerate_names_lazytpu
 
 
 def _on_device(optimizer):
@@ -70,49 +73,39 @@ def _add_callback(trainer_module):
     cls = _callback_class()
     if isinstance(cbs, list) and cls not in cbs:
         cbs.append(cls)
-    _state["patched"] = True
 
 
-class _TrainerImportWatch:
-    """A meta path finder that notices ``transformers.trainer`` being
-    imported: the normal finders find and load it, and Trainer's default
-    callbacks get LazyTPUCallback once its code has run. It removes itself."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name != "transformers.trainer":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            return spec
-        run = spec.loader.exec_module
-
-        def exec_module(module):
-            run(module)
-            _add_callback(module)
-        spec.loader.exec_module = exec_module
-        return spec
+# what enable() changes in a transformers module, once it is imported
+_AFTER_IMPORT = {"transformers.trainer": _add_callback,
+                 "transformers.training_args": allow_bf16}
 
 
 def _patch_transformers():
-    """Adds LazyTPUCallback to Trainer's default callbacks (read by every
-    Trainer when it is made): now if transformers.trainer is imported, else
+    """Makes the changes of ``_AFTER_IMPORT`` (LazyTPUCallback in Trainer's
+    default callbacks, read by every Trainer when it is made; the bf16
+    check of TrainingArguments): now in each module already imported, else
     as soon as it is."""
     if _state["patched"]:
         return
-    mod = sys.modules.get("transformers.trainer")
-    if mod is not None:
-        _add_callback(mod)
-    elif not any(isinstance(f, _TrainerImportWatch) for f in sys.meta_path):
-        sys.meta_path.insert(0, _TrainerImportWatch())
+    _state["patched"] = True
+    pending = {}
+    for name, change in _AFTER_IMPORT.items():
+        mod = sys.modules.get(name)
+        if mod is not None:
+            change(mod)
+        else:
+            pending[name] = change
+    if pending:
+        sys.meta_path.insert(0, ImportWatch(pending))
 
 
 def enable(device="lazytpu"):
     """Turns the integration on for this process (idempotent): Trainer and
     Accelerate pick ``device`` (unless ACCELERATE_TORCH_DEVICE is already
     set), optimizer steps on the device end a step, Trainer's evaluation and
-    prediction batches end a step, and Trainer writes the metrics report at
-    the end of training. Call it before ``TrainingArguments(...)`` /
+    prediction batches end a step, Trainer writes the metrics report at
+    the end of training, and TrainingArguments(bf16=True) accepts the
+    device. Call it before ``TrainingArguments(...)`` /
     ``Accelerator()`` (they read the device when made). Raises ValueError
     for a device that is not a lazytpu device."""
     dev = torch.device(device)
@@ -213,8 +206,8 @@ def generate(model, input_ids, attention_mask=None, max_new_tokens=32, eos_token
       preallocated device buffers at a device-side position, so every decode
       step after the first replays one cached graph;
     - the host reads whether every sequence has ended only every
-      ``stop_check_every`` tokens (0: never; generation then always makes
-      ``max_new_tokens``).
+      ``stop_check_every`` tokens (0: never; the loop then always makes
+      ``max_new_tokens``), and once at the end how many tokens to return.
 
     Greedy by default (the tokens equal ``model.generate(do_sample=False)``
     on the CPU); ``do_sample=True`` samples from softmax(logits / temperature)
@@ -222,7 +215,9 @@ def generate(model, input_ids, attention_mask=None, max_new_tokens=32, eos_token
     produced ``eos_token_id`` (default: the model's generation config) it gets
     ``pad_token_id``. Returns the prompt (unpadded) followed by the new
     tokens, on the device, like ``model.generate``: batch x (prompt +
-    generated), shorter if every sequence ended early."""
+    generated), where generated ends with the token that ended the last
+    sequence to end (its EOS), as ``model.generate`` stops, or after
+    ``max_new_tokens``."""
     from transformers import StaticCache
     dev = next(model.parameters()).device
     if dev.type != "lazytpu":
@@ -264,6 +259,10 @@ def generate(model, input_ids, attention_mask=None, max_new_tokens=32, eos_token
     step = torch.zeros(1, dtype=torch.long).to(dev)          # index of the new token
     next_pos = pos[:, -1:].to(dev) + 1
     done = torch.zeros(B, dtype=torch.bool).to(dev)
+    # per sequence: how many new tokens up to and with its EOS (max_new_tokens
+    # while it has none); the output ends at the largest, where
+    # model.generate stops
+    ends = torch.full((B,), max_new_tokens, dtype=torch.long).to(dev)
     eos_d = torch.tensor(eos, dtype=ids.dtype).to(dev) if eos else None
     ones = torch.ones(B, 1, dtype=ids.dtype).to(dev)
     made = max_new_tokens
@@ -276,7 +275,9 @@ def generate(model, input_ids, attention_mask=None, max_new_tokens=32, eos_token
             nxt = torch.argmax(logits, dim=-1)
         if eos_d is not None:
             nxt = torch.where(done, torch.full_like(nxt, pad_token_id), nxt)
-            done = done | torch.isin(nxt, eos_d)
+            ended = torch.isin(nxt, eos_d) & ~done
+            ends = torch.where(ended, step + 1, ends)
+            done = done | ended
         tokens.index_copy_(1, step, nxt[:, None])
         if t + 1 == max_new_tokens:
             break
@@ -291,4 +292,8 @@ def generate(model, input_ids, attention_mask=None, max_new_tokens=32, eos_token
             made = t + 1
             break
     core.mark_step()
+    if eos_d is not None:
+        # model.generate stops after the token that ended the last sequence
+        # to end: one host read
+        made = int(ends.max())
     return torch.cat([input_ids.to(dev), tokens[:, :made]], 1)

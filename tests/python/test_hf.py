@@ -200,3 +200,155 @@ def test_generate_rejects_bad_input(dev):
         lazytpu.hf.generate(m, torch.ones(1, 3, dtype=torch.long))
     with pytest.raises(ValueError, match="max_new_tokens=0"):
         lazytpu.hf.generate(m.to(dev), torch.ones(1, 3, dtype=torch.long), max_new_tokens=0)
+
+
+SAVE_LOAD = r"""
+import sys, torch, transformers, safetensors.torch as st
+import lazytpu, lazytpu.hf
+from accelerate import Accelerator
+lazytpu.hf.enable()
+d = sys.argv[1]
+torch.manual_seed(0)
+cfg = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=96, n_positions=16)
+model = transformers.GPT2LMHeadModel(cfg)
+acc = Accelerator()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+model, opt = acc.prepare(model, opt)
+assert acc.device.type == "lazytpu", acc.device
+x = torch.randint(1, 96, (2, 16), generator=torch.Generator().manual_seed(1)).to(acc.device)
+def step():
+    acc.backward(model(input_ids=x, labels=x).loss); opt.step(); opt.zero_grad()
+step()
+acc.save_state(d + "/state")                   # model.safetensors + optimizer.bin
+want = {k: v.cpu().clone() for k, v in model.state_dict().items()}
+want_m = {k: {n: t.cpu().clone() for n, t in v.items()}     # step, exp_avg, exp_avg_sq
+          for k, v in opt.state_dict()["state"].items()}
+step(); step()                                 # move away from the checkpoint
+acc.load_state(d + "/state")
+for k, v in model.state_dict().items():
+    assert torch.equal(v.cpu(), want[k]), k
+got_m = opt.state_dict()["state"]
+assert got_m.keys() == want_m.keys() and len(want_m) > 0
+for k, v in got_m.items():
+    assert v.keys() == want_m[k].keys(), (k, v.keys())
+    for n, t in v.items():
+        assert torch.equal(t.cpu(), want_m[k][n]), (k, n)
+m = acc.unwrap_model(model)
+assert m.lm_head.weight is m.transformer.wte.weight
+st.save_model(m, d + "/m.safetensors")         # the tied head is stored once
+names = set(st.load_file(d + "/m.safetensors").keys())
+assert len(names & {"transformer.wte.weight", "lm_head.weight"}) == 1, sorted(names)
+with torch.no_grad():
+    m.transformer.wte.weight.zero_()
+missing, unexpected = st.load_model(m, d + "/m.safetensors", device="cpu")
+assert torch.equal(m.lm_head.weight.cpu(), want["lm_head.weight"]), "tied weight not restored"
+# views of one storage: addresses inside the storage's range, as on the CPU
+w = m.transformer.wte.weight
+s = w.untyped_storage()
+assert s.nbytes() == w.numel() * 4 and w.data_ptr() == s.data_ptr()
+assert w[3:].data_ptr() == s.data_ptr() + 3 * 32 * 4
+assert w.detach().data_ptr() == s.data_ptr() and w.cpu().data_ptr() != s.data_ptr()
+# another storage: a range of its own; neither is a host address (no user
+# space reaches 2**56 on x86-64 or arm64): reading through one faults
+o = torch.ones(3, device=w.device).untyped_storage()
+(a, n), (b, _) = sorted([(s.data_ptr(), s.nbytes()), (o.data_ptr(), o.nbytes())])
+assert a + n <= b and a >= 1 << 56, (a, n, b)
+print("ok")
+"""
+
+
+def test_accelerate_state_and_safetensors_round_trip(tmp_path):
+    """Accelerator.save_state / load_state and safetensors' save_model /
+    load_model with a tied GPT-2 on the device (they compare storages by
+    data_ptr() and nbytes() to find tied weights; data_ptr() used to raise):
+    the weights and the optimizer state come back equal, the tied head is
+    stored once."""
+    env = dict(os.environ)
+    env.pop("LAZYTPU_XLA_COMPAT", None)
+    env.pop("ACCELERATE_TORCH_DEVICE", None)
+    env["PYTHONPATH"] = os.path.join(HERE, "..", "..", "python") + os.pathsep + \
+        env.get("PYTHONPATH", "")
+    p = subprocess.run([sys.executable, "-c", SAVE_LOAD, str(tmp_path)], env=env,
+                       capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert p.returncode == 0 and p.stdout.split()[-1:] == ["ok"], p.stdout[-2000:] + p.stderr[-4000:]
+
+
+BF16_TRAINER = r"""
+import sys, torch
+dev, way = sys.argv[1].split("-")
+if way == "enable":
+    import lazytpu.hf
+    lazytpu.hf.enable()
+import transformers
+torch.manual_seed(0)
+cfg = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=96, n_positions=16,
+                              resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+model = transformers.GPT2LMHeadModel(cfg)
+ids = torch.randint(1, 96, (16, 16), generator=torch.Generator().manual_seed(1))
+data = [{"input_ids": r, "labels": r} for r in ids]
+dtypes = set()
+model.transformer.h[0].mlp.c_fc.register_forward_hook(lambda m, i, o: dtypes.add(str(o.dtype)))
+args = transformers.TrainingArguments(sys.argv[2], bf16=True, use_cpu=dev == "cpu", max_steps=4,
+                                      per_device_train_batch_size=4, logging_steps=1,
+                                      learning_rate=1e-2, save_strategy="no", report_to=[],
+                                      optim="adamw_torch", seed=0)
+trainer = transformers.Trainer(model=model, args=args, train_dataset=data)
+trainer.train()
+print(args.device.type, ",".join(sorted(dtypes)),
+      *[repr(h["loss"]) for h in trainer.state.log_history if "loss" in h])
+"""
+
+
+def test_trainer_bf16_plain_device(tmp_path):
+    """TrainingArguments(bf16=True) on the device, after lazytpu.hf.enable()
+    and with ACCELERATE_TORCH_DEVICE=lazytpu and no import (transformers
+    refused every device but a GPU-like one or torch_xla's: "Your setup
+    doesn't support bf16/gpu"): Trainer trains under bf16 autocast, as
+    Trainer with bf16=True on the CPU, with the same losses up to bf16
+    rounding."""
+    runs = {}
+    for run in ("cpu-plain", "lazytpu-enable", "lazytpu-env"):
+        env = dict(os.environ)
+        env.pop("LAZYTPU_XLA_COMPAT", None)
+        env.pop("ACCELERATE_TORCH_DEVICE", None)
+        if run == "lazytpu-env":
+            env["ACCELERATE_TORCH_DEVICE"] = "lazytpu"
+        env["PYTHONPATH"] = os.path.join(HERE, "..", "..", "python") + os.pathsep + \
+            env.get("PYTHONPATH", "")
+        p = subprocess.run([sys.executable, "-c", BF16_TRAINER, run, str(tmp_path / run)],
+                           env=env, capture_output=True, text=True, timeout=300,
+                           cwd=str(tmp_path))
+        assert p.returncode == 0, run + ":\n" + p.stdout[-2000:] + p.stderr[-4000:]
+        words = p.stdout.split("\n")[-2].split()
+        assert words[:2] == [run.split("-")[0], "torch.bfloat16"], (run, words)  # autocast
+        runs[run] = [float(w) for w in words[2:]]
+    cpu = runs.pop("cpu-plain")
+    assert len(cpu) == 4
+    for run, got in runs.items():
+        assert len(got) == 4, (run, got)
+        for i, (a, b) in enumerate(zip(cpu, got)):
+            assert abs(a - b) <= 2e-3 * max(1.0, abs(a)), \
+                "%s loss %d: cpu %r lazytpu %r" % (run, i, a, b)
+
+
+def test_generate_ends_where_model_generate_ends(dev):
+    """Every sequence ended before the first stop check: the output ends
+    with the token that ended the last one (the earlier one padded up to
+    it), as model.generate's; it used to run on to the stop check with
+    columns of padding."""
+    m = tiny_lm(eos=None)
+    with torch.no_grad():            # sharper logits: varied greedy tokens
+        for p in m.parameters():
+            if p.dim() == 2:
+                p.mul_(3.0)
+    ids = torch.randint(6, 96, (2, 7), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        free = m.generate(ids, max_new_tokens=8, do_sample=False)
+    # row 0 ends at its fourth new token at the latest, row 1 at its second
+    m.generation_config.eos_token_id = [int(free[0, 7 + 3]), int(free[1, 7 + 1])]
+    with torch.no_grad():
+        ref = m.generate(ids, max_new_tokens=30, do_sample=False, pad_token_id=0)
+    assert ref.shape[1] < 7 + 8 and (ref[:, 7:] == 0).any(), ref
+    out = lazytpu.hf.generate(m.to(dev), ids.to(dev), max_new_tokens=30, pad_token_id=0,
+                              stop_check_every=8)
+    assert torch.equal(out.cpu(), ref), (out.cpu(), ref)
