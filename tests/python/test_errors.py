@@ -42,8 +42,9 @@ def test_device_mismatch(dev):
 
 def test_host_memory_access(dev):
     a = torch.ones(2, 3, device=dev)
-    with pytest.raises(RuntimeError, match=r"no host memory.*\.cpu\(\)"):
-        a.data_ptr()
+    # data_ptr() is a device address (an identity, as a CUDA tensor's), no
+    # host pointer: test_hf.py checks what libraries read from it
+    assert a.data_ptr() == a.untyped_storage().data_ptr() != 0
     with pytest.raises(RuntimeError, match=r"no host memory"):
         a.storage()
     with pytest.raises(TypeError, match=r"numpy.*cpu\(\)"):
