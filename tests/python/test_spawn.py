@@ -364,50 +364,146 @@ def test_workers_get_the_parents_script_and_manager_key():
     assert p.returncode == 0 and "OK" in p.stdout, p.stdout[-3000:] + p.stderr[-3000:]
 
 
+# A script that starts its workers at module level, with no
+# `if __name__ == "__main__":` guard. Every process that loads it records
+# its world's segment name (OUT.shm) when it is a worker; fn appends
+# "fn <index>" to OUT; the parent prints "after spawn".
 UNGUARDED = """
 import os, sys
-import lazytpu.launch as lsp
+IMPORT
 
-def fn(index, path):
-    with open(path, "a") as f:
+OUT = sys.argv[1]
+if os.environ.get("LAZYTPU_SHM_NAME"):          # a worker loading this script
+    with open(OUT + ".shm", "a") as f:
+        f.write(os.environ["LAZYTPU_SHM_NAME"] + "\\n")
+
+
+def fn(index, out):
+    with open(out, "a") as f:
         f.write("fn %d\\n" % index)
 
-lsp.spawn(fn, args=(sys.argv[1],), nprocs=2)      # no `if __name__ == "__main__"`
-print("after spawn")
+
+CALL                                             # no `if __name__ == "__main__":`
+print("after spawn", flush=True)
 """
 
+_STARTS = {
+    "lazytpu.spawn": ("import lazytpu", "lazytpu.spawn(fn, args=(OUT,), nprocs=2)"),
+    "xmp.spawn": ("import torch_xla.distributed.xla_multiprocessing as xmp",
+                  "xmp.spawn(fn, args=(OUT,))"),
+    "torch_xla.launch": ("import torch_xla", "torch_xla.launch(fn, args=(OUT,))"),
+}
 
-def test_spawn_at_module_level_without_main_guard_is_refused(tmp_path):
-    """A script that calls spawn at module level: each worker runs the
-    script's module code again to import fn, and reaches spawn there. It
-    used to run fn inline there and then once more (twice per worker);
-    Python's multiprocessing and torch_xla refuse it, so does lazytpu: the
-    job fails naming the fix, fn never runs, no worker is left."""
+
+def _script(tmp_path, start):
+    imp, call = _STARTS[start]
+    script = tmp_path / "unguarded.py"
+    script.write_text(UNGUARDED.replace("IMPORT", imp).replace("CALL", call))
+    return script
+
+
+def _run_script(cmd, tmp_path):
+    """Runs cmd (in tmp_path, with this tree's lazytpu and two CPU devices for
+    torch_xla) with a marker in its environment; returns the completed
+    process and the pids still running with the marker a few seconds after
+    it exited (the parent, the launcher, the workers and their children all
+    inherit it)."""
     import subprocess
     import sys
-    script = tmp_path / "unguarded.py"
-    script.write_text(UNGUARDED)
-    ran = tmp_path / "ran.txt"
-    mark = "LT_TEST_UNGUARDED=%s" % tmp_path
-    env = dict(os.environ, LT_TEST_UNGUARDED=str(tmp_path))
-    env["PYTHONPATH"] = os.path.join(os.path.dirname(__file__), "..", "..", "python")
-    p = subprocess.run([sys.executable, str(script), str(ran)], env=env,
-                       capture_output=True, text=True, timeout=300)
-    assert p.returncode != 0, p.stdout + p.stderr[-3000:]
-    assert "WorkerError" in p.stderr and 'if __name__ == "__main__"' in p.stderr, p.stderr[-3000:]
-    assert "after spawn" not in p.stdout
-    assert not ran.exists(), ran.read_text()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("XLA_", "PT_XLA", "PJRT_", "LAZYTPU_")) or k == "LAZYTPU_BIN_DIR"}
+    env["PYTHONPATH"] = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                     "python")
+    env.update(PJRT_DEVICE="CPU", CPU_NUM_DEVICES="2", LT_TEST_UNGUARDED=str(tmp_path))
+    p = subprocess.run([sys.executable if c == "python" else c for c in cmd], env=env,
+                       cwd=str(tmp_path), capture_output=True, text=True, timeout=300)
+    mark = ("LT_TEST_UNGUARDED=%s\0" % tmp_path).encode()
     deadline = time.time() + 5
     while True:
         left = []
         for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
             try:
                 with open("/proc/%s/environ" % pid, "rb") as f:
-                    if mark.encode() in f.read():
-                        left.append(pid)
+                    env_bytes = f.read()
+                with open("/proc/%s/stat" % pid, "rb") as f:
+                    state = f.read().rsplit(b")", 1)[1].split()[0]
             except OSError:
                 continue
+            if mark in env_bytes and state != b"Z":
+                left.append(int(pid))
         if not left or time.time() > deadline:
-            break
+            return p, left
         time.sleep(0.1)
+
+
+@pytest.mark.parametrize("start", sorted(_STARTS))
+def test_spawn_at_module_level_without_main_guard_is_refused(tmp_path, start):
+    """A script that starts its workers at module level: every worker runs
+    the script's module code again to import fn, and reaches the spawn
+    there. lazytpu used to run fn inline there and then once more (twice
+    per worker); Python's multiprocessing and torch_xla 2.9 refuse it with
+    a RuntimeError naming the `if __name__ == "__main__":` idiom, so does
+    lazytpu: the run exits non-zero with that message, fn never runs, and
+    neither the job's segment nor any of its processes is left. lazytpu.spawn
+    from `python script.py`; xmp.spawn and torch_xla.launch from
+    `python -m lazytpu script.py`."""
+    script = _script(tmp_path, start)
+    out = tmp_path / "ran.txt"
+    cmd = ["python"] + ([] if start == "lazytpu.spawn" else ["-m", "lazytpu"])
+    p, left = _run_script(cmd + [str(script), str(out)], tmp_path)
+    log = "exit %d\n--- stdout\n%s\n--- stderr\n%s" % (p.returncode, p.stdout[-3000:],
+                                                       p.stderr[-5000:])
+    assert p.returncode != 0, log
+    assert "RuntimeError: lazytpu.spawn was called while a worker was importing the main " \
+           "script" in p.stderr, log
+    assert 'under `if __name__ == "__main__":`' in p.stderr, log
+    assert "after spawn" not in p.stdout, log
+    ran = out.read_text().splitlines() if out.exists() else []
+    assert ran == [], ran                         # fn ran zero times
+    segments = set((tmp_path / "ran.txt.shm").read_text().split())
+    assert segments, log                          # a worker did load the script
+    assert not [s for s in segments if os.path.exists("/dev/shm" + s)], segments
+    assert not left, left
+
+
+def test_spawn_from_a_function_called_under_the_guard_and_nested_in_a_worker(tmp_path):
+    """The legitimate shapes next to the refused one: spawn in a function the
+    guarded block calls, and a spawn inside fn in a worker (it runs there,
+    once, as a worker of the launched world)."""
+    script = tmp_path / "guarded.py"
+    script.write_text(
+        "import sys\n"
+        "import lazytpu\n\n\n"
+        "def inner(index, out):\n"
+        "    with open(out, 'a') as f:\n"
+        "        f.write('inner %d %d\\n' % (index, lazytpu.get_ordinal()))\n\n\n"
+        "def fn(index, out):\n"
+        "    with open(out, 'a') as f:\n"
+        "        f.write('fn %d\\n' % index)\n"
+        "    lazytpu.spawn(inner, args=(out,))\n\n\n"
+        "def main():\n"
+        "    lazytpu.spawn(fn, args=(sys.argv[1],), nprocs=2)\n"
+        "    print('after spawn', flush=True)\n\n\n"
+        "if __name__ == '__main__':\n"
+        "    main()\n")
+    out = tmp_path / "ran.txt"
+    p, left = _run_script(["python", str(script), str(out)], tmp_path)
+    assert p.returncode == 0 and "after spawn" in p.stdout, p.stdout + p.stderr[-3000:]
+    assert sorted(out.read_text().splitlines()) == ["fn 0", "fn 1", "inner 0 0", "inner 1 1"]
+    assert not left, left
+
+
+def test_unguarded_script_run_by_lazytpu_run_n_runs_fn_once_per_worker(tmp_path):
+    """lazytpu-run -n 2 python script.py: every process is a worker that runs
+    the script as __main__ (nothing loads it again), so its module-level
+    spawn runs fn right there, once per worker, and returns."""
+    script = _script(tmp_path, "lazytpu.spawn")
+    out = tmp_path / "ran.txt"
+    launcher = os.path.join(os.path.dirname(__import__("sys").executable), "lazytpu-run")
+    p, left = _run_script([launcher, "-n", "2", "python", str(script), str(out)], tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr[-3000:]
+    assert sorted(out.read_text().splitlines()) == ["fn 0", "fn 1"]
+    assert p.stdout.count("after spawn") == 2, p.stdout
     assert not left, left
