@@ -73,6 +73,7 @@ void inplace_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
       v = at::functionalization::impl::from_functional_tensor(v.toTensor());
     }
   }
+  at::Tensor self_value = (*stack)[base].toTensor();
   c10::OperatorHandle fop = functional_of(op);
   {
     c10::impl::ExcludeDispatchKeyGuard g(c10::DispatchKey::Functionalize);
@@ -84,6 +85,9 @@ void inplace_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
    * operands broadcast to a larger one (the functional op's result) */
   TORCH_CHECK(out.sizes() == self.sizes(), "output with shape ", self.sizes(),
               " doesn't match the broadcast shape ", out.sizes());
+  /* the new value keeps self's sharding (torch_xla's _propagate_xla_data,
+   * which PyTorch's generated kernels call for the XLA device only) */
+  keep_sharding(out, self_value);
   at::functionalization::impl::replace_(self, out);
   at::functionalization::impl::commit_update(self);
   at::functionalization::impl::sync(self);
@@ -210,6 +214,9 @@ const char *const kInplace[] = {
     "leaky_relu_", "hardtanh_", "pow_.Scalar=Tensor_Scalar", "pow_.Tensor=Tensor_Tensor",
     "abs_", "reciprocal_", "rsqrt_",
     "bernoulli_.float", "uniform_", "index_put_", "copy_",
+    /* random fills: here so that an SPMD tensor keeps its sharding (keep_sharding) */
+    "normal_>normal_functional", "random_", "random_.from", "random_.to", "exponential_",
+    "log_normal_", "cauchy_", "geometric_", "bernoulli_.Tensor",
 };
 
 /* The functional op takes the in-place op's arguments in the same order and
@@ -243,19 +250,30 @@ void register_functional_inplace() {
                            __FILE__, __LINE__);
   auto &d = c10::Dispatcher::singleton();
   for (const char *entry : kInplace) {
-    /* "op_.overload" or "op_.overload=functional_overload" */
-    std::string s(entry), fov;
+    /* "op_.overload", "op_.overload=functional_overload" or
+     * "op_.overload>functional_op.overload" (another name) */
+    std::string s(entry), fov, fop;
     auto eq = s.find('=');
     if (eq != std::string::npos) {
       fov = s.substr(eq + 1);
       s = s.substr(0, eq);
     }
+    auto gt = s.find('>');
+    if (gt != std::string::npos) {
+      fop = s.substr(gt + 1);
+      s = s.substr(0, gt);
+    }
     auto dot = s.find('.');
     std::string name = "aten::" + s.substr(0, dot);
     std::string ov = dot == std::string::npos ? "" : s.substr(dot + 1);
     std::string fname = name.substr(0, name.size() - 1);
+    if (gt != std::string::npos) {
+      auto fdot = fop.find('.');
+      fname = "aten::" + fop.substr(0, fdot);
+      fov = fdot == std::string::npos ? "" : fop.substr(fdot + 1);
+    }
     auto ip = d.findSchema({name, ov});
-    auto fn = d.findSchema({fname, eq == std::string::npos ? ov : fov});
+    auto fn = d.findSchema({fname, eq == std::string::npos && gt == std::string::npos ? ov : fov});
     if (!ip || !fn || !same_arguments(ip->schema(), fn->schema())) continue;
     const char *full = s.c_str();
     g_functional.emplace(&ip->schema(), *fn);

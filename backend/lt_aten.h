@@ -133,6 +133,11 @@ lt_tensor *handle_of(const at::Tensor &t);
  * kernels write. Throws ViewWrite (lt_guard.h) when dst is a view copy. */
 void assign_value(const at::Tensor &dst, lt_tensor *v);
 
+/* An in-place update's result dst, about to replace from's value (a
+ * functional wrapper's replace_), keeps from's SPMD sharding
+ * (lt_tensor_keep_sharding). Nothing for non-device tensors. */
+void keep_sharding(const at::Tensor &dst, const at::Tensor &from);
+
 /* Wraps r in a new device tensor (takes the reference). */
 at::Tensor wrap(Ref r);
 /* wrap(), keeping self's eager-style view layout when the result has self's

@@ -125,6 +125,11 @@ std::string spmd_sharding_text(const at::Tensor &t) {
 
 }  // namespace
 
+void keep_sharding(const at::Tensor &dst, const at::Tensor &from) {
+  LtTensorImpl *d = impl_of(dst), *f = impl_of(from);
+  if (d && f) check(lt_tensor_keep_sharding(d->handle(), f->handle()));
+}
+
 TORCH_LIBRARY_FRAGMENT(lazytpu, m) {
   m.def("spmd_set_sharding(Tensor t, int[] enc, str frame) -> ()");
   m.def("spmd_get_sharding(Tensor t) -> int[]");

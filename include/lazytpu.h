@@ -334,7 +334,10 @@ LT_API int lt_tensor_core(const lt_tensor *t);
 /* 1 while the value is an unexecuted IR node. */
 LT_API int lt_tensor_is_pending(const lt_tensor *t);
 /* Replaces dst's value by src's (same core; shapes may differ). This is how
- * in-place updates land: dst keeps its identity, the value is a new node. */
+ * in-place updates land: dst keeps its identity, the value is a new node.
+ * dst keeps its SPMD sharding (lt_tensor_keep_sharding's rule): the new
+ * value is then an annotated copy of src's. LT_ERR_OOM when that copy fails
+ * (dst unchanged). */
 LT_API lt_status lt_tensor_assign(lt_tensor *dst, lt_tensor *src);
 /* A new tensor (*out, caller releases) holding t's value: nothing is traced
  * and a value that is data stays data (a clone or detach of a computed

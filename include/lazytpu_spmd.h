@@ -54,6 +54,12 @@ LT_API lt_status lt_tensor_set_sharding(lt_tensor *t, lt_sharding *s);
 /* t's sharding (annotated, or propagated from its inputs), or NULL; one
  * new reference. */
 LT_API lt_sharding *lt_tensor_sharding(lt_tensor *t);
+/* An in-place update whose result t replaces from's value (functionalization
+ * swaps the tensor's value for t) keeps from's sharding, as torch_xla
+ * re-shards an in-place result to the tensor's spec: t is annotated with
+ * from's sharding when from has one (not manual) of t's rank and t another
+ * or none. LT_OK and nothing done otherwise; errors as lt_tensor_set_sharding. */
+LT_API lt_status lt_tensor_keep_sharding(lt_tensor *t, lt_tensor *from);
 
 /* Manual sharding (torch_xla's enable/disable_manual_sharding; lazy/spmd_manual.c).
  * lt_tensor_spmd_full_to_shard: *out is a new tensor holding, on each core

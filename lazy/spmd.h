@@ -136,6 +136,12 @@ void lt_spmd_backward_layouts(const lt_graph *g, int64_t (*ax)[LT_MAX_DIMS]);
  * owns 1 reference; NULL on malloc failure (error set). */
 lt_node *lt_node_with_sharding(lt_node *n, lt_sharding *s, int annotated);
 
+/* The sharding old's tensor keeps when an in-place update replaces old by
+ * nv (lt_tensor_assign): old's sharding when it has one (not manual) of
+ * nv's rank that nv does not have, else NULL. Borrowed from old; caller
+ * holds the core's live lock. */
+lt_sharding *lt_spmd_kept_sharding(const lt_node *old, const lt_node *nv);
+
 /* The partition plan of a graph (spmd_partition.c). */
 typedef struct lt_spmd_plan_out {
     int n_sharded;                 /* nodes carrying a sharding; 0: no plan */

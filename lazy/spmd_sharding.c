@@ -311,6 +311,41 @@ lt_status lt_tensor_set_sharding(lt_tensor *t, lt_sharding *s)
     return LT_OK;
 }
 
+/* 1 when a and b say the same layout (the user's frame aside). */
+static int sharding_same(const lt_sharding *a, const lt_sharding *b)
+{
+    if (a == b) return 1;
+    if (!a || !b || a->hash != b->hash || a->ndim != b->ndim || a->manual != b->manual ||
+        !lt_spmd_same_mesh(a, b))
+        return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->axes[d] != b->axes[d]) return 0;
+    return 1;
+}
+
+lt_sharding *lt_spmd_kept_sharding(const lt_node *old, const lt_node *nv)
+{
+    lt_sharding *s = old ? old->shard : NULL;
+    if (!s || s->manual || !nv || s->ndim != nv->shape.ndim || sharding_same(s, nv->shard))
+        return NULL;
+    return s;
+}
+
+lt_status lt_tensor_keep_sharding(lt_tensor *t, lt_tensor *from)
+{
+    if (!t || !from) return lt_set_error(LT_ERR_ARG, "keep_sharding: NULL tensor");
+    if (t == from) return LT_OK;
+    lt_sharding *s = lt_tensor_sharding(from);
+    lt_status st = LT_OK;
+    if (s && !s->manual && s->ndim == t->shape.ndim) {
+        lt_sharding *cur = lt_tensor_sharding(t);
+        if (!sharding_same(s, cur)) st = lt_tensor_set_sharding(t, s);
+        lt_sharding_release(cur);
+    }
+    lt_sharding_release(s);
+    return st;
+}
+
 lt_sharding *lt_tensor_sharding(lt_tensor *t)
 {
     if (!t) return NULL;

@@ -11,6 +11,7 @@
 #include "shape.h"
 #include "device.h"
 #include "trace_events.h"
+#include "spmd.h"
 
 /* ------------------------------------------------------------ live lists */
 
@@ -123,8 +124,14 @@ lt_status lt_tensor_assign(lt_tensor *dst, lt_tensor *src)
                             dst->core, src->core);
     if (dst == src) return LT_OK;
     lt_live_lock(dst->core);
-    lt_node *v = lt_node_retain(src->value);
     lt_node *old = dst->value;
+    /* an in-place update keeps the tensor's sharding (lazytpu_spmd.h) */
+    lt_sharding *keep = lt_spmd_kept_sharding(old, src->value);
+    lt_node *v = keep ? lt_node_with_sharding(src->value, keep, 1) : lt_node_retain(src->value);
+    if (!v) {
+        lt_live_unlock(dst->core);
+        return LT_ERR_OOM;
+    }
     dst->value = v;
     dst->dtype = src->dtype;
     dst->shape = v->shape;

@@ -1,0 +1,112 @@
+"""A tensor's SPMD sharding survives in-place updates (torch_xla 2.9: an
+in-place result assigned to a sharded tensor is re-sharded to its spec)
+until the user clears or changes it: copy_ from a CPU or device tensor,
+load_state_dict, zero_/fill_, nn.init.*, and a training loop after
+load_state_dict whose losses equal eager CPU's and whose steps run
+partitioned with the weights' sharding. Each case runs under
+`python -m lazytpu` (torch_xla compat mode) in a fresh process."""
+from test_spmd_compat import run_compat
+
+SHARDED = "{devices=[8,1]0,1,2,3,4,5,6,7}"
+
+PRELUDE = """
+    import numpy as np, torch, torch.nn as nn
+    import torch_xla, torch_xla.runtime as xr, torch_xla.distributed.spmd as xs
+    xr.use_spmd()
+    mesh = xs.Mesh(np.arange(8), (8,), ("fsdp",))
+    dev = torch_xla.device()
+    spec = lambda t: repr(torch_xla._XLAC._get_xla_sharding_spec(t))
+    def local_shapes(t):
+        return sorted({tuple(s.data.shape) for s in xs.XLAShardedTensor(t).local_shards})
+"""
+
+
+def test_inplace_updates_keep_the_sharding():
+    out = run_compat(PRELUDE + """
+    ops = [("copy_cpu", lambda w: w.copy_(torch.ones(16, 16))),
+           ("copy_dev", lambda w: w.copy_(torch.ones(16, 16).to(dev))),
+           ("zero_", lambda w: w.zero_()), ("fill_", lambda w: w.fill_(0.25)),
+           ("mul_", lambda w: w.mul_(0.5)),
+           ("normal_", lambda w: nn.init.normal_(w, std=0.02)),
+           ("kaiming_normal_", nn.init.kaiming_normal_),
+           ("xavier_uniform_", nn.init.xavier_uniform_),
+           ("trunc_normal_", nn.init.trunc_normal_),
+           ("constant_", lambda w: nn.init.constant_(w, 3.0))]
+    for name, op in ops:
+        host = torch.randn(16, 16)
+        w = nn.Parameter(host.to(dev))
+        xs.mark_sharding(w, mesh, ("fsdp", None))
+        with torch.no_grad():
+            op(w)
+        before = spec(w)
+        torch_xla.sync()
+        print("CASE", name, before, spec(w), local_shapes(w))
+    # the sharding lasts until cleared or changed
+    w = torch.randn(16, 16).to(dev)
+    xs.mark_sharding(w, mesh, ("fsdp", None))
+    xs.clear_sharding(w)
+    w.zero_()
+    torch_xla.sync()
+    print("CLEARED", spec(w))
+    xs.mark_sharding(w, mesh, (None, "fsdp"))
+    w.copy_(torch.ones(16, 16))
+    w.fill_(2.0)
+    torch_xla.sync()
+    print("CHANGED", spec(w), local_shapes(w), float(w.sum()))
+    # an unsharded tensor stays unsharded
+    u = torch.randn(16, 16).to(dev)
+    u.copy_(torch.ones(16, 16)); u.zero_(); u.add_(1)
+    torch_xla.sync()
+    print("UNSHARDED", spec(u), float(u.sum()))
+    """)
+    cases = {l.split()[1]: l for l in out.splitlines() if l.startswith("CASE")}
+    assert len(cases) == 10, out
+    for name, line in cases.items():
+        assert line == "CASE %s '%s' '%s' [(2, 16)]" % (name, SHARDED, SHARDED), out
+    assert "CLEARED ''" in out or "CLEARED '{replicated}'" in out, out
+    assert "CHANGED '{devices=[1,8]0,1,2,3,4,5,6,7}' [(16, 2)] 512.0" in out, out
+    # (after a step in SPMD mode an unannotated value is replicated, as before)
+    assert "UNSHARDED '' 256.0" in out or "UNSHARDED '{replicated}' 256.0" in out, out
+
+
+def test_load_state_dict_keeps_sharding_and_trains_like_cpu():
+    out = run_compat(PRELUDE + """
+    import torch_xla.core.xla_model as xm
+    import torch_xla.debug.metrics as met
+    torch.manual_seed(0)
+    cpu = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8)).to(dev)
+    xs.mark_sharding(model[0].weight, mesh, ("fsdp", None))
+    xs.mark_sharding(model[2].weight, mesh, (None, "fsdp"))
+    with torch.no_grad():                       # a device source too
+        model[2].weight.copy_(torch.zeros(8, 32).to(dev))
+    model.load_state_dict(cpu.state_dict())     # copy_ from CPU
+    print("SPEC0", spec(model[0].weight), spec(model[2].weight))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    copt = torch.optim.SGD(cpu.parameters(), lr=0.1, momentum=0.9)
+    g = torch.Generator().manual_seed(1)
+    for step in range(4):
+        x = torch.randn(32, 16, generator=g)
+        y = torch.randint(0, 8, (32,), generator=g)
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x.to(dev)), y.to(dev))
+        loss.backward()
+        opt.step()
+        xm.mark_step()
+        copt.zero_grad()
+        closs = nn.functional.cross_entropy(cpu(x), y)
+        closs.backward()
+        copt.step()
+        torch.testing.assert_close(loss.cpu(), closs.detach(), atol=1e-5, rtol=1e-5)
+    for a, b in zip(model.parameters(), cpu.parameters()):
+        torch.testing.assert_close(a.cpu(), b, atol=1e-5, rtol=1e-5)
+    print("SPEC1", spec(model[0].weight), spec(model[2].weight))
+    print("LOCAL", local_shapes(model[0].weight), local_shapes(model[2].weight))
+    rep = met.metrics_report()
+    print("PARTITIONED", "ran PARTITIONED" in rep and "NOT partitioned" not in rep)
+    """)
+    want = "'%s' '{devices=[1,8]0,1,2,3,4,5,6,7}'" % SHARDED
+    assert "SPEC0 " + want in out, out
+    assert "SPEC1 " + want in out, out
+    assert "LOCAL [(4, 16)] [(8, 4)]" in out, out
+    assert "PARTITIONED True" in out, out
