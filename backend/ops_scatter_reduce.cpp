@@ -10,12 +10,26 @@
  *     scatter_add of ones; floor division for integers, as eager);
  *   index_reduce(self, dim, index, source, reduce, include_self): the index
  *     vector broadcast along `dim` of source, then scatter_reduce;
- *   scatter(self, dim, index, src|value, reduce="add"|"multiply").
+ *   scatter(self, dim, index, src|value, reduce="add"|"multiply");
+ *   histc of an integer tensor (the CPU refuses those; CUDA's semantics:
+ *     bin = (x - min) * bins / (max - min) in integers, x == max in the last
+ *     bin, values outside [min, max] not counted, the counts in the input's
+ *     dtype) as a scatter_add of ones; floating inputs keep the CPU's
+ *     kernel (the counted fallback). MoE routers (transformers' grouped
+ *     experts) count tokens per expert so.
  * Their gradients are autograd's formulas over native ops (gather,
  * scatter_add, index_select, where, ...), so training stays on the device.
  */
 #include "lt_aten.h"
+#include "lt_guard.h"
 #include "lt_register.h"
+
+#include <ATen/native/CPUFallback.h>
+#include <ATen/ops/histc_ops.h>
+#include <ATen/ops/logical_and.h>
+#include <ATen/ops/where.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 
 #include <cmath>
 
@@ -149,9 +163,35 @@ at::Tensor lt_scatter_value_reduce(const at::Tensor &self, int64_t dim, const at
                            to_lt_dtype(self.scalar_type())), reduce);
 }
 
+at::Tensor lt_histc(const at::Tensor &self, int64_t bins, const c10::Scalar &min,
+                    const c10::Scalar &max) {
+  if (!at::isIntegralType(self.scalar_type(), /*includeBool=*/false))
+    return at::native::call_fallback_fn<&cpu_fallback_boxed, at::_ops::histc>::call(self, bins,
+                                                                                   min, max);
+  TORCH_CHECK(bins > 0, "torch.histc(): bins must be > 0, but got ", bins, " for bins");
+  int64_t lo = min.toLong(), hi = max.toLong();
+  if (lo == hi && self.numel() > 0) {   /* the data's range: a host read, as on CUDA */
+    lo = self.min().item<int64_t>();
+    hi = self.max().item<int64_t>();
+  }
+  if (lo == hi) {
+    lo -= 1;
+    hi += 1;
+  }
+  TORCH_CHECK(lo < hi, "torch.histc(): max must be larger than min (got min ", lo, ", max ",
+              hi, ") for ", self.scalar_type(), " input of shape ", self.sizes());
+  at::Tensor x = self.reshape({-1}).to(at::kLong);
+  at::Tensor valid = at::logical_and(x.ge(lo), x.le(hi));
+  at::Tensor bin = (x.sub(lo).mul(bins)).div(hi - lo, "trunc").clamp_max(bins - 1);
+  bin = at::where(valid, bin, at::zeros_like(bin));
+  at::Tensor ones = valid.to(self.scalar_type());
+  return at::zeros({bins}, self.options()).scatter_add(0, bin, ones);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  reg(m, "histc", TORCH_FN(lt_histc));
   reg(m, "scatter_reduce.two", TORCH_FN(lt_scatter_reduce));
   reg(m, "index_reduce", TORCH_FN(lt_index_reduce));
   reg(m, "scatter.reduce", TORCH_FN(lt_scatter_reduce_src));

@@ -352,3 +352,34 @@ def test_generate_ends_where_model_generate_ends(dev):
     out = lazytpu.hf.generate(m.to(dev), ids.to(dev), max_new_tokens=30, pad_token_id=0,
                               stop_check_every=8)
     assert torch.equal(out.cpu(), ref), (out.cpu(), ref)
+
+
+def test_mixtral_experts_train_natively(dev):
+    """A Mixtral (mixture of experts) trains as on the CPU with no CPU
+    fallback: transformers' grouped experts count tokens per expert with an
+    integer torch.histc and multiply with torch._grouped_mm on any device
+    but the CPU (both used to fail: histc_cpu refuses integers, _grouped_mm's
+    composite kernel read a data pointer)."""
+    cfg = transformers.MixtralConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+        num_experts_per_tok=2, max_position_embeddings=32, output_router_logits=True)
+    ids = torch.randint(3, 64, (2, 12), generator=torch.Generator().manual_seed(1))
+    before = {n: met.counter_value(n) for n in met.executed_fallback_ops()}
+    losses = {}
+    for d in ("cpu", dev):
+        torch.manual_seed(0)
+        m = transformers.MixtralForCausalLM(cfg).to(d).train()
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+        losses[str(d)] = []
+        for _ in range(3):
+            out = m(input_ids=ids.to(d), labels=ids.to(d))
+            out.loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses[str(d)].append(float(out.loss))
+    cpu, got = losses["cpu"], losses[str(dev)]
+    for a, b in zip(cpu, got):
+        assert abs(a - b) <= 1e-4 * max(1.0, abs(a)), (cpu, got)
+    after = {n: met.counter_value(n) for n in met.executed_fallback_ops()}
+    assert after == before, "fallbacks: %s -> %s" % (before, after)

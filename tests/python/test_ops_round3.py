@@ -363,3 +363,53 @@ def test_linalg_no_fallback_in_a_model_step(dev):
         return white.pow(2).mean() + inv.trace() + torch.linalg.svdvals(w).sum()
 
     check_op(step, w, x, atol=1e-4, rtol=1e-4)
+
+
+# ------------------------------------------- grouped products (MoE) --
+
+_OFFS = torch.tensor([3, 4, 8], dtype=torch.int32)     # groups of 3, 1 and 4
+
+
+@pytest.mark.parametrize("form", ["2dx3d", "2dx2d", "3dx2d", "3dx3d"])
+def test_grouped_mm(form):
+    """torch._grouped_mm (F.grouped_mm) in its four forms, values and
+    gradients (autograd's formula runs the other forms) against the CPU's
+    kernel, no fallback. Every position belongs to a group: the CPU leaves
+    positions past the last end unwritten."""
+    if form == "2dx3d":
+        check_op(lambda a, b, o: torch._grouped_mm(a, b, offs=o), R(8, 4), R(3, 4, 4), _OFFS)
+    elif form == "2dx2d":
+        check_op(lambda a, b, o: torch._grouped_mm(a, b, offs=o), R(4, 8), R(8, 4), _OFFS)
+    elif form == "3dx2d":
+        check_op(lambda a, b, o: torch._grouped_mm(a, b, offs=o), R(3, 4, 4), R(4, 8), _OFFS)
+    else:
+        check_op(lambda a, b: torch._grouped_mm(a, b), R(3, 4, 8), R(3, 8, 4))
+
+
+def test_grouped_mm_rows_past_the_last_group_are_zero(dev):
+    a, b = R(8, 4), R(3, 4, 4)
+    offs = torch.tensor([2, 5, 6], dtype=torch.int32)
+    got = torch._grouped_mm(a.to(dev), b.to(dev), offs=offs.to(dev)).cpu()
+    want = torch._grouped_mm(a, b, offs=offs)
+    torch.testing.assert_close(got[:6], want[:6])
+    assert torch.equal(got[6:], torch.zeros(2, 4))
+    with pytest.raises(RuntimeError, match="needs offs"):
+        torch._grouped_mm(a.to(dev), b.to(dev))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8, torch.int16])
+def test_histc_of_integers(dev, dtype):
+    """histc of an integer tensor (the CPU refuses it; CUDA's semantics,
+    which an MoE router's token count relies on): counts in the input's
+    dtype, the last bin closed, values outside [min, max] not counted, the
+    data's range when min == max; no fallback."""
+    x = torch.randint(0, 12, (64,), generator=g).to(dtype)
+    before = fallback_counts()
+    for bins, lo, hi in ((8, 0, 7), (5, 2, 9), (4, 0, 0), (12, 0, 11)):
+        got = torch.histc(x.to(dev), bins=bins, min=lo, max=hi).cpu()
+        want = torch.histc(x.float(), bins=bins, min=lo, max=hi).to(dtype)
+        assert got.dtype == dtype and torch.equal(got, want), (bins, lo, hi, got, want)
+    assert fallback_counts() == before
+    xf = R(50)                                   # floats: the CPU's kernel
+    assert torch.equal(torch.histc(xf.to(dev), bins=7, min=-1, max=1).cpu(),
+                       torch.histc(xf, bins=7, min=-1, max=1))
