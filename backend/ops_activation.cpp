@@ -8,6 +8,8 @@
  *     x > 0 ? scale*x : alpha*scale*expm1(input_scale*x), and its backward
  *     from the input or from the result;
  *   logaddexp(a, b) = max + log1p(exp(-|a - b|)), a when a == b is infinite;
+ *   softplus(x, beta, threshold) = x*beta > threshold ? x : log1p(exp(x*beta))/beta,
+ *     backward grad * (x*beta > threshold ? 1 : z/(z+1)), z = exp(x*beta);
  *   binary_cross_entropy_with_logits (eager's composite, out of place).
  */
 #include "lt_aten.h"
@@ -137,6 +139,33 @@ at::Tensor lt_logaddexp(const at::Tensor &self, const at::Tensor &other) {
   return wrap(trace(LT_OP_where, {same.get(), a.get(), r.get()}));
 }
 
+at::Tensor lt_softplus(const at::Tensor &self, const c10::Scalar &beta,
+                       const c10::Scalar &threshold) {
+  check_float(self, "softplus_cpu");
+  lt_tensor *x = handle_of(self);
+  int core = lt_tensor_core(x);
+  lt_dtype dt = lt_tensor_dtype(x);
+  double b = beta.toDouble();
+  Ref xb = trace(LT_OP_mul, {x, num(core, b, dt).get()});
+  Ref sp = trace(LT_OP_div, {trace(LT_OP_log1p, {trace(LT_OP_exp, {xb.get()}).get()}).get(),
+                             num(core, b, dt).get()});
+  Ref lin = trace(LT_OP_gt, {xb.get(), num(core, threshold.toDouble(), dt).get()});
+  return wrap(trace(LT_OP_where, {lin.get(), x, sp.get()}));
+}
+
+at::Tensor lt_softplus_backward(const at::Tensor &grad, const at::Tensor &self,
+                                const c10::Scalar &beta, const c10::Scalar &threshold) {
+  int core = common_core({&grad, &self});
+  Ref g = operand(grad, core), x = operand(self, core);
+  lt_dtype dt = x.dtype();
+  Ref xb = trace(LT_OP_mul, {x.get(), num(core, beta.toDouble(), dt).get()});
+  Ref z = trace(LT_OP_exp, {xb.get()});
+  Ref d = trace(LT_OP_div, {trace(LT_OP_mul, {g.get(), z.get()}).get(),
+                            trace(LT_OP_add, {z.get(), num(core, 1, dt).get()}).get()});
+  Ref lin = trace(LT_OP_gt, {xb.get(), num(core, threshold.toDouble(), dt).get()});
+  return wrap(trace(LT_OP_where, {lin.get(), g.get(), d.get()}));
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -145,6 +174,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   reg(m, "elu", TORCH_FN(lt_elu));
   reg(m, "elu_backward", TORCH_FN(lt_elu_backward));
   reg(m, "logaddexp", TORCH_FN(lt_logaddexp));
+  reg(m, "softplus", TORCH_FN(lt_softplus));
+  reg(m, "softplus_backward", TORCH_FN(lt_softplus_backward));
   reg(m, "binary_cross_entropy_with_logits", TORCH_FN(lt_bce_with_logits));
 }
 

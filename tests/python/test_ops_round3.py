@@ -413,3 +413,10 @@ def test_histc_of_integers(dev, dtype):
     xf = R(50)                                   # floats: the CPU's kernel
     assert torch.equal(torch.histc(xf.to(dev), bins=7, min=-1, max=1).cpu(),
                        torch.histc(xf, bins=7, min=-1, max=1))
+
+
+@pytest.mark.parametrize("beta,threshold", [(1, 20), (2, 5), (0.5, 1)])
+def test_softplus(beta, threshold):
+    """softplus and its gradient natively (Mamba's dt projection ran both on
+    the CPU fallback), eager's formula on both sides of the threshold."""
+    check_op(lambda t: F.softplus(t, beta, threshold), R(64) * 10)
