@@ -420,3 +420,41 @@ def test_softplus(beta, threshold):
     """softplus and its gradient natively (Mamba's dt projection ran both on
     the CPU fallback), eager's formula on both sides of the threshold."""
     check_op(lambda t: F.softplus(t, beta, threshold), R(64) * 10)
+
+
+# ------------------- ops that ran on the CPU fallback in real models --
+
+_EDGES = torch.tensor([-5.0, -3.0, -2.9, 0.0, 2.9, 3.0, 5.0])
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_hardswish(inplace):
+    """MobileNetV3's activation, also in place (nn.Hardswish(inplace=True)),
+    with eager's gradient at the corners (0 at -3, 1 at 3)."""
+    x = torch.cat([_EDGES, R(30) * 4])
+    check_op(lambda t: F.hardswish(t * 1, inplace=inplace), x)
+
+
+@pytest.mark.parametrize("fn", ["glu", "prelu", "smooth_l1", "smooth_l1_beta0", "huber",
+                                "pixel_shuffle", "pixel_unshuffle"])
+def test_composites_of_native_ops(fn):
+    x = R(2, 8, 6, 6)
+    if fn == "glu":
+        check_op(lambda t: F.glu(t, 1), x)
+    elif fn == "prelu":
+        check_op(lambda t, w: F.prelu(t, w), torch.cat([x, torch.zeros(1, 8, 6, 6)]),
+                 R(8).abs())
+    elif fn in ("smooth_l1", "smooth_l1_beta0", "huber"):
+        y = x + torch.cat([torch.zeros(10), torch.full((5,), 0.5), R(561)]).reshape(x.shape)
+        beta = 0.0 if fn == "smooth_l1_beta0" else 0.5
+        for red in ("mean", "sum", "none"):
+            if fn == "huber":
+                check_op(lambda a, b: F.huber_loss(a, b, reduction=red, delta=beta), x, y)
+            else:
+                check_op(lambda a, b: F.smooth_l1_loss(a, b, reduction=red, beta=beta), x, y)
+    elif fn == "pixel_shuffle":
+        check_op(lambda t: F.pixel_shuffle(t, 2), x)
+        check_op(lambda t: F.pixel_shuffle(t, 2), R(3, 2, 8, 4, 5))
+    else:
+        check_op(lambda t: F.pixel_unshuffle(t, 3), x)
+        check_op(lambda t: F.pixel_unshuffle(t, 2), R(3, 2, 2, 4, 6))
