@@ -12,6 +12,9 @@
  *   huber_loss           d < delta ? d^2 / 2 : delta * (d - delta / 2)
  *   pixel_shuffle(x, r), pixel_unshuffle(x, r): a reshape, a permute, a
  *                        reshape (eager's layout)
+ *   _weight_norm_interface(v, g, dim): (v * g / n, n), n = norm_except_dim(v, 2,
+ *                        dim) (nn.utils.weight_norm: wav2vec2's positional
+ *                        convolution, vocoders)
  * Autocast's f32 list (the losses) still applies: it sits above this key.
  * hardswish(x) = x * clamp(x + 3, 0, 6) / 6 and hardswish_backward (eager's
  * formula: 0 up to -3, x/3 + 1/2 below 3, 1 from 3) are PrivateUse1 kernels
@@ -22,6 +25,7 @@
 #include "lt_register.h"
 
 #include <ATen/ops/clamp.h>
+#include <ATen/ops/norm_except_dim.h>
 #include <ATen/ops/where.h>
 #include <ATen/ops/zeros_like.h>
 
@@ -113,6 +117,12 @@ at::Tensor lt_hardswish_backward(const at::Tensor &g, const at::Tensor &x) {
   return at::where(x.le(-3), at::zeros_like(g), at::where(x.lt(3), mid, g));
 }
 
+std::tuple<at::Tensor, at::Tensor> lt_weight_norm_interface(const at::Tensor &v,
+                                                             const at::Tensor &g, int64_t dim) {
+  at::Tensor n = at::norm_except_dim(v, 2, dim);
+  return std::make_tuple(v.mul(g.div(n)), n);
+}
+
 template <class F>
 void reg_composite(torch::Library &m, const char *name, F f) {
   if (xla_compat())
@@ -129,6 +139,7 @@ TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
   reg_composite(m, "huber_loss", TORCH_FN(lt_huber_loss));
   reg_composite(m, "pixel_shuffle", TORCH_FN(lt_pixel_shuffle));
   reg_composite(m, "pixel_unshuffle", TORCH_FN(lt_pixel_unshuffle));
+  reg_composite(m, "_weight_norm_interface", TORCH_FN(lt_weight_norm_interface));
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -458,3 +458,12 @@ def test_composites_of_native_ops(fn):
     else:
         check_op(lambda t: F.pixel_unshuffle(t, 3), x)
         check_op(lambda t: F.pixel_unshuffle(t, 2), R(3, 2, 2, 4, 6))
+
+
+@pytest.mark.parametrize("dim", [0, 2])
+def test_weight_norm(dim):
+    """nn.utils.weight_norm's kernel (_weight_norm_interface, wav2vec2's
+    positional convolution) with gradients for v and g, no fallback."""
+    v = R(6, 4, 3)
+    g = R(6, 1, 1) if dim == 0 else R(1, 1, 3)
+    check_op(lambda a, b: torch._weight_norm(a, b, dim), v, g, atol=1e-5, rtol=1e-4)
