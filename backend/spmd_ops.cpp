@@ -3,7 +3,9 @@
  * lazytpu.spmd (python/lazytpu/spmd/):
  *   spmd_set_sharding(Tensor t, int[] enc, str frame) -> ()
  *       lt_sharding_new from enc (lt_sharding_encode's layout) then
- *       lt_tensor_set_sharding; an empty enc removes t's sharding
+ *       lt_tensor_set_sharding; an empty enc removes t's sharding (on the
+ *       Functionalize key also from the storage's base value when t is an
+ *       alias of all of it: spmd_set_sharding_functional)
  *   spmd_get_sharding(Tensor t) -> int[]      lt_sharding_encode, [] if none
  *   spmd_sharding_text(Tensor t) -> str       lt_sharding_str, "" if none
  *   spmd_full_to_shard(Tensor t) -> Tensor    manual sharding (lazy/spmd_manual.c):
@@ -17,6 +19,9 @@
 #include "lazytpu_spmd.h"
 #include "lt_register.h"
 
+#include <ATen/FunctionalStorageImpl.h>
+#include <ATen/FunctionalTensorWrapper.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
 #include <string>
@@ -69,6 +74,33 @@ void spmd_set_sharding(const at::Tensor &t, at::IntArrayRef enc, c10::string_vie
   lt_status st = lt_tensor_set_sharding(h, s);
   lt_sharding_release(s);
   check(st);
+}
+
+/* On the Functionalize key (t still the wrapper): the wrapper's value is
+ * annotated, and so is its storage's base value when t is the whole of it (a
+ * Parameter or a detach() is an alias of the tensor it wraps): the sharding
+ * belongs to the tensor, and a write through a view (p[0].zero_(), or
+ * p.data[i].zero_() as transformers' _init_weights does) regenerates p from
+ * the base, which must then carry it (a scatter into a sharded base keeps its
+ * layout: lazy/spmd_propagate.c). A view of part of the base annotates the
+ * view only, as before. */
+void spmd_set_sharding_functional(const at::Tensor &t, at::IntArrayRef enc,
+                                  c10::string_view frame) {
+  if (!at::functionalization::impl::isFunctionalTensor(t)) {
+    c10::impl::ExcludeDispatchKeyGuard g(c10::DispatchKey::Functionalize);
+    spmd_set_sharding(t, enc, frame);
+    return;
+  }
+  auto *w = at::functionalization::impl::unsafeGetFunctionalWrapper(t);
+  w->sync_();
+  at::Tensor v = w->value();
+  spmd_set_sharding(v, enc, frame);
+  const at::Tensor &b = static_cast<at::functionalization::FunctionalStorageImpl *>(
+                            w->storage().unsafeGetStorageImpl())->base();
+  LtTensorImpl *bi = impl_of(b);
+  if (bi && bi != impl_of(v) && b.scalar_type() == v.scalar_type() &&
+      b.sizes() == t.sizes() && b.strides() == t.strides() && t.storage_offset() == 0)
+    spmd_set_sharding(b, enc, frame);
 }
 
 /* torch_xla's _spmd_full_to_shard_shape: each core's block of t (manual). */
@@ -130,6 +162,19 @@ void keep_sharding(const at::Tensor &dst, const at::Tensor &from) {
   if (d && f) check(lt_tensor_keep_sharding(d->handle(), f->handle()));
 }
 
+namespace {
+
+/* torch_xla's _propagate_xla_data(input, output), which PyTorch's generated
+ * Functionalize kernels call for an XLA tensor after an in-place or out= op
+ * replaced its value `input` by `output` (the ops we have no Functionalize
+ * kernel for: torch.eye(out=) of nn.init.eye_, ...): output keeps input's
+ * sharding. Registered on the XLA key in torch_xla compatibility mode only. */
+void propagate_xla_data(const at::Tensor &input, const at::Tensor &output) {
+  keep_sharding(output, input);
+}
+
+}  // namespace
+
 TORCH_LIBRARY_FRAGMENT(lazytpu, m) {
   m.def("spmd_set_sharding(Tensor t, int[] enc, str frame) -> ()");
   m.def("spmd_get_sharding(Tensor t) -> int[]");
@@ -148,6 +193,13 @@ TORCH_LIBRARY_IMPL(lazytpu, PrivateUse1, m) {
   reg_own(m, "spmd_shard_to_full", TORCH_FN(spmd_shard_to_full));
   reg_own(m, "spmd_mark_manual", TORCH_FN(spmd_mark_manual));
   reg_own(m, "spmd_from_step", TORCH_FN(spmd_from_step));
+  if (xla_compat())
+    mirror_library("aten", c10::DispatchKey::XLA)
+        .impl("_propagate_xla_data", TORCH_FN(propagate_xla_data));
+}
+
+TORCH_LIBRARY_IMPL(lazytpu, Functionalize, m) {
+  m.impl("spmd_set_sharding", TORCH_FN(spmd_set_sharding_functional));
 }
 
 /* Annotations and inspection: no autograd. */

@@ -17,7 +17,15 @@
  *               unchanged)
  *   gather      index_select: src's dims, the indexed dim from the index
  *   conv        the batch dim of input 0
- *   collective, opaque: none (replicated)
+ *   collective, opaque: none (replicated), except an update of a base
+ *               (slice/select/diagonal/as_strided_scatter, scatter,
+ *               scatter_add, scatter_reduce: input 0 the base, the output
+ *               its shape), which keeps the base's layout as GSPMD gives a
+ *               dynamic-update-slice or scatter its operand's sharding: a
+ *               write through a view of a sharded tensor (w[0].zero_(),
+ *               which functionalization turns into w = select_scatter(w,
+ *               ...)) leaves it sharded. The op itself still runs
+ *               replicated (the partitioner gathers its inputs).
  * A mesh axis may split one dim only: a later dim that would reuse an axis
  * loses it. An output with no split dim gets no sharding (NULL).
  *
@@ -245,11 +253,27 @@ static lt_sharding *rule_conv(const lt_sharding *m, lt_node *const *in, const lt
     return make(m, out, axes);
 }
 
+/* 1 for an op that writes into a copy of its input 0 (the base) and gives
+ * a value of the base's shape. */
+static int updates_base(lt_op op)
+{
+    return lt_op_kind_of(op) == LT_KIND_SCATTER || op == LT_OP_scatter ||
+           op == LT_OP_scatter_add || op == LT_OP_scatter_reduce;
+}
+
 lt_sharding *lt_spmd_forward(lt_op op, const lt_attrs *a, lt_node *const *in,
                              int n_in, const lt_shape *out)
 {
     const lt_sharding *m = mesh_of(in, n_in);
     if (!m || out->ndim == 0) return NULL;
+    if (updates_base(op)) {
+        /* the base's layout (file comment); none when the base has none */
+        int64_t axes[LT_MAX_DIMS] = {0};
+        if (n_in < 1 || !in[0]->shard || in[0]->shard->manual || !lt_shape_equal(&in[0]->shape, out))
+            return NULL;
+        for (int d = 0; d < out->ndim; d++) axes[d] = axes_of(in[0]->shard, in[0], d);
+        return make(in[0]->shard, out, axes);
+    }
     if (op == LT_OP_opt_barrier) {
         /* an optimization barrier: input 0's layout, whatever the other
          * tensors behind the same barrier are (they are only waited for) */

@@ -110,3 +110,138 @@ def test_load_state_dict_keeps_sharding_and_trains_like_cpu():
     assert "SPEC1 " + want in out, out
     assert "LOCAL [(4, 16)] [(8, 4)]" in out, out
     assert "PARTITIONED True" in out, out
+
+
+def test_writes_through_views_keep_the_sharding():
+    # functionalization writes a view back as base = slice/select_scatter(base,
+    # ...): the scatter keeps the base's layout, and a Parameter (an alias of
+    # the value it wraps) has its annotation on that base too
+    out = run_compat(PRELUDE + """
+    def make(kind, host):
+        if kind == "plain":
+            return host.to(dev)
+        if kind == "param":
+            return nn.Parameter(host.to(dev))
+        lin = nn.Linear(16, 16).to(dev)
+        with torch.no_grad():
+            lin.weight.copy_(host)
+        return lin.weight
+    ops = [("slice", lambda w: w[2:5].zero_()), ("row", lambda w: w[0].mul_(3.0)),
+           ("data_row", lambda w: w.data[1].zero_()), ("t_row", lambda w: w.t()[0].fill_(2.0)),
+           ("flat", lambda w: w.view(-1)[5:40].fill_(-1.0)),
+           ("setitem", lambda w: w.__setitem__((slice(None), 3), 5.0))]
+    for kind in ("plain", "param", "module"):
+        for name, op in ops:
+            host = torch.randn(16, 16)
+            w = make(kind, host)
+            xs.mark_sharding(w, mesh, ("fsdp", None))
+            with torch.no_grad():
+                op(w)
+                op(host)
+            before = spec(w)
+            torch_xla.sync()
+            print("CASE", kind, name, before, spec(w), local_shapes(w),
+                  torch.equal(w.cpu(), host))
+    # transformers' _init_weights for an nn.Embedding with a padding index
+    emb = nn.Embedding(16, 8, padding_idx=0).to(dev)
+    xs.mark_sharding(emb.weight, mesh, ("fsdp", None))
+    with torch.no_grad():
+        emb.weight.normal_(0.0, 0.02)
+        emb.weight.data[emb.padding_idx].zero_()
+    torch_xla.sync()
+    print("EMB", spec(emb.weight), float(emb.weight[0].abs().sum()))
+    """)
+    cases = [l for l in out.splitlines() if l.startswith("CASE")]
+    assert len(cases) == 18, out
+    for line in cases:
+        kind, name = line.split()[1:3]
+        assert line == "CASE %s %s '%s' '%s' [(2, 16)] True" % (kind, name, SHARDED, SHARDED), out
+    assert "EMB '%s' 0.0" % SHARDED in out, out
+
+
+def test_other_inplace_and_out_ops_keep_the_sharding():
+    # ops PyTorch's generated Functionalize kernels run (no kernel of ours on
+    # that key): index_fill_, index_add_, scatter_ (a scatter keeps its base's
+    # layout), torch.eye(out=) of nn.init.eye_ (_propagate_xla_data, as in
+    # torch_xla), an out= op writing into its input
+    out = run_compat(PRELUDE + """
+    idx = torch.tensor([1, 3])
+    ops = [("index_fill_", lambda w, d: w.index_fill_(0, idx.to(d), 2.0)),
+           ("index_add_", lambda w, d: w.index_add_(0, idx.to(d), torch.ones(2, 16).to(d))),
+           ("scatter_", lambda w, d: w.scatter_(0, torch.zeros(1, 16, dtype=torch.long).to(d), 1.0)),
+           ("eye_", lambda w, d: nn.init.eye_(w)),
+           ("mul_out", lambda w, d: torch.mul(w, 2, out=w))]
+    for name, op in ops:
+        host = torch.randn(16, 16)
+        w = nn.Parameter(host.to(dev))
+        xs.mark_sharding(w, mesh, ("fsdp", None))
+        with torch.no_grad():
+            op(w, dev)
+            op(host, "cpu")
+        before = spec(w)
+        torch_xla.sync()
+        print("CASE", name, before, spec(w), local_shapes(w), torch.equal(w.cpu(), host))
+    """)
+    cases = [l for l in out.splitlines() if l.startswith("CASE")]
+    assert len(cases) == 5, out
+    for line in cases:
+        name = line.split()[1]
+        assert line == "CASE %s '%s' '%s' [(2, 16)] True" % (name, SHARDED, SHARDED), out
+
+
+def test_view_writes_then_training_run_sharded_like_cpu():
+    # an embedding + linear model initialised through views after its
+    # shardings were marked (the padding row, a row of the weight), then
+    # trained: the steps run partitioned with the marked layouts, losses and
+    # weights as eager CPU's
+    out = run_compat(PRELUDE + """
+    import torch_xla.core.xla_model as xm
+    import torch_xla.debug.metrics as met
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(32, 16, padding_idx=0)
+            self.out = nn.Linear(16, 8)
+
+        def forward(self, ids):
+            return self.out(self.emb(ids).mean(1))
+
+    torch.manual_seed(0)
+    cpu = Net()
+    model = Net().to(dev)
+    model.load_state_dict(cpu.state_dict())
+    xs.mark_sharding(model.emb.weight, mesh, ("fsdp", None))
+    xs.mark_sharding(model.out.weight, mesh, ("fsdp", None))
+    for m in (cpu, model):
+        with torch.no_grad():
+            m.emb.weight.data[m.emb.padding_idx].zero_()
+            m.out.weight[3].mul_(0.5)
+    print("SPEC0", spec(model.emb.weight), spec(model.out.weight))
+    opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    copt = torch.optim.SGD(cpu.parameters(), lr=0.5, momentum=0.9)
+    g = torch.Generator().manual_seed(1)
+    for step in range(4):
+        ids = torch.randint(0, 32, (16, 6), generator=g)
+        y = torch.randint(0, 8, (16,), generator=g)
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(ids.to(dev)), y.to(dev))
+        loss.backward()
+        opt.step()
+        xm.mark_step()
+        copt.zero_grad()
+        closs = nn.functional.cross_entropy(cpu(ids), y)
+        closs.backward()
+        copt.step()
+        torch.testing.assert_close(loss.cpu(), closs.detach(), atol=1e-5, rtol=1e-5)
+    for a, b in zip(model.parameters(), cpu.parameters()):
+        torch.testing.assert_close(a.cpu(), b, atol=1e-5, rtol=1e-5)
+    print("SPEC1", spec(model.emb.weight), spec(model.out.weight))
+    print("LOCAL", local_shapes(model.emb.weight), local_shapes(model.out.weight))
+    rep = met.metrics_report()
+    print("PARTITIONED", "ran PARTITIONED" in rep and "NOT partitioned" not in rep)
+    """)
+    assert "SPEC0 '%s' '%s'" % (SHARDED, SHARDED) in out, out
+    assert "SPEC1 '%s' '%s'" % (SHARDED, SHARDED) in out, out
+    assert "LOCAL [(4, 16)] [(1, 16)]" in out, out
+    assert "PARTITIONED True" in out, out
