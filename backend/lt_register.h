@@ -74,6 +74,18 @@ void reg_own(torch::Library &m, const char *name, F f) {
   if (xla_compat()) mirror_library("lazytpu", c10::DispatchKey::XLA).impl(name, f);
   m.impl(name, f);
 }
+/* An aten kernel on the autograd key of m (AutogradPrivateUse1, + AutogradXLA
+ * in compatibility mode): a composite of differentiable ops, or a kernel that
+ * handles autograd itself. A registration error is noted, not thrown. */
+template <class F>
+void reg_autograd(torch::Library &m, const char *name, F f) {
+  try {
+    if (xla_compat()) mirror_library("aten", c10::DispatchKey::AutogradXLA).impl(name, f);
+    m.impl(name, f);
+  } catch (const c10::Error &e) {
+    note_registration_error(std::string("aten::") + name + ": " + e.what_without_backtrace());
+  }
+}
 /* A fallthrough for op `name` on the autograd key of m (+ AutogradXLA). */
 inline void reg_autograd_fallthrough(torch::Library &m, const char *name) {
   if (xla_compat())

@@ -123,23 +123,16 @@ std::tuple<at::Tensor, at::Tensor> lt_weight_norm_interface(const at::Tensor &v,
   return std::make_tuple(v.mul(g.div(n)), n);
 }
 
-template <class F>
-void reg_composite(torch::Library &m, const char *name, F f) {
-  if (xla_compat())
-    mirror_library("aten", c10::DispatchKey::AutogradXLA).impl(name, f);
-  m.impl(name, f);
-}
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
-  reg_composite(m, "glu", TORCH_FN(lt_glu));
-  reg_composite(m, "_prelu_kernel", TORCH_FN(lt_prelu_kernel));
-  reg_composite(m, "smooth_l1_loss", TORCH_FN(lt_smooth_l1_loss));
-  reg_composite(m, "huber_loss", TORCH_FN(lt_huber_loss));
-  reg_composite(m, "pixel_shuffle", TORCH_FN(lt_pixel_shuffle));
-  reg_composite(m, "pixel_unshuffle", TORCH_FN(lt_pixel_unshuffle));
-  reg_composite(m, "_weight_norm_interface", TORCH_FN(lt_weight_norm_interface));
+  reg_autograd(m, "glu", TORCH_FN(lt_glu));
+  reg_autograd(m, "_prelu_kernel", TORCH_FN(lt_prelu_kernel));
+  reg_autograd(m, "smooth_l1_loss", TORCH_FN(lt_smooth_l1_loss));
+  reg_autograd(m, "huber_loss", TORCH_FN(lt_huber_loss));
+  reg_autograd(m, "pixel_shuffle", TORCH_FN(lt_pixel_shuffle));
+  reg_autograd(m, "pixel_unshuffle", TORCH_FN(lt_pixel_unshuffle));
+  reg_autograd(m, "_weight_norm_interface", TORCH_FN(lt_weight_norm_interface));
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -91,10 +91,7 @@ at::Tensor lt_grouped_mm(const at::Tensor &self, const at::Tensor &mat2,
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
-  if (xla_compat())
-    mirror_library("aten", c10::DispatchKey::AutogradXLA)
-        .impl("_grouped_mm", TORCH_FN(lt_grouped_mm));
-  m.impl("_grouped_mm", TORCH_FN(lt_grouped_mm));
+  reg_autograd(m, "_grouped_mm", TORCH_FN(lt_grouped_mm));
 }
 
 }  // namespace lazytpu

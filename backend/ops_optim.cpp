@@ -384,20 +384,10 @@ void lt_fused_adagrad_tlr(at::TensorList self, at::TensorList grads, at::TensorL
               maximize, grad_scale, found_inf);
 }
 
-/* On the autograd key of m (and AutogradXLA in compatibility mode); not
- * guarded: the CPU fallback works below functionalization, not here. */
-template <class F>
-void reg_autograd(torch::Library &m, const char *name, F f) {
-  try {
-    if (xla_compat()) mirror_library("aten", c10::DispatchKey::AutogradXLA).impl(name, f);
-    m.impl(name, f);
-  } catch (const c10::Error &e) {
-    note_registration_error(std::string("aten::") + name + ": " + e.what_without_backtrace());
-  }
-}
-
 }  // namespace
 
+/* On the autograd key (and AutogradXLA in compatibility mode); not guarded:
+ * the CPU fallback works below functionalization, not here. */
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
   reg_autograd(m, "_fused_adam_", TORCH_FN(lt_fused_adam<false>));
   reg_autograd(m, "_fused_adam_.tensor_lr", TORCH_FN(lt_fused_adam_tlr<false>));
