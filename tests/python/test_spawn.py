@@ -208,10 +208,8 @@ def _segments(launcher):
                   if f.startswith("lazytpu-%d-" % launcher))
 
 
-def _workers(launcher):
-    """Processes still running with the job's segment in their environment
-    (its workers and anything they started)."""
-    mark = b"LAZYTPU_SHM_NAME=/lazytpu-%d-" % launcher
+def _running_with(mark):
+    """Processes (not zombies) whose environment contains the bytes mark."""
     found = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -226,6 +224,12 @@ def _workers(launcher):
         if mark in env and state != b"Z":
             found.append(int(pid))
     return found
+
+
+def _workers(launcher):
+    """Processes still running with the job's segment in their environment
+    (its workers and anything they started)."""
+    return _running_with(b"LAZYTPU_SHM_NAME=/lazytpu-%d-" % launcher)
 
 
 def _assert_nothing_left(launcher):
@@ -420,19 +424,7 @@ def _run_script(cmd, tmp_path):
     mark = ("LT_TEST_UNGUARDED=%s\0" % tmp_path).encode()
     deadline = time.time() + 5
     while True:
-        left = []
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                with open("/proc/%s/environ" % pid, "rb") as f:
-                    env_bytes = f.read()
-                with open("/proc/%s/stat" % pid, "rb") as f:
-                    state = f.read().rsplit(b")", 1)[1].split()[0]
-            except OSError:
-                continue
-            if mark in env_bytes and state != b"Z":
-                left.append(int(pid))
+        left = _running_with(mark)
         if not left or time.time() > deadline:
             return p, left
         time.sleep(0.1)

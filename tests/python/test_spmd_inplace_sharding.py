@@ -18,6 +18,26 @@ PRELUDE = """
     spec = lambda t: repr(torch_xla._XLAC._get_xla_sharding_spec(t))
     def local_shapes(t):
         return sorted({tuple(s.data.shape) for s in xs.XLAShardedTensor(t).local_shards})
+    def train_like_cpu(model, cpu, lr, batch):
+        # 4 SGD-momentum steps here and on the CPU: equal losses, then weights
+        import torch_xla.core.xla_model as xm
+        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+        copt = torch.optim.SGD(cpu.parameters(), lr=lr, momentum=0.9)
+        g = torch.Generator().manual_seed(1)
+        for step in range(4):
+            x, y = batch(g)
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x.to(dev)), y.to(dev))
+            loss.backward()
+            opt.step()
+            xm.mark_step()
+            copt.zero_grad()
+            closs = nn.functional.cross_entropy(cpu(x), y)
+            closs.backward()
+            copt.step()
+            torch.testing.assert_close(loss.cpu(), closs.detach(), atol=1e-5, rtol=1e-5)
+        for a, b in zip(model.parameters(), cpu.parameters()):
+            torch.testing.assert_close(a.cpu(), b, atol=1e-5, rtol=1e-5)
 """
 
 
@@ -71,7 +91,6 @@ def test_inplace_updates_keep_the_sharding():
 
 def test_load_state_dict_keeps_sharding_and_trains_like_cpu():
     out = run_compat(PRELUDE + """
-    import torch_xla.core.xla_model as xm
     import torch_xla.debug.metrics as met
     torch.manual_seed(0)
     cpu = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
@@ -82,24 +101,8 @@ def test_load_state_dict_keeps_sharding_and_trains_like_cpu():
         model[2].weight.copy_(torch.zeros(8, 32).to(dev))
     model.load_state_dict(cpu.state_dict())     # copy_ from CPU
     print("SPEC0", spec(model[0].weight), spec(model[2].weight))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    copt = torch.optim.SGD(cpu.parameters(), lr=0.1, momentum=0.9)
-    g = torch.Generator().manual_seed(1)
-    for step in range(4):
-        x = torch.randn(32, 16, generator=g)
-        y = torch.randint(0, 8, (32,), generator=g)
-        opt.zero_grad()
-        loss = nn.functional.cross_entropy(model(x.to(dev)), y.to(dev))
-        loss.backward()
-        opt.step()
-        xm.mark_step()
-        copt.zero_grad()
-        closs = nn.functional.cross_entropy(cpu(x), y)
-        closs.backward()
-        copt.step()
-        torch.testing.assert_close(loss.cpu(), closs.detach(), atol=1e-5, rtol=1e-5)
-    for a, b in zip(model.parameters(), cpu.parameters()):
-        torch.testing.assert_close(a.cpu(), b, atol=1e-5, rtol=1e-5)
+    train_like_cpu(model, cpu, 0.1, lambda g: (torch.randn(32, 16, generator=g),
+                                               torch.randint(0, 8, (32,), generator=g)))
     print("SPEC1", spec(model[0].weight), spec(model[2].weight))
     print("LOCAL", local_shapes(model[0].weight), local_shapes(model[2].weight))
     rep = met.metrics_report()
@@ -195,7 +198,6 @@ def test_view_writes_then_training_run_sharded_like_cpu():
     # trained: the steps run partitioned with the marked layouts, losses and
     # weights as eager CPU's
     out = run_compat(PRELUDE + """
-    import torch_xla.core.xla_model as xm
     import torch_xla.debug.metrics as met
 
     class Net(nn.Module):
@@ -218,24 +220,8 @@ def test_view_writes_then_training_run_sharded_like_cpu():
             m.emb.weight.data[m.emb.padding_idx].zero_()
             m.out.weight[3].mul_(0.5)
     print("SPEC0", spec(model.emb.weight), spec(model.out.weight))
-    opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
-    copt = torch.optim.SGD(cpu.parameters(), lr=0.5, momentum=0.9)
-    g = torch.Generator().manual_seed(1)
-    for step in range(4):
-        ids = torch.randint(0, 32, (16, 6), generator=g)
-        y = torch.randint(0, 8, (16,), generator=g)
-        opt.zero_grad()
-        loss = nn.functional.cross_entropy(model(ids.to(dev)), y.to(dev))
-        loss.backward()
-        opt.step()
-        xm.mark_step()
-        copt.zero_grad()
-        closs = nn.functional.cross_entropy(cpu(ids), y)
-        closs.backward()
-        copt.step()
-        torch.testing.assert_close(loss.cpu(), closs.detach(), atol=1e-5, rtol=1e-5)
-    for a, b in zip(model.parameters(), cpu.parameters()):
-        torch.testing.assert_close(a.cpu(), b, atol=1e-5, rtol=1e-5)
+    train_like_cpu(model, cpu, 0.5, lambda g: (torch.randint(0, 32, (16, 6), generator=g),
+                                               torch.randint(0, 8, (16,), generator=g)))
     print("SPEC1", spec(model.emb.weight), spec(model.out.weight))
     print("LOCAL", local_shapes(model.emb.weight), local_shapes(model.out.weight))
     rep = met.metrics_report()
