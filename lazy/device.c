@@ -112,6 +112,7 @@ static int g_nproc = 1;
 static int g_omp_override;       /* LAZYTPU_OMP_THREADS, 0 = none */
 static int g_inline = 1;         /* LAZYTPU_INLINE_EXEC */
 static int g_wait_spin;          /* polls of a waiter before it sleeps */
+static int64_t g_worker_spin_ns; /* LAZYTPU_WORKER_SPIN_US: a worker's linger */
 /* The core whose job the calling thread is running (its worker, or a
  * waiter running it inline), else -1: lt_core_par_pool hands the pool to
  * that thread only. */
@@ -128,14 +129,8 @@ static void fmt_bytes(char *buf, size_t cap, double b)
 {
     static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     int u = 0;
-    while (b >= 1024.0 && u < 4) {
-        b /= 1024.0;
-        u++;
-    }
-    if (u == 0)
-        snprintf(buf, cap, "%.0f B", b);
-    else
-        snprintf(buf, cap, "%.2f %s", b, units[u]);
+    for (; b >= 1024.0 && u < 4; u++) b /= 1024.0;
+    snprintf(buf, cap, u ? "%.2f %s" : "%.0f %s", b, units[u]);
 }
 
 /* Keeps f (takes the reference) for lt_core_wait; c->mu held. Claimed
@@ -231,6 +226,16 @@ static lt_job *take_job_locked(lt_core *c)
     return job;
 }
 
+/* lt_par_linger's test: a job the worker may take (not one left for a
+ * waiter) or stop; read without c->mu (a hint, checked under it after). */
+static int worker_has_work(void *arg)
+{
+    lt_core *c = arg;
+    return __atomic_load_n(&c->stop, __ATOMIC_RELAXED) || (__atomic_load_n(&c->head,
+           __ATOMIC_ACQUIRE) && !__atomic_load_n(&c->unwoken, __ATOMIC_RELAXED) &&
+           !__atomic_load_n(&c->busy, __ATOMIC_RELAXED));
+}
+
 static void *core_main(void *arg)
 {
     lt_core *c = arg;
@@ -255,6 +260,11 @@ static void *core_main(void *arg)
         pthread_mutex_lock(&c->mu);
         finish_locked(c, seq, f, 1);
         pthread_mutex_unlock(&c->mu);
+        /* awake for the next program a while (one core, one process: the
+         * host's next submit then needs no futex wake-up) */
+        if (g_worker_spin_ns > 0 && atomic_load(&g_cores_in_use) <= 1 &&
+            lt_opt_int(LT_OPT_WORLD_SIZE) <= 1)
+            lt_par_linger(worker_has_work, c, g_worker_spin_ns);
     }
     return NULL;
 }
@@ -282,6 +292,7 @@ lt_status lt_devices_init(void)
     g_omp_override = (int)lt_opt_int(LT_OPT_OMP_THREADS);      /* 0: auto */
     g_inline = (int)lt_opt_int(LT_OPT_INLINE_EXEC);
     g_wait_spin = (int)lt_opt_int(LT_OPT_WAIT_SPIN);
+    g_worker_spin_ns = lt_opt_int(LT_OPT_WORKER_SPIN_US) * 1000;
 #if LT_UNDER_ASAN
     g_cache_limit = 0;    /* ASan must see every free (use-after-free) */
 #else
@@ -509,8 +520,6 @@ int lt_core_omp_threads(int core)
 
 /* ------------------------------------------------------------- buffers */
 
-static size_t dtype_bytes(lt_dtype dt) { return lt_dtype_size(dt); }
-
 lt_status lt_buffer_alloc(int core, lt_dtype dt, int64_t numel,
                           lt_buffer **out)
 {
@@ -518,7 +527,7 @@ lt_status lt_buffer_alloc(int core, lt_dtype dt, int64_t numel,
     if (core < 0 || core >= LT_MAX_CORES || !g_records_ready)
         return lt_set_error(LT_ERR_DEVICE, "buffer_alloc: invalid core %d",
                             core);
-    size_t es = dtype_bytes(dt);
+    size_t es = lt_dtype_size(dt);
     if (es == 0 || numel < 0)
         return lt_set_error(LT_ERR_ARG, "buffer_alloc: bad dtype %d or "
                             "numel %lld", (int)dt, (long long)numel);
@@ -587,7 +596,7 @@ lt_status lt_buffer_view(lt_buffer *base, int core, size_t off, lt_dtype dt, int
                          lt_buffer **out)
 {
     *out = NULL;
-    size_t bytes = (size_t)numel * dtype_bytes(dt);
+    size_t bytes = (size_t)numel * lt_dtype_size(dt);
     if (!base || !base->data || base->parts || base->base || base->ready_seq || base->fault ||
         off % 64 || off > base->bytes || bytes > base->bytes - off || !lt_core_valid(core))
         return lt_set_error(LT_ERR_INTERNAL, "buffer_view: not a view of a ready whole buffer");
@@ -724,7 +733,7 @@ lt_status lt_buffer_whole(lt_buffer *b)
         lt_buffer *t = NULL;
         st = lt_buffer_alloc(b->core, b->dtype, b->numel, &t);
         if (st == LT_OK) {
-            lt_buffer_parts_assemble(b->parts, dtype_bytes(b->dtype), t->data);
+            lt_buffer_parts_assemble(b->parts, lt_dtype_size(b->dtype), t->data);
             /* t's memory and accounting move to b */
             b->bytes = t->bytes;
             b->data = t->data;

@@ -257,6 +257,20 @@ void lt_par_pool_hold(lt_par_pool *p, int on)
     pthread_mutex_unlock(&p->mu);
 }
 
+int lt_par_linger(int (*ready)(void *), void *arg, int64_t ns)
+{
+    int64_t end = mono_ns() + ns;
+    for (int s = 0;; s++) {
+        if (ready(arg))
+            return 1;
+        if ((s & 15) == 15 && mono_ns() >= end)
+            return 0;
+        if (ns <= 0)
+            return 0;
+        sched_yield();
+    }
+}
+
 void lt_par_hold(const lt_kernel_ctx *ctx, int on)
 {
     static int enabled = -1;        /* LAZYTPU_PAR_HOLD: read once */

@@ -62,6 +62,13 @@ void lt_par_for(const lt_kernel_ctx *ctx, int workers, int64_t n_chunks,
 void lt_par_hold(const lt_kernel_ctx *ctx, int on);
 /* The same on an explicit pool (the issuing thread only; NULL-safe). */
 void lt_par_pool_hold(lt_par_pool *p, int on);
+/* Polls ready(arg) for up to ns nanoseconds, yielding the CPU between polls
+ * (sched_yield: any runnable thread goes first, so only an otherwise idle
+ * CPU spins), the way a helper lingers after a job: for a thread about to
+ * sleep on a condition variable whose next wake-up would cost its waker a
+ * futex call. Returns 1 as soon as ready(arg) is nonzero, 0 after ns
+ * (ns <= 0: one poll). */
+int lt_par_linger(int (*ready)(void *), void *arg, int64_t ns);
 /* The same on an explicit pool (NULL = OpenMP). One issuing thread per
  * pool at a time. */
 void lt_par_run(lt_par_pool *p, int workers, int64_t n_chunks, lt_par_fn fn,
