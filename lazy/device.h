@@ -133,6 +133,10 @@ lt_status lt_buffer_whole(lt_buffer *b);
 /* lt_buffer_whole, then the parts are dropped: for a buffer about to be
  * written whole (an output aliasing or donated to a program). */
 lt_status lt_buffer_unpart(lt_buffer *b);
+/* b (held as parts, no data) takes t's memory and its accounting on
+ * b->core; t (a fresh buffer of b's size from lt_buffer_alloc, one
+ * reference) is freed. For lt_buffer_whole. */
+void lt_buffer_adopt(lt_buffer *b, lt_buffer *t);
 /* Per-core high-water mark since the last lt_core_peak_mark(core) (which
  * sets it to the bytes in use now): the SPMD executor's per-step peak. */
 void lt_core_peak_mark(int core);
