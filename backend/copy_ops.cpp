@@ -326,9 +326,15 @@ at::Tensor lt_clone(const at::Tensor &self, c10::optional<at::MemoryFormat> mf) 
   }
   return wrap(fresh(Ref::borrow(h), {h}));
 }
-/* detach/alias keep self's (view) layout */
+/* detach/alias keep self's (view) layout. Their result always shares
+ * self's value, pending or not: functionalization calls alias_copy twice
+ * per in-place update of an alias (a Parameter, a detached momentum
+ * buffer) to regenerate it from its base, and an identity node per call
+ * cost the trace, the capture and the hash of every optimizer step. */
 at::Tensor lt_detach_copy(const at::Tensor &self) {
-  at::Tensor t = lt_clone(self, c10::nullopt);
+  lt_tensor *out = nullptr;
+  check(lt_tensor_share(handle_of(self), &out));
+  at::Tensor t = wrap(Ref(out));
   static_cast<LtTensorImpl *>(t.unsafeGetTensorImpl())
       ->set_view_layout(self.strides(), self.storage_offset());
   return t;

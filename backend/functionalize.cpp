@@ -240,6 +240,8 @@ at::Tensor &polygamma_functionalize(at::Tensor &self, int64_t n) {
 
 }  // namespace
 
+std::vector<std::string> register_inplace_unboxed(torch::Library &lib);  /* functionalize_inplace.cpp */
+
 /* Called once from the module init (after every static registration). */
 void register_functional_inplace() {
   static torch::Library *lib = nullptr;
@@ -249,6 +251,14 @@ void register_functional_inplace() {
   lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::Functionalize,
                            __FILE__, __LINE__);
   auto &d = c10::Dispatcher::singleton();
+  /* the hottest ones unboxed (functionalize_inplace.cpp); the loops below
+   * still record every pair, for the boxed foreach kernels */
+  std::vector<std::string> unboxed = register_inplace_unboxed(*lib);
+  auto is_unboxed = [&](const std::string &full) {
+    for (const auto &u : unboxed)
+      if (u == full) return true;
+    return false;
+  };
   for (const char *entry : kInplace) {
     /* "op_.overload", "op_.overload=functional_overload" or
      * "op_.overload>functional_op.overload" (another name) */
@@ -277,7 +287,8 @@ void register_functional_inplace() {
     if (!ip || !fn || !same_arguments(ip->schema(), fn->schema())) continue;
     const char *full = s.c_str();
     g_functional.emplace(&ip->schema(), *fn);
-    lib->impl(full, torch::CppFunction::makeFromBoxedFunction<&inplace_kernel>());
+    if (!is_unboxed(s))
+      lib->impl(full, torch::CppFunction::makeFromBoxedFunction<&inplace_kernel>());
   }
   for (const auto &pair : kForeach) {
     auto f = split_name(pair[0]), one = split_name(pair[1]);
@@ -286,7 +297,8 @@ void register_functional_inplace() {
     if (!fop || !sop || !g_functional.count(&sop->schema())) continue;
     if (!foreach_matches(fop->schema(), sop->schema())) continue;
     g_foreach.emplace(&fop->schema(), ForeachInfo{*sop, sop->schema().arguments().size()});
-    lib->impl(pair[0], torch::CppFunction::makeFromBoxedFunction<&foreach_kernel>());
+    if (!is_unboxed(pair[0]))
+      lib->impl(pair[0], torch::CppFunction::makeFromBoxedFunction<&foreach_kernel>());
   }
   lib->impl("_to_copy", TORCH_FN(to_copy_functionalize));
   lib->impl("polygamma_", TORCH_FN(polygamma_functionalize));

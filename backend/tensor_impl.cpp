@@ -370,8 +370,18 @@ Ref operand(const at::Tensor &t, int core) {
               "Expected all tensors to be on the same device, but found at least "
               "two devices, ", core_name(core), " and ",
               t.defined() ? dev_str(t) : std::string("undefined"), "!");
+  if (t.unsafeGetTensorImpl()->is_wrapped_number()) {
+    /* a Python number (x.mul_(0.9)): read in place, not through aten::item
+     * (a dispatch per optimizer op) */
+    const void *p = t.const_data_ptr();
+    switch (t.scalar_type()) {
+      case at::kDouble: return scalar(core, c10::Scalar(*static_cast<const double *>(p)));
+      case at::kLong: return scalar(core, c10::Scalar(*static_cast<const int64_t *>(p)));
+      case at::kBool: return scalar(core, c10::Scalar(*static_cast<const bool *>(p)));
+      default: return scalar(core, t.item());
+    }
+  }
   c10::Scalar v = t.item();
-  if (t.unsafeGetTensorImpl()->is_wrapped_number()) return scalar(core, v);
   return scalar_typed(core, v.toDouble(), to_lt_dtype(t.scalar_type()));
 }
 
