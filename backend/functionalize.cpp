@@ -34,6 +34,9 @@
 #include <vector>
 
 namespace lazytpu {
+
+void check_inplace_result(const at::Tensor &self, const at::Tensor &out);  /* functionalize_inplace.cpp */
+
 namespace {
 
 /* in-place op -> its functional variant ("add_.Tensor" -> "add.Tensor"),
@@ -81,10 +84,7 @@ void inplace_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   }
   at::Tensor out = stack->back().toTensor();
   stack->pop_back();
-  /* an in-place op never changes self's shape: eager's error when the
-   * operands broadcast to a larger one (the functional op's result) */
-  TORCH_CHECK(out.sizes() == self.sizes(), "output with shape ", self.sizes(),
-              " doesn't match the broadcast shape ", out.sizes());
+  check_inplace_result(self, out);   /* eager's shape and type errors */
   /* the new value keeps self's sharding (torch_xla's _propagate_xla_data,
    * which PyTorch's generated kernels call for the XLA device only) */
   keep_sharding(out, self_value);

@@ -53,6 +53,22 @@ inline bool is_functional(const at::Tensor &t) {
   return t.defined() && t.unsafeGetTensorImpl()->key_set().has(c10::DispatchKey::Functionalize);
 }
 
+}  // namespace
+
+/* An in-place op's functional result out may replace self's value: eager's
+ * errors when it has another shape (the operands broadcast to a larger one)
+ * or a type self cannot hold (an integer tensor times 0.5, a bool tensor
+ * plus 2: eager refuses, replace_ would silently cast). */
+void check_inplace_result(const at::Tensor &self, const at::Tensor &out) {
+  TORCH_CHECK(out.sizes() == self.sizes(), "output with shape ", self.sizes(),
+              " doesn't match the broadcast shape ", out.sizes());
+  TORCH_CHECK(c10::canCast(out.scalar_type(), self.scalar_type()), "result type ",
+              out.scalar_type(), " can't be cast to the desired output type ",
+              self.scalar_type());
+}
+
+namespace {
+
 /* An argument as the op below functionalization gets it: a functional
  * tensor synced and unwrapped, anything else as is. */
 template <class T>
@@ -93,9 +109,7 @@ struct Inplace<IOp, FOp, at::Tensor &(at::Tensor &, A...), at::Tensor(const at::
       c10::impl::ExcludeDispatchKeyGuard g(c10::DispatchKey::Functionalize);
       out = FOp::call(self_value, Arg<A>::get(std::forward<A>(a))...);
     }
-    /* an in-place op never changes self's shape (eager's error) */
-    TORCH_CHECK(out.sizes() == self.sizes(), "output with shape ", self.sizes(),
-                " doesn't match the broadcast shape ", out.sizes());
+    check_inplace_result(self, out);
     keep_sharding(out, self_value);
     at::functionalization::impl::replace_(self, out);
     at::functionalization::impl::commit_update(self);

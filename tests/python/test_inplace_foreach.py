@@ -151,3 +151,38 @@ def test_sgd_momentum_and_adamw_foreach_match_cpu():
             lazytpu.mark_step()
         for a, b in zip(md.parameters(), mc.parameters()):
             torch.testing.assert_close(a.detach().cpu(), b.detach(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("fast", ["1", "0"])
+def test_inplace_result_type_refused_like_eager(fast):
+    """An integer tensor times 0.5 or a bool tensor plus 2 in place: eager
+    refuses (the result type cannot be cast back); the device must not
+    silently cast (unboxed and boxed kernels alike)."""
+    import subprocess
+    import sys
+    code = (
+        "import torch, lazytpu\n"
+        "D = lazytpu.device()\n"
+        "cases = [lambda d: torch.arange(3, device=d).mul_(0.5),\n"
+        "         lambda d: torch.ones(3, dtype=torch.bool, device=d).add_(2),\n"
+        "         lambda d: torch.arange(4, device=d).div_(2),\n"
+        "         lambda d: torch.arange(4, device=d).sqrt_(),\n"
+        "         lambda d: torch._foreach_mul_([torch.arange(3, device=d)], 0.5)]\n"
+        "for f in cases:\n"
+        "    msgs = []\n"
+        "    for d in ('cpu', D):\n"
+        "        try:\n"
+        "            f(d); msgs.append(None)\n"
+        "        except RuntimeError as e:\n"
+        "            msgs.append(str(e).split('\\n')[0])\n"
+        "    assert msgs[0] and msgs[0] == msgs[1], msgs\n"
+        "x = torch.arange(3, device=D); x.mul_(2); x.add_(True)\n"
+        "assert x.cpu().tolist() == [1, 3, 5]\n"
+        "y = torch.zeros(2, device=D); y.copy_(torch.tensor([1.5, 2.5], dtype=torch.float64))\n"
+        "z = torch.zeros(2, dtype=torch.long, device=D); z.copy_(torch.tensor([1.5, 2.5]))\n"
+        "assert z.cpu().tolist() == [1, 2]\n"
+        "print('ok')\n")
+    env = dict(__import__("os").environ, LAZYTPU_FUNCTIONALIZE_FAST=fast)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
