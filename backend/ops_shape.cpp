@@ -288,10 +288,12 @@ at::Tensor lt_as_strided_copy(const at::Tensor &self, c10::SymIntArrayRef size,
 
 /* ------------------------------------------------------------- scatters */
 
+/* select/slice/diagonal_scatter: self's dtype, src's values cast to it
+ * (eager copies src into a clone of self) */
 at::Tensor scatter2(lt_op op, const at::Tensor &self, const at::Tensor &src, const lt_attrs &a) {
   int core = common_core({&self, &src});
   Ref b = operand(self, core), s = operand(src, core);
-  return wrap(trace(op, {b.get(), s.get()}, &a));
+  return wrap(trace(op, {b.get(), cast(s.get(), b.dtype()).get()}, &a));
 }
 at::Tensor lt_select_scatter(const at::Tensor &self, const at::Tensor &src, int64_t dim,
                              int64_t index) {
@@ -320,7 +322,7 @@ at::Tensor lt_as_strided_scatter(const at::Tensor &self, const at::Tensor &src,
   for (size_t i = 0; i < perm.size(); i++) inv[perm[i]] = (int64_t)i;
   Ref b = operand(self, core), s = operand(src, core);
   Ref bs = permute(b.get(), perm);
-  Ref r = trace(LT_OP_as_strided_scatter, {bs.get(), s.get()}, &a);
+  Ref r = trace(LT_OP_as_strided_scatter, {bs.get(), cast(s.get(), b.dtype()).get()}, &a);
   return wrap(fresh(permute(r.get(), inv), {b.get()}));
 }
 
@@ -527,6 +529,8 @@ at::Tensor scatter_overwrite(const at::Tensor &self, int64_t dim, const at::Tens
 }
 at::Tensor lt_scatter_src(const at::Tensor &self, int64_t dim, const at::Tensor &index,
                           const at::Tensor &src) {
+  TORCH_CHECK(self.scalar_type() == src.scalar_type(),
+              "scatter(): Expected self.dtype to be equal to src.dtype");
   int core = common_core({&self, &index, &src});
   Ref s = operand(src, core);
   /* only the index-shaped corner of src takes part */
@@ -550,6 +554,9 @@ at::Tensor lt_scatter_value(const at::Tensor &self, int64_t dim, const at::Tenso
 at::Tensor lt_index_add(const at::Tensor &self, int64_t dim, const at::Tensor &index,
                         const at::Tensor &source, const c10::Scalar &alpha) {
   check_index_dtype(index, "index_add");
+  TORCH_CHECK(self.scalar_type() == source.scalar_type(), "index_add_(): self (",
+              self.scalar_type(), ") and source (", source.scalar_type(),
+              ") must have the same scalar type");
   int core = common_core({&self, &index, &source});
   Ref x = operand(self, core), i = operand(index, core), s = operand(source, core);
   int64_t nd = std::max<int64_t>(self.dim(), 1);
@@ -728,8 +735,30 @@ at::Tensor index_put_dim(const at::Tensor &self, int64_t k, const at::Tensor &id
 
 namespace {
 
+/* eager's dtype rule for index_put: the values' dtype must be self's,
+ * except when the op is a masked fill (one bool or byte mask, one value,
+ * no accumulation: eager runs masked_fill_, which casts; a program doing
+ * x[mask] = torch.tensor(v) on the CPU does that) */
+void check_index_put_dtypes(const at::Tensor &self,
+                            const c10::List<c10::optional<at::Tensor>> &indices,
+                            const at::Tensor &values, bool accumulate) {
+  if (self.scalar_type() == values.scalar_type()) return;
+  int masks = 0, others = 0;
+  for (size_t k = 0; k < indices.size(); k++) {
+    c10::optional<at::Tensor> t = indices.get(k);
+    if (!t || !t->defined()) continue;
+    if (t->scalar_type() == at::kBool || t->scalar_type() == at::kByte) masks++;
+    else others++;
+  }
+  if (!accumulate && values.numel() == 1 && masks == 1 && others == 0) return;
+  TORCH_CHECK(false, "Index put requires the source and destination dtypes match, got ",
+              self.scalar_type(), " for the destination and ", values.scalar_type(),
+              " for the source.");
+}
+
 at::Tensor lt_index_put(const at::Tensor &self, const c10::List<c10::optional<at::Tensor>> &indices,
                         const at::Tensor &values, bool accumulate) {
+  check_index_put_dtypes(self, indices, values, accumulate);
   int64_t k = single_int_index(indices);
   if (k < 0 || k >= self.dim()) {
     at::Tensor r = advanced_index_put(self, indices, values, accumulate);
@@ -742,6 +771,7 @@ at::Tensor lt_index_put(const at::Tensor &self, const c10::List<c10::optional<at
 at::Tensor lt_index_put_impl(const at::Tensor &self,
                              const c10::List<c10::optional<at::Tensor>> &indices,
                              const at::Tensor &values, bool accumulate, bool unsafe) {
+  check_index_put_dtypes(self, indices, values, accumulate);
   int64_t k = single_int_index(indices);
   if (k < 0 || k >= self.dim()) {
     at::Tensor r = advanced_index_put(self, indices, values, accumulate);
