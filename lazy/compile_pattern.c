@@ -32,6 +32,7 @@
  * (lt_cnode.fold_src / fold_scale, used by compile_emit.c). Skipped when
  * fusion is off (LAZYTPU_CHECK_FINITE: one op per step).
  */
+#include <stdlib.h>
 #include <string.h>
 #include "compile_int.h"
 #include "kernels/kutil.h"
@@ -281,10 +282,9 @@ lt_status lt_cc_patterns(lt_cctx *c)
  * buffer (the backward may read the pre-activation; bf16: the group reads
  * the rounded values, as unfused). Conditions: every member has the
  * group's shape (no broadcast-inlined producer), the group is not
- * absorbed by a reduction and stores something, and no other input of the
- * group depends on m (the step would wait on itself). */
-
-#define LT_EPI_MAX_VISIT 4096   /* nodes visited per dependency search */
+ * absorbed by a reduction and stores something, and no input of the GEMM
+ * or of the group depends on the unit they form (the step would wait on
+ * itself, or two GEMM steps on each other: reaches_unit). */
 
 /* 1 if q is m or a view chain over m whose view reads m's buffer in m's
  * row-major order in shape `shape` (contiguous, offset 0). */
@@ -302,54 +302,87 @@ static int reads_in_order(lt_cctx *c, int q, int m, const lt_shape *shape)
            lt_view_is_contiguous(&pv->v);
 }
 
-/* 1 if node x depends on position m (or the search is too large). */
-static int depends_on_pos(lt_cctx *c, int x, int m)
+/* Scratch of one lt_cc_epilogues pass: the elementwise members of each
+ * group root (CSR: members of root r are mem[moff[r] .. moff[r + 1])) and a
+ * mark per group root. */
+typedef struct {
+    int *moff, *mem, *gmark;
+} epi_units;
+
+/* Pushes position q (if unmarked) on the search stack. */
+static void push_pos(lt_cctx *c, int q, int gen, int *sp)
 {
-    if (x < m)
-        return 0;
-    int gen = ++c->mark_gen, sp = 0, visits = 0;
-    c->stack[sp++] = x;
-    c->mark[x] = gen;
+    if (c->mark[q] != gen && *sp < c->n) {
+        c->mark[q] = gen;
+        c->stack[(*sp)++] = q;
+    }
+}
+
+/* 1 if position x depends on the candidate unit U = GEMM m with group g as
+ * its epilogue. A step waits for every input of every node it runs, so the
+ * search walks units, not nodes: reaching an elementwise node continues
+ * from all members of its group, from the GEMM running that group as its
+ * epilogue and from the reduction absorbing it; reaching a GEMM with an
+ * epilogue continues from its group. Positions are a topological order of
+ * nodes but not of units (a unit's members span positions: a GEMM below
+ * lo may run an epilogue above it that waits on U), so nothing is pruned
+ * by position; each node is visited once. */
+static int reaches_unit(lt_cctx *c, const epi_units *u, int m, int g, int x)
+{
+    int gen = ++c->mark_gen, sp = 0;
+    push_pos(c, x, gen, &sp);
     while (sp) {
         int v = c->stack[--sp];
-        if (v == m || ++visits > LT_EPI_MAX_VISIT)
+        const lt_cnode *cv = &c->cn[v];
+        int r = cv->kind == CN_EW ? lt_cc_group(c, v)
+                : cv->kind == CN_KERNEL && cv->epi_group ? cv->epi_group - 1 : -1;
+        if (v == m || r == g)
             return 1;
-        for (int k = 0; k < lt_cc_nin(c, v); k++) {
-            int q = lt_cc_in(c, v, k);
-            if (q >= m && c->mark[q] != gen && sp < c->n) {
-                c->mark[q] = gen;
-                c->stack[sp++] = q;
-            }
+        if (r >= 0 && u->gmark[r] != gen) {
+            u->gmark[r] = gen;
+            for (int k = u->moff[r]; k < u->moff[r + 1]; k++)
+                push_pos(c, u->mem[k], gen, &sp);
+            if (c->cn[r].epi_of)
+                push_pos(c, c->cn[r].epi_of - 1, gen, &sp);
+            if (c->cn[r].absorbed_by >= 0)
+                push_pos(c, c->cn[r].absorbed_by, gen, &sp);
         }
+        for (int k = 0; k < lt_cc_nin(c, v); k++)
+            push_pos(c, lt_cc_in(c, v, k), gen, &sp);
     }
     return 0;
 }
 
-/* 1 if the group of root g can run as m's epilogue. */
-static int epilogue_fits(lt_cctx *c, int m, int g)
+/* 1 if the group of root g can run as m's epilogue: besides the shape
+ * conditions, no input of the GEMM or of the group may depend on the unit
+ * they would form (its step would wait on itself, or on a step waiting on
+ * it: two GEMMs whose epilogues each read the other's result). */
+static int epilogue_fits(lt_cctx *c, const epi_units *u, int m, int g)
 {
     const lt_node *gn = lt_cc_node(c, g), *mn = lt_cc_node(c, m);
     if (c->cn[g].absorbed_by >= 0 || c->cn[g].epi_of ||
         lt_shape_numel(&gn->shape) != lt_shape_numel(&mn->shape))
         return 0;
     int stores = 0, reads = 0;
-    for (int j = 0; j < c->n; j++) {
-        if (c->cn[j].kind != CN_EW || lt_cc_group(c, j) != g)
-            continue;
+    for (int k = u->moff[g]; k < u->moff[g + 1]; k++) {
+        int j = u->mem[k];
         const lt_node *jn = lt_cc_node(c, j);
         if (!lt_shape_equal(&jn->shape, &gn->shape))
             return 0;
         stores |= c->cn[j].stored;
-        for (int k = 0; k < lt_cc_nin(c, j); k++) {
-            int q = lt_cc_in(c, j, k);
+        for (int i = 0; i < lt_cc_nin(c, j); i++) {
+            int q = lt_cc_in(c, j, i);
             if (c->cn[q].kind == CN_EW && lt_cc_group(c, q) == g)
                 continue;
             if (reads_in_order(c, q, m, &gn->shape))
                 reads = 1;
-            else if (depends_on_pos(c, q, m))
+            else if (reaches_unit(c, u, m, g, q))
                 return 0;
         }
     }
+    for (int i = 0; i < lt_cc_nin(c, m); i++)
+        if (reaches_unit(c, u, m, g, lt_cc_in(c, m, i)))
+            return 0;
     return stores && reads;
 }
 
@@ -357,6 +390,27 @@ lt_status lt_cc_epilogues(lt_cctx *c)
 {
     if (c->no_fuse || c->no_epilogue)
         return LT_OK;
+    epi_units u;
+    u.moff = calloc((size_t)c->n + 1, sizeof(int));
+    u.mem = malloc(((size_t)c->n + 1) * sizeof(int));
+    u.gmark = calloc((size_t)c->n + 1, sizeof(int));
+    if (!u.moff || !u.mem || !u.gmark) {
+        free(u.moff);
+        free(u.mem);
+        free(u.gmark);
+        return lt_set_error(LT_ERR_OOM, "compile: out of host memory");
+    }
+    for (int j = 0; j < c->n; j++)
+        if (c->cn[j].kind == CN_EW)
+            u.moff[lt_cc_group(c, j) + 1]++;
+    for (int r = 0; r < c->n; r++)
+        u.moff[r + 1] += u.moff[r];
+    for (int j = 0, *fill = u.gmark; j < c->n; j++)     /* gmark: fill counts */
+        if (c->cn[j].kind == CN_EW) {
+            int r = lt_cc_group(c, j);
+            u.mem[u.moff[r] + fill[r]++] = j;
+        }
+    memset(u.gmark, 0, ((size_t)c->n + 1) * sizeof(int));
     for (int m = 0; m < c->n; m++) {
         lt_cnode *cm = &c->cn[m];
         const lt_node *mn = lt_cc_node(c, m);
@@ -377,12 +431,15 @@ lt_status lt_cc_epilogues(lt_cctx *c)
             if (!hit)
                 continue;
             int g = lt_cc_group(c, j);
-            if (epilogue_fits(c, m, g)) {
+            if (epilogue_fits(c, &u, m, g)) {
                 cm->epi_group = g + 1;
                 c->cn[g].epi_of = m + 1;
             }
             break;
         }
     }
+    free(u.moff);
+    free(u.mem);
+    free(u.gmark);
     return LT_OK;
 }
