@@ -608,6 +608,16 @@ Ref wrap_negative(Ref i, int64_t size, int core) {
   return trace(LT_OP_where, {neg.get(), up.get(), i.get()});
 }
 
+/* The one index tensor of x[idx] / x[idx] = v on self's device: eager takes
+ * it on the CPU too for a tensor of another device (index, index_put:
+ * "indices should be either on cpu or on the same device as the indexed
+ * tensor"; Hugging Face's BEiT indexes its bias table with a CPU index);
+ * plan_index (ops_dynamic.cpp) does the same for several indices. */
+at::Tensor index_on_device(const at::Tensor &self, const at::Tensor &idx) {
+  if (idx.dim() > 0 && !is_lt_device_type(idx.device().type())) return idx.to(self.device());
+  return idx;
+}
+
 at::Tensor lt_index(const at::Tensor &self, const c10::List<c10::optional<at::Tensor>> &indices) {
   int64_t k = single_int_index(indices);
   if (k < 0 || k >= self.dim()) {
@@ -616,7 +626,7 @@ at::Tensor lt_index(const at::Tensor &self, const c10::List<c10::optional<at::Te
     return at::native::call_fallback_fn<&cpu_fallback_boxed, at::_ops::index_Tensor>::call(
         self, indices);
   }
-  at::Tensor idx = *indices.get(k);
+  at::Tensor idx = index_on_device(self, *indices.get(k));
   int core = common_core({&self, &idx});
   Ref x = operand(self, core), i = operand(idx, core);
   i = wrap_negative(std::move(i), self.size(k), core);
@@ -766,7 +776,7 @@ at::Tensor lt_index_put(const at::Tensor &self, const c10::List<c10::optional<at
     return at::native::call_fallback_fn<&cpu_fallback_boxed, at::_ops::index_put>::call(
         self, indices, values, accumulate);
   }
-  return index_put_dim(self, k, *indices.get(k), values, accumulate);
+  return index_put_dim(self, k, index_on_device(self, *indices.get(k)), values, accumulate);
 }
 at::Tensor lt_index_put_impl(const at::Tensor &self,
                              const c10::List<c10::optional<at::Tensor>> &indices,
@@ -779,7 +789,7 @@ at::Tensor lt_index_put_impl(const at::Tensor &self,
     return at::native::call_fallback_fn<&cpu_fallback_boxed, at::_ops::_index_put_impl>::call(
         self, indices, values, accumulate, unsafe);
   }
-  return index_put_dim(self, k, *indices.get(k), values, accumulate);
+  return index_put_dim(self, k, index_on_device(self, *indices.get(k)), values, accumulate);
 }
 at::Tensor &lt_index_put_impl_(at::Tensor &self,
                                const c10::List<c10::optional<at::Tensor>> &indices,

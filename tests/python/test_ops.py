@@ -378,3 +378,27 @@ def test_advanced_indexing():
     check_op(lambda a: a.repeat(2, 1, 2), R(2, 3))
     # a boolean mask has a data-dependent shape: runs on the CPU fallback
     check_op(lambda a: a[a > 0], x, allow_fallback=("aten::index", "aten::_index_put_impl", "aten::index_put"))
+
+
+def test_cpu_index_tensors_as_eager_takes_them():
+    """x[cpu_idx], x[cpu_idx] = v and index_put with CPU indices on a device
+    tensor work as eager's (which takes CPU indices for a tensor of another
+    device: Hugging Face's BEiT indexes its bias table so); index_select
+    refuses a CPU index, as eager's device check does."""
+    import lazytpu
+    dev = lazytpu.device()
+    table = torch.randn(10, 4)
+    idx = torch.tensor([[1, 3], [3, -1]])
+    t = table.to(dev)
+    torch.testing.assert_close(t[idx].cpu(), table[idx])
+    torch.testing.assert_close(t[:, idx[0]].cpu(), table[:, idx[0]])
+    torch.testing.assert_close(t[idx[0], idx[1] % 4].cpu(), table[idx[0], idx[1] % 4])
+    want, got = table.clone(), t.clone()
+    want[idx[0]] = 7.0
+    got[idx[0]] = 7.0
+    torch.testing.assert_close(got.cpu(), want)
+    v = torch.ones(2, 4)
+    torch.testing.assert_close(t.index_put((idx[0],), v.to(dev), accumulate=True).cpu(),
+                               table.index_put((idx[0],), v, accumulate=True))
+    with pytest.raises(RuntimeError, match="same device"):
+        t.index_select(0, idx[0])
