@@ -267,6 +267,97 @@ def synchronize(device=None):
         _engine().wait_device_ops()
 
 
+class Stream:
+    """A core's stream. A core runs its programs one after the other in the
+    order they were queued, so every stream of a core is the same stream:
+    waits between streams are no-ops and synchronize() waits for the core
+    (what torch.distributed.checkpoint's device-to-CPU copies ask of it)."""
+
+    def __init__(self, device=None, priority=0):
+        import torch
+        self.device = torch.device(NAME, _core(device) if is_initialized() else 0)
+        self.priority = priority
+
+    @property
+    def device_type(self):
+        return NAME
+
+    def synchronize(self):
+        synchronize(self.device)
+
+    def query(self):
+        """True: waits for the core first (reading a device value waits for
+        it anyway, so nothing is read early)."""
+        self.synchronize()
+        return True
+
+    def wait_stream(self, stream):
+        pass
+
+    def wait_event(self, event):
+        pass
+
+    def record_event(self, event=None):
+        event = event if event is not None else Event()
+        event.record(self)
+        return event
+
+    def __eq__(self, other):
+        return isinstance(other, Stream) and other.device == self.device
+
+    def __hash__(self):
+        return hash((NAME, self.device.index))
+
+    def __repr__(self):
+        return "<torch.lazytpu.Stream device=%s>" % self.device
+
+
+class Event:
+    """A point in a core's (single) stream: synchronize() waits for what was
+    queued before it, here everything queued."""
+
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False):
+        self.stream = None
+
+    def record(self, stream=None):
+        self.stream = stream if stream is not None else current_stream()
+
+    def wait(self, stream=None):
+        pass
+
+    def query(self):
+        return self.stream is None or self.stream.query()
+
+    def synchronize(self):
+        if self.stream is not None:
+            self.stream.synchronize()
+
+
+def current_stream(device=None):
+    return Stream(device)
+
+
+default_stream = current_stream
+
+
+class stream:
+    """``with torch.lazytpu.stream(s):`` (work queued inside runs in the
+    core's order anyway)."""
+
+    def __init__(self, s):
+        self.stream = s
+
+    def __enter__(self):
+        return self.stream
+
+    def __exit__(self, *exc):
+        return False
+
+
+def set_stream(s):
+    pass
+
+
 def _core(device):
     import torch
     if device is None:

@@ -79,6 +79,39 @@ def test_device_module():
     assert x.sum().item() == 2000.0
 
 
+def test_streams_and_distributed_checkpoint(tmp_path):
+    """torch.lazytpu's streams (one per core: a core runs its programs in
+    order) as torch.distributed.checkpoint uses them to copy device tensors
+    to the CPU: saving and loading a device model's state_dict, and a CPU
+    model's in a process that uses lazytpu (both raised AttributeError
+    'current_stream' before)."""
+    import torch.distributed.checkpoint as dist_cp
+    import warnings
+    dev = lazytpu.device()
+    s = torch.lazytpu.current_stream()
+    assert s == torch.lazytpu.current_stream(dev) and s.device == torch.device("lazytpu", 0)
+    x = torch.randn(4, 4, device=dev) * 2
+    with torch.lazytpu.stream(s):
+        y = x.to("cpu", non_blocking=True)
+    s.synchronize()
+    assert s.query() and s.record_event().query()
+    torch.testing.assert_close(y, x.cpu())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # "torch.distributed is disabled ... single process"
+        for where in (dev, "cpu"):
+            torch.manual_seed(0)
+            a = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3)).to(where)
+            b = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3)).to(where)
+            path = str(tmp_path / str(where))
+            dist_cp.save(state_dict=a.state_dict(), storage_writer=dist_cp.FileSystemWriter(path))
+            sd = b.state_dict()
+            dist_cp.load(state_dict=sd, storage_reader=dist_cp.FileSystemReader(path))
+            b.load_state_dict(sd)
+            for p, q in zip(a.parameters(), b.parameters()):
+                assert q.device.type == torch.device(where).type
+                torch.testing.assert_close(q.cpu(), p.cpu(), rtol=0, atol=0)
+
+
 def test_torch_manual_seed_reaches_the_device():
     torch.manual_seed(7)
     a = torch.rand(4, device="lazytpu").cpu()
