@@ -104,6 +104,7 @@
 
 #include "lt_register.h"
 #include "../base/options.h"
+#include "functionalize_util.h"
 
 namespace lazytpu {
 namespace {
@@ -115,10 +116,6 @@ struct Seen {
   bool tensor = false;
   bool functional = false;
 };
-
-inline bool is_functional(const at::Tensor &t) {
-  return t.unsafeGetTensorImpl()->key_set().has(c10::DispatchKey::Functionalize);
-}
 
 /* The argument as the op below functionalization gets it. */
 template <class T>
@@ -133,9 +130,7 @@ struct Unwrap<const at::Tensor &> {
     s.tensor = true;
     if (!is_functional(t)) return t;
     s.functional = true;
-    auto *w = at::functionalization::impl::unsafeGetFunctionalWrapper(t);
-    w->sync_();
-    return w->value();
+    return synced_value(t);
   }
 };
 

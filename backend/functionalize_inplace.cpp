@@ -45,15 +45,9 @@
 #include <vector>
 
 #include "../base/options.h"
+#include "functionalize_util.h"
 
 namespace lazytpu {
-namespace {
-
-inline bool is_functional(const at::Tensor &t) {
-  return t.defined() && t.unsafeGetTensorImpl()->key_set().has(c10::DispatchKey::Functionalize);
-}
-
-}  // namespace
 
 /* An in-place op's functional result out may replace self's value: eager's
  * errors when it has another shape (the operands broadcast to a larger one)
@@ -79,10 +73,7 @@ struct Arg {
 template <>
 struct Arg<const at::Tensor &> {
   static const at::Tensor &get(const at::Tensor &t) {
-    if (!is_functional(t)) return t;
-    auto *w = at::functionalization::impl::unsafeGetFunctionalWrapper(t);
-    w->sync_();
-    return w->value();
+    return is_functional(t) ? synced_value(t) : t;
   }
 };
 
