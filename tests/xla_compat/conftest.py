@@ -18,3 +18,17 @@ import torch  # noqa: E402
 import torch_xla  # noqa: E402,F401
 
 torch.set_num_threads(1)
+
+
+@pytest.fixture
+def spmd_mode():
+    """SPMD mode (torch_xla.runtime.use_spmd()) for one test, XLA_USE_SPMD
+    restored after it."""
+    import torch_xla.runtime as xr
+    prev = os.environ.get("XLA_USE_SPMD")
+    xr.use_spmd()
+    yield
+    if prev is None:
+        os.environ.pop("XLA_USE_SPMD", None)
+    else:
+        os.environ["XLA_USE_SPMD"] = prev

@@ -19,15 +19,7 @@ from torch_xla.experimental.distributed_checkpoint import (CheckpointManager, SP
                                                            SPMDSavePlanner, prime_optimizer)
 
 
-@pytest.fixture(autouse=True)
-def spmd_mode():
-    prev = os.environ.get("XLA_USE_SPMD")
-    xr.use_spmd()
-    yield
-    if prev is None:
-        os.environ.pop("XLA_USE_SPMD", None)
-    else:
-        os.environ["XLA_USE_SPMD"] = prev
+pytestmark = pytest.mark.usefixtures("spmd_mode")   # conftest.py
 
 
 def model(seed, spec=(0, 1), mesh_shape=None):

@@ -3,8 +3,6 @@ against attention written out on the CPU: the kernel's formula (ab, then
 sm_scale, segment and causal masks with its finite mask value), gradients,
 torch_xla's key padding past 512, torch.ops.xla.flash_attention, SPMD
 partition specs, and what the kernel refuses."""
-import os
-
 import pytest
 import torch
 
@@ -132,25 +130,16 @@ def test_refusals():
         flash_attention(q, q.cpu(), q)
 
 
-def test_partition_spec_in_spmd_mode():
+def test_partition_spec_in_spmd_mode(spmd_mode):
     import numpy as np
     import torch_xla.distributed.spmd as xs
-    prev = os.environ.get("XLA_USE_SPMD")
-    xr.use_spmd()
-    try:
-        n = xr.global_runtime_device_count()
-        mesh = xs.Mesh(np.arange(n), (n, 1), ("fsdp", "tensor"))
-        q, k, v = (rand(n, 2, 128, 8, seed=s) for s in (23, 24, 25))
-        o = flash_attention(q.to(DEV), k.to(DEV), v.to(DEV), causal=True,
-                            partition_spec=("fsdp", None, None, None), mesh=mesh)
-        assert torch_xla._XLAC._get_xla_sharding_spec(o).startswith("{devices=[%d,1,1,1]" % n)
-        torch.testing.assert_close(o.cpu(), reference(q, k, v, causal=True), atol=1e-5,
-                                   rtol=1e-4)
-        with pytest.raises(NotImplementedError, match="sequence or head_dim"):
-            flash_attention(q.to(DEV), k.to(DEV), v.to(DEV),
-                            partition_spec=(None, None, "fsdp", None), mesh=mesh)
-    finally:
-        if prev is None:
-            os.environ.pop("XLA_USE_SPMD", None)
-        else:
-            os.environ["XLA_USE_SPMD"] = prev
+    n = xr.global_runtime_device_count()
+    mesh = xs.Mesh(np.arange(n), (n, 1), ("fsdp", "tensor"))
+    q, k, v = (rand(n, 2, 128, 8, seed=s) for s in (23, 24, 25))
+    o = flash_attention(q.to(DEV), k.to(DEV), v.to(DEV), causal=True,
+                        partition_spec=("fsdp", None, None, None), mesh=mesh)
+    assert torch_xla._XLAC._get_xla_sharding_spec(o).startswith("{devices=[%d,1,1,1]" % n)
+    torch.testing.assert_close(o.cpu(), reference(q, k, v, causal=True), atol=1e-5, rtol=1e-4)
+    with pytest.raises(NotImplementedError, match="sequence or head_dim"):
+        flash_attention(q.to(DEV), k.to(DEV), v.to(DEV),
+                        partition_spec=(None, None, "fsdp", None), mesh=mesh)

@@ -17,15 +17,7 @@ import torch_xla.distributed.xla_backend  # noqa: F401
 import torch_xla.runtime as xr
 
 
-@pytest.fixture(autouse=True)
-def spmd_mode():
-    prev = os.environ.get("XLA_USE_SPMD")
-    xr.use_spmd()
-    yield
-    if prev is None:
-        os.environ.pop("XLA_USE_SPMD", None)
-    else:
-        os.environ["XLA_USE_SPMD"] = prev
+pytestmark = pytest.mark.usefixtures("spmd_mode")   # conftest.py
 
 
 def test_one_logical_device_over_the_runtime_cores():
