@@ -28,9 +28,12 @@ pytorch/xla's CI. Left out, with the reason:
     test_spmd_lowering_context.py (HLO text and XLA's lowering context),
     test_spmd_graph_dump.py (the layout of XLA's graph dump file), test_xla_auto_sharding.py
     (auto-sharding is not simulated: use_spmd(auto=True) raises),
-    test_xla_distributed_checkpoint.py (it imports the package's internal _helpers module
-    and checks planner internals and the preemption sync manager's _XLAC entry points;
-    the public distributed_checkpoint API is tested by tests/xla_compat), test_sharding_strategies.py (a benchmark script, batch
+    test_xla_distributed_checkpoint.py (not listed yet; run alone on 2026-11-29 it passed
+    10 of 14 on one device and 12 of 26 at PJRT_DEVICE=TPU, the failures asserting on
+    torch_xla's planner internals (per-shard plan items, sharded_state_dict), its
+    preemption sync manager's _XLAC entry points and mocked TPU worker IPs, and, in
+    OptimizerCheckpointTest, the sharding XLA's propagation gives a bias after a step;
+    the public API is tested by tests/xla_compat/test_distributed_checkpoint.py), test_sharding_strategies.py (a benchmark script, batch
     131072 x 2048, in no CI) and test_train_spmd_imagenet.py (torchvision); *_spmd.py
     elsewhere (test_autocast_xla.py, test_assume_pure_spmd.py, scan/test_scan_spmd.py,
     eager/test_eager_spmd.py) are not run yet;

@@ -134,3 +134,30 @@ def test_prime_optimizer_then_restore_the_optimizer(tmp_path, process_group):
             torch.testing.assert_close(opt_b.state[pb][k].cpu(), opt.state[pa][k].cpu(),
                                        rtol=0, atol=0)
         assert float(opt_b.state[pb]["step"]) == float(opt.state[pa]["step"]) == 2.0
+
+
+def test_sharded_cpu_state_dict_saves_as_the_model(tmp_path):
+    """_helpers._sharded_cpu_state_dict (each sharded tensor as its cores'
+    CPU shards, what torch_xla's tests and save_async checkpoint) saves with
+    the SPMD planner as the device state dict does."""
+    from torch_xla.experimental.distributed_checkpoint._helpers import (
+        _CpuShards, _is_sharded_tensor, _sharded_cpu_state_dict)
+    n = xr.global_runtime_device_count()
+    a, b = model(0), model(1)
+    cpu = _sharded_cpu_state_dict(a.state_dict())
+    assert isinstance(cpu["0.weight"], _CpuShards) and len(cpu["0.weight"].shards) == n
+    assert cpu["0.bias"].device.type == "cpu" and not isinstance(cpu["2.weight"], _CpuShards)
+    assert _is_sharded_tensor(xs.wrap_if_sharded(a[0].weight))
+    assert not _is_sharded_tensor(xs.wrap_if_sharded(a[2].weight))    # replicated
+    dist_cp.save(state_dict=cpu, storage_writer=dist_cp.FileSystemWriter(str(tmp_path)),
+                 planner=SPMDSavePlanner())
+    dist_cp.load(state_dict=b.state_dict(), storage_reader=dist_cp.FileSystemReader(str(tmp_path)),
+                 planner=SPMDLoadPlanner())
+    assert same(a, b)
+
+
+def test_coordinator_check(process_group):
+    torch_xla._XLAC._ensure_xla_coordinator_initialized(global_rank=0, world_size=1,
+                                                        master_addr="localhost")
+    with pytest.raises(RuntimeError, match="global_rank 3 of world_size 2"):
+        torch_xla._XLAC._ensure_xla_coordinator_initialized(3, 2, "localhost")

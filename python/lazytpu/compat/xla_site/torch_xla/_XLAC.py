@@ -168,6 +168,21 @@ def _global_tensor_from_cpu_shards(shards, op_sharding, global_shape=None):
     return global_tensor_from_cpu_shards(shards, op_sharding, global_shape)
 
 
+def _ensure_xla_coordinator_initialized(global_rank, world_size, master_addr,
+                                        master_port=None):
+    """torch_xla starts its distributed runtime's coordinator here (for the
+    preemption sync manager of distributed_checkpoint.CheckpointManager).
+    lazytpu's processes need none (the manager catches SIGTERM itself): the
+    call checks that global_rank and world_size are this process's."""
+    from lazytpu import world
+    rank, size = world.get_ordinal(), world.world_size()
+    if not (0 <= int(global_rank) < int(world_size)) or \
+            (int(world_size), int(global_rank)) not in ((size, rank), (1, 0)):
+        raise RuntimeError("_ensure_xla_coordinator_initialized: global_rank %s of world_size "
+                           "%s, this process is rank %d of %d"
+                           % (global_rank, world_size, rank, size))
+
+
 def _xla_get_auto_sharding():
     """False: lazytpu does not simulate auto-sharding (use_spmd(auto=True)
     raises)."""

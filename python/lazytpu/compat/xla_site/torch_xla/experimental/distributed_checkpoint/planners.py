@@ -2,7 +2,8 @@
 planners over the CPU values of the state dict's device tensors.
 
 Save: each device tensor (an XLAShardedTensor: its global tensor) is read
-to the CPU as the whole logical tensor and planned as a CPU tensor. Load:
+to the CPU as the whole logical tensor and planned as a CPU tensor (the
+_CpuShards of _helpers._sharded_cpu_state_dict: put together into one). Load:
 each device tensor is planned as a CPU tensor of its shape and dtype that
 the storage reader fills; every filled chunk is copied into the device
 tensor in place (copy_), which keeps its sharding annotation."""
@@ -32,6 +33,9 @@ def _map(obj, fn, path=()):
         return type(obj)(_map(v, fn, path + (i,)) for i, v in enumerate(obj))
     if _is_device(obj):
         return fn(path, _global(obj))
+    from ._helpers import _CpuShards, _cpu_shards_to_tensor
+    if isinstance(obj, _CpuShards):       # _sharded_cpu_state_dict's value
+        return _cpu_shards_to_tensor(obj)
     return obj
 
 
