@@ -12,8 +12,9 @@
  * chunks that a running helper has already claimed.
  *
  * One pool per core (owned by the core record in device.c, created on
- * first use); jobs are issued by the core's worker thread only (one at a
- * time), helpers sleep on a condition variable after a short spin.
+ * first use); jobs are issued by the thread running the core's program (its
+ * worker, or a waiter running it inline; one at a time), helpers sleep on a
+ * condition variable after a short spin.
  */
 #ifndef LT_PAR_H
 #define LT_PAR_H
@@ -45,9 +46,10 @@ void lt_par_pool_free(lt_par_pool *p);
 void lt_par_thread_start(const char *name);
 
 /* Runs fn over n_chunks chunks on up to `workers` workers: the calling
- * thread plus helpers of core ctx->core's pool, when the caller is that
- * core's worker thread (lt_core_par_pool). From any other thread (kernels
- * called directly by tests, programs run inline) an OpenMP parallel loop
+ * thread plus helpers of core ctx->core's pool, when the caller is the
+ * thread running that core's job (its worker, or a waiter running the
+ * program inline: lt_core_par_pool). From any other thread (kernels called
+ * directly by tests, programs run after shutdown) an OpenMP parallel loop
  * with static scheduling is used instead. Returns when every chunk has
  * run. If helper threads cannot be started, the caller runs everything
  * itself. */
