@@ -325,8 +325,8 @@ static void push_pos(lt_cctx *c, int q, int gen, int *sp)
  * epilogue and from the reduction absorbing it; reaching a GEMM with an
  * epilogue continues from its group. Positions are a topological order of
  * nodes but not of units (a unit's members span positions: a GEMM below
- * lo may run an epilogue above it that waits on U), so nothing is pruned
- * by position; each node is visited once. */
+ * U's lowest position may run an epilogue above it that waits on U), so
+ * nothing is pruned by position; each node is visited once. */
 static int reaches_unit(lt_cctx *c, const epi_units *u, int m, int g, int x)
 {
     int gen = ++c->mark_gen, sp = 0;
