@@ -28,15 +28,10 @@ pytorch/xla's CI. Left out, with the reason:
     test_spmd_lowering_context.py (HLO text and XLA's lowering context),
     test_spmd_graph_dump.py (the layout of XLA's graph dump file), test_xla_auto_sharding.py
     (auto-sharding is not simulated: use_spmd(auto=True) raises),
-    test_xla_distributed_checkpoint.py (not listed yet; run alone on 2026-11-29 it passed
-    10 of 14 on one device and 12 of 26 at PJRT_DEVICE=TPU, the failures asserting on
-    torch_xla's planner internals (per-shard plan items, sharded_state_dict), its
-    preemption sync manager's _XLAC entry points and mocked TPU worker IPs, and, in
-    OptimizerCheckpointTest, the sharding XLA's propagation gives a bias after a step;
-    the public API is tested by tests/xla_compat/test_distributed_checkpoint.py), test_sharding_strategies.py (a benchmark script, batch
-    131072 x 2048, in no CI) and test_train_spmd_imagenet.py (torchvision); *_spmd.py
-    elsewhere (test_autocast_xla.py, test_assume_pure_spmd.py, scan/test_scan_spmd.py,
-    eager/test_eager_spmd.py) are not run yet;
+    test_sharding_strategies.py (a benchmark script, batch 131072 x 2048, in no CI) and test_train_spmd_imagenet.py (torchvision); *_spmd.py
+    elsewhere run too (scan/test_scan_spmd.py, eager/test_eager_spmd.py), except
+    test_autocast_xla.py (each of its tests reads the HLO text) and
+    test_assume_pure_spmd.py (JAX);
   - TPU / GPU / Neuron only (*_tpu.py, test_pallas*, test_*kernel*.py, test_fp8.py,
     test_gmm.py, test_splash_attention.py, neuron/, test_profile_mp_mnist.py);
   - XLA artefacts: stablehlo/, test_hlo_metadata.py, test_input_output_aliases.py
@@ -141,6 +136,7 @@ FILES = [
     ("eager/test_eager.py", {}),
     ("eager/test_eager_with_xla_compile.py", {}),
     ("eager/test_eager_with_torch_compile.py", {}),
+    ("eager/test_eager_spmd.py", {}),
     # runtime
     ("pjrt/test_runtime.py", {}),
     ("pjrt/test_runtime_multi_cpu.py", {}),
@@ -163,6 +159,8 @@ FILES = [
     ("test_while_loop.py", {}),
     ("scan/test_scan.py", {}),
     ("scan/test_scan_layers.py", {}),
+    # its tests skip below 4 devices: the simulated TPU's 8 cores run them
+    ("scan/test_scan_spmd.py@tpu", {"env": {"PJRT_DEVICE": "TPU"}}),
     ("test_gradient_accumulation.py", {}),
     # SPMD (spmd/): as pytorch/xla's CPU CI runs them (one device, or 4 for
     # its run_test_multi_devices files), and as its TPU CI does
@@ -190,6 +188,8 @@ FILES = [
     ("spmd/test_dtensor_integration2.py", {}),
     ("spmd/test_dtensor_integration3.py", {"devices": 4}),
     ("spmd/test_train_spmd_linear_model.py", {"args": ["--skip-gradient-checkpointing"]}),
+    ("spmd/test_xla_distributed_checkpoint.py", {}),
+    ("spmd/test_xla_distributed_checkpoint.py@tpu", {"env": {"PJRT_DEVICE": "TPU"}}),
 ]
 
 STATUSES = ("pass", "fail", "error", "skip")

@@ -455,35 +455,6 @@ def apply_backward_optimization_barrier(m):
     m.register_full_backward_hook(barrier)
 
 
-class XLAPatchedLinear(torch.autograd.Function):
-    """torch_xla's linear as einsums (forward ``...n,mn->...m``, backward
-    ``...m,mn->...n`` / ``...m,...n->mn`` / ``...m->m``): the same values as
-    nn.functional.linear."""
-
-    @staticmethod
-    def forward(ctx, input, weight, bias=None):
-        ctx.save_for_backward(input, weight, bias)
-        out = torch.einsum("...n,mn->...m", input, weight)
-        return out + bias if bias is not None else out
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        input, weight, bias = ctx.saved_tensors
-        gi = gw = gb = None
-        if ctx.needs_input_grad[0]:
-            gi = torch.einsum("...m,mn->...n", grad_output, weight)
-        if ctx.needs_input_grad[1]:
-            gw = torch.einsum("...m,...n->mn", grad_output, input)
-        if bias is not None and ctx.needs_input_grad[2]:
-            gb = torch.einsum("...m->m", grad_output)
-        return gi, gw, gb
-
-
-def xla_patched_nn_linear_forward(m, input):
-    """An nn.Linear's forward through XLAPatchedLinear."""
-    return XLAPatchedLinear.apply(input, m.weight, m.bias)
-
-
 def annotate_custom_sharding(t, mesh, partition_spec):
     """Gives t's value a new sharding from here on, whatever sharding it
     had (torch_xla's custom sharding node: mark_sharding refuses to

@@ -6,4 +6,5 @@ from lazytpu.spmd import (Mesh, HybridMesh, ShardingType, ShardingSpec, mark_sha
                           enable_manual_sharding, disable_manual_sharding,
                           _mark_manual_sharding, apply_backward_optimization_barrier,
                           shard_as, annotate_custom_sharding,
-                          XLAPatchedLinear, xla_patched_nn_linear_forward)
+                          XLAPatchedLinear, xla_patched_nn_linear_forward, EinsumLinear,
+                          apply_xla_patch_to_nn_linear)
