@@ -27,6 +27,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 #include "lt_register.h"
+#include "functionalize_util.h"
 
 #include <string>
 #include <unordered_map>
@@ -69,6 +70,7 @@ void inplace_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
     op.callBoxed(stack);
     return;
   }
+  sync_for_mutation(self);
   for (size_t i = base; i < stack->size(); i++) {
     c10::IValue &v = (*stack)[i];
     if (v.isTensor() && at::functionalization::impl::isFunctionalTensor(v.toTensor())) {

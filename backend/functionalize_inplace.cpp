@@ -93,7 +93,7 @@ struct Inplace<IOp, FOp, at::Tensor &(at::Tensor &, A...), at::Tensor(const at::
       return self;
     }
     auto *w = at::functionalization::impl::unsafeGetFunctionalWrapper(self);
-    w->sync_();
+    sync_for_mutation(self);
     at::Tensor self_value = w->value();
     at::Tensor out;
     {

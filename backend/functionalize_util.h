@@ -6,6 +6,7 @@
 #ifndef LT_FUNCTIONALIZE_UTIL_H
 #define LT_FUNCTIONALIZE_UTIL_H
 
+#include <ATen/FunctionalStorageImpl.h>
 #include <ATen/FunctionalTensorWrapper.h>
 
 namespace lazytpu {
@@ -21,6 +22,29 @@ inline const at::Tensor &synced_value(const at::Tensor &t) {
   auto *w = at::functionalization::impl::unsafeGetFunctionalWrapper(t);
   w->sync_();
   return w->value();
+}
+
+/* Syncs the functional tensor t about to be mutated and, when it is a view
+ * covering its whole base (same shape, strides, offset and dtype: detach,
+ * alias) whose storage no other tensor shares any more, makes it its own
+ * base. That is a Parameter (nn.Parameter detaches the `.to()` result, which
+ * is then dropped) or an optimizer's `clone().detach()` momentum buffer: as
+ * a view, each of their in-place updates went to the base and the view was
+ * regenerated from it (alias_copy twice and the view replay, per update,
+ * every step). No tensor can tell the difference: none shares the storage
+ * (each alias, the base included, holds a reference to it). */
+inline void sync_for_mutation(const at::Tensor &t) {
+  auto *w = at::functionalization::impl::unsafeGetFunctionalWrapper(t);
+  w->sync_();
+  if (w->isBaseTensor() || w->storage().use_count() != 1) return;
+  auto *s = static_cast<at::functionalization::FunctionalStorageImpl *>(
+      w->storage().unsafeGetStorageImpl());
+  const at::Tensor &b = s->base();
+  const at::Tensor &v = w->value();
+  if (!b.defined() || b.scalar_type() != v.scalar_type() || b.sizes() != v.sizes() ||
+      b.strides() != v.strides() || b.storage_offset() != v.storage_offset())
+    return;
+  w->_unsafe_reset_storage();
 }
 
 }  // namespace lazytpu

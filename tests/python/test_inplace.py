@@ -119,3 +119,82 @@ def test_detach_of_an_updated_tensor_is_an_alias():
     torch.testing.assert_close(pd, pe)
     torch.testing.assert_close(bd, be)
     assert same_e and same_d
+
+
+def _dev(x):
+    return x.to(DEV)
+
+
+@pytest.mark.parametrize("op", ["add_", "mul_", "copy_", "zero_", "clamp_"])
+def test_mutating_an_alias_keeps_every_live_alias_in_step(op):
+    """A whole-base alias (detach) whose storage no other tensor shares is
+    made its own base on its first mutation (backend/functionalize_util.h:
+    a Parameter, a momentum buffer); while any alias lives (the base, a
+    detach, a .data copy) mutations reach all of them, as in eager."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 3)
+    other = torch.randn(4, 3)
+
+    def mutate(t, o):
+        if op == "add_":
+            t.add_(o, alpha=0.5)
+        elif op == "mul_":
+            t.mul_(o)
+        elif op == "copy_":
+            t.copy_(o)
+        elif op == "zero_":
+            t.zero_()
+        else:
+            t.clamp_(-0.2, 0.3)
+
+    def run(dev):
+        out = []
+        base = x.clone().to(dev)
+        p = base.detach()                 # alias of a live base
+        mutate(p, other.to(dev))
+        out.append(base.clone())
+        del base                          # now p's storage is p's alone
+        mutate(p, other.to(dev))
+        out.append(p.clone())
+        d1 = p.data                       # a .data copy and a detach: aliases again
+        d2 = p.detach()
+        mutate(p, (other * 2).to(dev))
+        out += [d1.clone(), d2.clone()]
+        mutate(d2, other.to(dev))         # through an alias, back to p
+        out.append(p.clone())
+        del d1, d2
+        mutate(p, other.to(dev))
+        out.append(p.clone())
+        # views that do not cover their (dropped) base stay views
+        s = x.clone().to(dev)[1:3]
+        mutate(s, other[1:3].to(dev))
+        tr = x.clone().to(dev).t()
+        mutate(tr, other.t().to(dev))
+        out += [s.clone(), tr.clone()]
+        return [o.cpu() for o in out]
+
+    for got, want in zip(run(DEV), run("cpu")):
+        torch.testing.assert_close(got, want)
+
+
+def test_parameters_and_momentum_buffers_match_eager_over_steps():
+    """nn.Parameter and SGD's momentum buffers are detach aliases: after the
+    first update each is its own base; a state_dict taken before the step
+    (an alias) still sees the update, as in eager."""
+    def train(dev):
+        torch.manual_seed(0)
+        m = torch.nn.Linear(5, 3).to(dev)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        x = torch.randn(8, 5).to(dev)
+        sd = m.state_dict()                     # aliases of the parameters
+        for _ in range(3):
+            opt.zero_grad()
+            m(x).pow(2).sum().backward()
+            opt.step()
+            if dev == DEV:
+                lazytpu.mark_step()
+        bufs = [opt.state[p]["momentum_buffer"].cpu() for p in m.parameters()]
+        return [m.weight.detach().cpu(), sd["weight"].cpu()] + bufs
+
+    for got, want in zip(train(DEV), train("cpu")):
+        torch.testing.assert_close(got, want)
