@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 import torch_xla
 import torch_xla.amp as xamp
+import torch_xla.amp.syncfree  # noqa: F401  (a subpackage: imported, as in 2.9)
 import torch_xla.backends
 import torch_xla.core.xla_env_vars as xenv
 import torch_xla.core.xla_model as xm
@@ -249,6 +250,9 @@ def test_profiler_spans(tmp_path):
 
 
 def test_amp_autocast_gradscaler_syncfree():
+    import torch_xla.amp.autocast_mode as am
+    import torch_xla.amp.syncfree.adamw as sfa
+    assert am.autocast is xamp.autocast and sfa.AdamW is xamp.syncfree.AdamW
     d = xm.xla_device()
     torch.manual_seed(0)
     m = nn.Linear(8, 4).to(d)
@@ -259,18 +263,20 @@ def test_amp_autocast_gradscaler_syncfree():
         warnings.simplefilter("always")
         with xamp.autocast(d, dtype=torch.float16):
             assert m(torch.randn(2, 8, device=d)).dtype == torch.float32   # disabled
+    # 2.9's torch_xla.amp has no GradScaler: torch.amp.GradScaler("xla")
+    # drives an optimizer as on any device (its overflow check reads the
+    # flag on the host); a syncfree optimizer takes the flag as found_inf
+    assert not hasattr(xamp, "GradScaler")
     opt = xamp.syncfree.SGD(m.parameters(), lr=0.1)
-    scaler = xamp.GradScaler()
+    scaler = torch.amp.GradScaler("xla")
     w0 = m.weight.detach().cpu().clone()
-    reads = met.counter_value("aten::_local_scalar_dense") or 0
     loss = m(torch.randn(2, 8, device=d)).float().pow(2).mean()
     scaler.scale(loss).backward()
     scaler.step(opt)
     scaler.update()
     xm.mark_step()
-    assert (met.counter_value("aten::_local_scalar_dense") or 0) == reads   # sync free
     assert not torch.equal(m.weight.detach().cpu(), w0)                     # it stepped
-    # an overflow skips the step on the device and backs the scale off
+    # an overflow skips the step and backs the scale off
     w1 = m.weight.detach().cpu().clone()
     for p in m.parameters():
         p.grad = torch.full_like(p, float("inf"))
@@ -280,6 +286,14 @@ def test_amp_autocast_gradscaler_syncfree():
     xm.mark_step()
     assert torch.equal(m.weight.detach().cpu(), w1)
     assert float(scaler.get_scale()) == scale_before * 0.5
+    # sync free: the overflow flag stays on the device (no value read)
+    reads = met.counter_value("aten::_local_scalar_dense") or 0
+    scaler.unscale_(opt)
+    opt.step(found_inf=sum(scaler._found_inf_per_device(opt).values()))
+    scaler.update()
+    xm.mark_step()
+    assert (met.counter_value("aten::_local_scalar_dense") or 0) == reads
+    assert torch.equal(m.weight.detach().cpu(), w1)                          # still inf
     for name in ("SGD", "Adam", "AdamW"):
         o = getattr(xamp.syncfree, name)(m.parameters(), lr=0.01)
         for p in m.parameters():

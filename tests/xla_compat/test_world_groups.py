@@ -145,3 +145,13 @@ def test_fsdp_on_4_matches_one_process_and_consolidates(tmp_path):
     assert set(full) == set(ref)
     for k, v in ref.items():
         torch.testing.assert_close(full[k], v, rtol=1e-5, atol=1e-5)
+    # the same through the command line (python -m torch_xla.distributed.fsdp.
+    # consolidate_sharded_ckpts)
+    from torch_xla.distributed.fsdp import consolidate_sharded_ckpts
+    out = tmp_path / "cli.pth"
+    consolidate_sharded_ckpts.main(["--ckpt_prefix", str(tmp_path) + "/", "--ckpt_suffix",
+                                    "rank*-of-*.pth", "--save_path", str(out)])
+    cli = torch.load(out, weights_only=False)["model"]
+    assert set(cli) == set(ref)
+    for k in ref:
+        assert torch.equal(cli[k], full[k])

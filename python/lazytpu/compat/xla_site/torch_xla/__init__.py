@@ -26,6 +26,16 @@ from .utils import utils as _utils  # noqa: E402,F401
 from ._internal import tpu as _tpu  # noqa: E402,F401
 from ._internal import custom_kernel as _custom_kernel  # noqa: E402,F401  (torch.ops.xla.*)
 from ._dynamo import dynamo_bridge as _dynamo_bridge  # noqa: E402,F401  (openxla backend)
+# and what 2.9's own module imports load with it: torch_xla.debug.metrics /
+# metrics_saver / profiler, torch_xla.distributed.xla_backend (the 'xla'
+# torch.distributed backend is registered), torch_xla._dynamo.config
+# (torch_xla.distributed.spmd, torch_xla.core.xla_builder and
+# torch_xla.experimental.scan load on first attribute access: their
+# packages' __getattr__)
+from .debug import metrics as _metrics, metrics_saver as _metrics_saver  # noqa: E402,F401
+from .debug import profiler as _profiler  # noqa: E402,F401
+from .distributed import xla_backend as _xla_backend  # noqa: E402,F401
+from ._dynamo import config as _dynamo_config  # noqa: E402,F401
 # PT_XLA_DEBUG / PT_XLA_DEBUG_LEVEL: torch_xla's compilation and execution analysis
 from lazytpu.compat import debug_analysis as _debug_analysis  # noqa: E402
 

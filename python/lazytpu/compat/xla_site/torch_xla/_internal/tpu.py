@@ -27,6 +27,35 @@ def version():
     return 3
 
 
+def get_tpu_env():
+    """The TPU VM's `tpu-env` metadata, as torch_xla reads it on a TPU: the
+    simulated board (ACCELERATOR_TYPE "v3-8", one per host), the process
+    bounds of the hosts, this host's WORKER_ID. TYPE is "LAZYTPU": libraries
+    that look the chip's peak FLOPs up by it (Lightning's ThroughputMonitor)
+    find none, so they report no utilisation figure instead of one against a
+    real v3's peak."""
+    hosts = max(1, int(lazytpu.num_hosts() or 1))
+    return {"ACCELERATOR_TYPE": "v3-8", "TYPE": "LAZYTPU",
+            "TPU_PROCESS_BOUNDS": "%d,1,1" % hosts, "TPU_CHIPS_PER_HOST_BOUNDS": "2,2,1",
+            "WORKER_ID": lazytpu.host_index()}
+
+
+def get_tpu_type():
+    """The accelerator type's generation ("v3")."""
+    return get_tpu_env()["ACCELERATOR_TYPE"].split("-")[0]
+
+
+def get_worker_ips():
+    """One name per host of the world (torch_xla lists the TPU workers'
+    addresses; a single host is ['localhost'])."""
+    hosts = max(1, int(lazytpu.num_hosts() or 1))
+    return ["localhost"] if hosts == 1 else ["host-%d" % i for i in range(hosts)]
+
+
+def num_tpu_workers():
+    return len(get_worker_ips())
+
+
 def worker_id():
     return lazytpu.host_index()
 

@@ -189,19 +189,24 @@ def optimization_barrier_(tensors):
 # ------------------------------------------------------------- data
 
 class ToXlaTensorArena:
-    """Collects the tensors select_fn picks from nested data, converts them
-    in one call of convert_fn (a list -> list) and puts the results back in
-    the same structure."""
+    """Collects the values select_fn picks from nested data (dicts, lists,
+    tuples, sets, objects' attributes; select_fn sees every value, as in
+    2.9: xser.load selects its TensorReference objects), converts them in
+    one call of convert_fn (a list -> list; each object once) and puts the
+    results back in the same structure (container types kept)."""
 
     def __init__(self, convert_fn, select_fn):
         self._convert_fn = convert_fn
         self._select_fn = select_fn
 
     def transform(self, data):
-        found = []
+        found, seen = [], set()
 
         def collect(x):
-            if isinstance(x, torch.Tensor) and self._select_fn(x):
+            if id(x) in seen:
+                return
+            if self._select_fn(x):
+                seen.add(id(x))
                 found.append(x)
             elif isinstance(x, dict):
                 for v in x.values():
@@ -219,8 +224,10 @@ class ToXlaTensorArena:
         by_id = {id(t): c for t, c in zip(found, converted)}
 
         def rebuild(x):
+            if id(x) in by_id:
+                return by_id[id(x)]
             if isinstance(x, torch.Tensor):
-                return by_id.get(id(x), x)
+                return x
             if isinstance(x, dict):
                 return type(x)((k, rebuild(v)) for k, v in x.items())
             if isinstance(x, tuple) and hasattr(x, "_fields"):

@@ -1,4 +1,5 @@
-"""torch_xla.amp.syncfree on lazytpu.amp."""
-from lazytpu.amp import SyncFreeAdam as Adam  # noqa: F401
-from lazytpu.amp import SyncFreeAdamW as AdamW  # noqa: F401
-from lazytpu.amp import SyncFreeSGD as SGD  # noqa: F401
+"""torch_xla.amp.syncfree on lazytpu.amp: optimizers whose skipped step
+(an inf/nan gradient found by a GradScaler) is decided on the device."""
+from .adam import Adam  # noqa: F401
+from .adamw import AdamW  # noqa: F401
+from .sgd import SGD  # noqa: F401

@@ -1,0 +1,187 @@
+"""What torch_xla 2.9 makes reachable that scripts and libraries use
+(compatibility mode): submodules loaded by `import torch_xla`, the TPU VM
+metadata (Lightning's ThroughputMonitor reads it), torch_xla.utils.serialization
+(xser) and its file layout, what 2.9's torch_xla.amp no longer has."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import torch_xla
+import torch_xla.core.xla_model as xm
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def test_import_torch_xla_reaches_what_29_loads_with_it():
+    """A fresh `import torch_xla` only (2.9's modules import these, so
+    scripts use them as attributes): metrics, profiler, spmd, the 'xla'
+    torch.distributed backend, xla_builder, scan."""
+    code = ("import torch, torch_xla, torch.distributed as dist\n"
+            "print(torch_xla.debug.metrics.metrics_report() is not None,\n"
+            "      torch_xla.debug.profiler.Trace is not None,\n"
+            "      torch_xla.distributed.spmd.Mesh is not None,\n"
+            "      torch_xla.core.xla_builder is not None,\n"
+            "      torch_xla.experimental.scan.scan is not None,\n"
+            "      torch_xla.runtime.world_size(),\n"
+            "      'xla' in dist.Backend.backend_list)\n"
+            "try:\n    torch_xla.distributed.no_such_module\nexcept AttributeError as e:\n"
+            "    print('refused', e)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "PJRT_"))}
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=300, cwd=REPO)
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = p.stdout.strip().splitlines()
+    assert lines[0] == "True True True True True 1 True", p.stdout
+    assert lines[1].startswith("refused") and "no_such_module" in lines[1]
+
+
+def test_tpu_metadata_is_the_simulated_board():
+    from torch_xla._internal import tpu
+    env = tpu.get_tpu_env()
+    assert env["ACCELERATOR_TYPE"] == "v3-8" and tpu.version() == 3
+    assert tpu.get_tpu_type() == "v3"
+    assert env["WORKER_ID"] == 0 and env["TPU_PROCESS_BOUNDS"] == "1,1,1"
+    assert tpu.get_worker_ips() == ["localhost"] and tpu.num_tpu_workers() == 1
+
+
+def test_lightning_throughput_monitor_runs_without_a_tpu_peak():
+    L = pytest.importorskip("lightning")
+    from lightning.fabric.utilities.throughput import get_available_flops
+    from lightning.pytorch.callbacks import ThroughputMonitor
+    from torch.utils.data import DataLoader, TensorDataset
+    # no peak FLOPs for a simulated chip: None and Lightning's own warning
+    with pytest.warns(UserWarning, match="FLOPs not found for TPU 'LAZYTPU'"):
+        assert get_available_flops(torch_xla.device(), torch.bfloat16) is None
+
+    class Net(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 2)
+
+        def training_step(self, batch, i):
+            return torch.nn.functional.cross_entropy(self.lin(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    logged = {}
+
+    class Capture(L.pytorch.loggers.logger.Logger):
+        name, version = "capture", 0
+
+        def log_metrics(self, metrics, step=None):
+            logged.update(metrics)
+
+        def log_hyperparams(self, *args, **kwargs):
+            pass
+
+    torch.manual_seed(0)
+    ds = TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))
+    trainer = L.Trainer(accelerator="tpu", devices=1, max_steps=6, logger=Capture(),
+                        log_every_n_steps=1, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        callbacks=[ThroughputMonitor(lambda b: b[0].shape[0], window_size=2)])
+    with pytest.warns(UserWarning):
+        trainer.fit(Net(), DataLoader(ds, batch_size=8))
+    assert logged["train/samples"] == 48
+    assert logged["train/device/samples_per_sec"] > 0
+
+
+def test_xser_save_load_round_trip_and_layout(tmp_path):
+    import torch_xla.utils.serialization as xser
+    d = torch_xla.device()
+    torch.manual_seed(0)
+    a, b = torch.randn(3, 4), torch.arange(5)
+    data = {"w": a.to(d), "nested": [b.to(d), (a * 2).to(d), 7], "cpu": a.clone(),
+            "name": "x"}
+    path = str(tmp_path / "ckpt.pt")
+    xser.save(data, path)
+    files = sorted(os.listdir(path + ".tensors"))
+    assert files == ["tensor_0.pt", "tensor_1.pt", "tensor_2.pt"]
+    raw = torch.load(path, weights_only=False)        # references in the main file
+    assert isinstance(raw["w"], xser.TensorReference) and raw["nested"][2] == 7
+    assert torch.equal(raw["cpu"], a)
+    got = xser.load(path)
+    assert got["w"].device.type == "cpu" and torch.equal(got["w"], a)
+    assert torch.equal(got["nested"][0], b) and torch.equal(got["nested"][1], a * 2)
+    assert got["nested"][2] == 7 and got["name"] == "x" and torch.equal(got["cpu"], a)
+    # saving again replaces the tensor folder
+    xser.save({"only": b.to(d)}, path)
+    assert os.listdir(path + ".tensors") == ["tensor_0.pt"]
+    assert torch.equal(xser.load(path)["only"], b)
+    # a model's state dict (the documented use)
+    m = torch.nn.Linear(4, 3).to(d)
+    xser.save(m.state_dict(), str(tmp_path / "m.pt"))
+    cpu = torch.nn.Linear(4, 3)
+    cpu.load_state_dict(xser.load(str(tmp_path / "m.pt")))
+    assert torch.equal(cpu.weight, m.weight.detach().cpu())
+
+
+def test_amp_is_29s():
+    import torch_xla.amp as xamp
+    assert hasattr(xamp, "autocast")
+    with pytest.raises(AttributeError):
+        xamp.GradScaler                     # noqa: B018  (gone in 2.9)
+    assert xm.is_xla_tensor(torch.zeros(1, device=torch_xla.device()))
+
+
+def test_utils_helpers():
+    import torch_xla.utils.utils as xu
+    os.environ["LT_TEST_FLAG"] = "1"
+    assert xu.getenv_as("LT_TEST_FLAG", bool) is True and xu.check_env_flag("LT_TEST_FLAG")
+    os.environ["LT_TEST_FLAG"] = "true"
+    with pytest.raises(ValueError):
+        xu.getenv_as("LT_TEST_FLAG", bool)      # 2.9 reads bools through int
+    assert xu.check_env_flag("LT_TEST_FLAG") and not xu.check_env_flag("LT_TEST_UNSET")
+    del os.environ["LT_TEST_FLAG"]
+    t = torch.ones(2)
+    data = {"a": (t, 3), "b": [t, {"c": t * 2}]}
+    seen = []
+    xu.for_each_instance(data, lambda v: isinstance(v, torch.Tensor), seen.append)
+    assert len(seen) == 2                       # t once, t * 2 once
+    out = xu.for_each_instance_rewrite(data, lambda v: isinstance(v, torch.Tensor),
+                                       lambda v: v + 1)
+    assert out["a"][0] is out["b"][0] and torch.equal(out["a"][0], t + 1)
+    assert isinstance(out["a"], list) and out["a"][1] == 3      # tuples become lists
+
+    class Pair(xu.DataWrapper):
+        def __init__(self, x, y):
+            self.x, self.y = x, y
+
+        def get_tensors(self):
+            return [self.x, self.y]
+
+        def from_tensors(self, tensors):
+            return Pair(*tensors)
+
+    p = xu.for_each_instance_rewrite([Pair(t, t * 3)], lambda v: isinstance(v, torch.Tensor),
+                                     lambda v: v.to(torch_xla.device()))
+    assert p[0].x.device.type == "xla" and torch.equal(p[0].y.cpu(), t * 3)
+    assert xu.shape([[1, 2, 3], [4, 5, 6]]) == [2, 3]
+    assert xu.flatten_nested_tuple((1, (2, (3,)), [4])) == (1, 2, 3, 4)
+    assert xu.list_copy_append([1], 2) == [1, 2]
+    gen = xu.FnDataGenerator(lambda d: d.sum(1), 4, torch.randn, dims=[3], count=2)
+    batches = list(gen)
+    assert len(batches) == 2 and batches[0][0].shape == (4, 3)
+    assert torch.equal(batches[1][1], batches[1][0].sum(1))
+    assert xu.parallel_work(2, lambda a, b: a * b, [1, 2, 3], [4, 5, 6]) == [4, 10, 18]
+    ports = xu.get_free_tcp_ports(2)
+    assert len(ports) == 2 and all(0 < p < 65536 for p in ports)
+    printed = []
+    assert xu.timed(lambda: 5, msg="x: ", printfn=printed.append) == 5
+    with xu.TimedScope("y: ", printfn=printed.append):
+        pass
+    with xu.TimedScope("z: ", printfn=printed.append) as ts:
+        ts.set_error(RuntimeError())
+    assert [m[:3] for m in printed] == ["x: ", "y: "] and printed[0].endswith("ms")
+    folder = xu.TmpFolder()
+    name = folder.name
+    assert os.path.isdir(name)
+    del folder
+    import gc
+    gc.collect()
+    assert not os.path.exists(name)
+    assert xu.LazyProperty(lambda: 7).value == 7
