@@ -40,3 +40,15 @@ def note(msg):
     if msg not in _NOTED:
         _NOTED.add(msg)
         sys.stderr.write("lazytpu: %s\n" % msg)
+
+
+def submodules_on_access(package, names):
+    """A module __getattr__ for the torch_xla package `package` that imports
+    its submodules `names` on first attribute access (2.9 has them loaded
+    once torch_xla is imported; here they cost nothing until used)."""
+    def __getattr__(name):
+        if name in names:
+            import importlib
+            return importlib.import_module("." + name, package)
+        raise AttributeError("module %r has no attribute %r" % (package, name))
+    return __getattr__

@@ -1,10 +1,5 @@
 
-_ON_ACCESS = ("xla_builder",)
+# loaded on first access, as 2.9 has it loaded once torch_xla is imported
+from lazytpu.compat import submodules_on_access as _on_access  # noqa: E402
 
-def __getattr__(name):
-    """Submodules 2.9 has loaded once torch_xla is imported, loaded here on
-    first access (xla_builder)."""
-    if name in _ON_ACCESS:
-        import importlib
-        return importlib.import_module("." + name, __name__)
-    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+__getattr__ = _on_access(__name__, ("xla_builder",))
