@@ -82,6 +82,7 @@ struct lt_par_pool {
     _Atomic int hold;             /* lt_par_hold: a program is running */
     _Atomic uint64_t hold_epoch;  /* programs begun (helpers woken once each) */
     _Atomic int linger;           /* the job's issuer runs inline: poll long */
+    _Atomic int ready;            /* helpers named and at their nice level */
 };
 
 static int64_t mono_ns(void)
@@ -154,6 +155,7 @@ static void *helper_main(void *argp)
     uint64_t seen = 0, served = 0;    /* last job / last program woken for */
     int64_t last = 0;                 /* mono_ns() after a lingering job, 0: none */
     lt_par_thread_start("lt-helper");
+    atomic_fetch_add(&p->ready, 1);
     for (;;) {
         uint64_t g = atomic_load(&p->gen);
         int64_t spin = atomic_load_explicit(&g_spin_ns, memory_order_relaxed);
@@ -319,6 +321,11 @@ void lt_par_run(lt_par_pool *p, int workers, int64_t n_chunks, lt_par_fn fn,
         if (pthread_create(&p->th[p->n_threads], NULL, helper_main, p) != 0)
             break;
         p->n_threads++;
+        /* once per helper: it has its name and nice level before any job
+         * (a busy machine may not run a new thread for a while; whoever
+         * lists the process's threads meanwhile saw an unnamed one) */
+        while (atomic_load(&p->ready) < p->n_threads)
+            sched_yield();
     }
     if (p->n_threads == 0) {
         for (int64_t c = 0; c < n_chunks; c++)

@@ -109,9 +109,13 @@ def test_fsdpv2_barrier_keeps_layouts_no_collective_no_replicated_op(monkeypatch
     assert with_hook["lazytpu::opt_barrier"] >= 4 * 3, with_hook
     assert re.search(r"ran PARTITIONED over %d cores" % N, sec), sec
     # ... and adds no collective, planned or executed, and no replicated op
+    # (it may save some: since d451d98 the barrier's in-place update makes
+    # each gradient, a detach alias whose base is gone, a value of its own
+    # instead of updating the base and regenerating the view from it: 8
+    # executed all-reduces fewer over the 4 steps than without the hook)
     assert with_hook["SpmdReplicatedOps"] == without["SpmdReplicatedOps"] == 0, (with_hook, without)
-    assert with_hook["SpmdExecutedCollectives"] == without["SpmdExecutedCollectives"], (with_hook, without)
-    assert with_hook["SpmdPlannedCollectives"] == without["SpmdPlannedCollectives"], (with_hook, without)
+    assert with_hook["SpmdExecutedCollectives"] <= without["SpmdExecutedCollectives"], (with_hook, without)
+    assert with_hook["SpmdPlannedCollectives"] <= without["SpmdPlannedCollectives"], (with_hook, without)
     assert "opt_barrier" not in sec, sec          # no collective before it, not replicated
     # training equals the unwrapped model on one core (and the run without it)
     one = _run(batches, dev)
