@@ -95,6 +95,26 @@ class ProcessGroupLazyTPU(ProcessGroup):
                                 .reshape(output_tensor.shape))
         return _done([output_tensor])
 
+    # torch 2.13's names for the single-tensor forms (dist.all_gather_into_tensor
+    # and dist.reduce_scatter_tensor call these; torch 2.9, which torch_xla
+    # 2.9 was built for, called _allgather_base / _reduce_scatter_base), and
+    # their coalesced forms (dist._coalescing_manager): one collective each
+    def all_gather_single(self, output_tensor, input_tensor, opts=None):
+        return self._allgather_base(output_tensor, input_tensor, opts)
+
+    def all_gather_single_coalesced(self, output_tensors, input_tensors, opts=None):
+        for o, i in zip(output_tensors, input_tensors):
+            self._allgather_base(o, i, opts)
+        return _done(list(output_tensors))
+
+    def reduce_scatter_single(self, output_tensor, input_tensor, opts):
+        return self._reduce_scatter_base(output_tensor, input_tensor, opts)
+
+    def reduce_scatter_single_coalesced(self, output_tensors, input_tensors, opts):
+        for o, i in zip(output_tensors, input_tensors):
+            self._reduce_scatter_base(o, i, opts)
+        return _done(list(output_tensors))
+
     def broadcast(self, tensors, opts):
         if self.size() == 1:                 # a group of one: the values stay
             return _done(tensors)

@@ -185,3 +185,22 @@ def test_utils_helpers():
     gc.collect()
     assert not os.path.exists(name)
     assert xu.LazyProperty(lambda: 7).value == 7
+
+
+def test_set_allow_execution_and_dimension_size():
+    d = torch_xla.device()
+    x = torch.arange(6.0, device=d).reshape(2, 3)
+    torch_xla._XLAC._set_allow_execution(False)
+    try:
+        y = x * 2                                   # tracing is allowed
+        with pytest.raises(RuntimeError, match="Unexpected execution happens inside the "
+                                               "compiled function, exiting"):
+            y.sum().item()
+        with pytest.raises(RuntimeError, match="Unexpected execution"):
+            torch_xla.sync()
+    finally:
+        torch_xla._XLAC._set_allow_execution(True)
+    assert y.sum().item() == 30.0                    # still pending, runs now
+    n = torch_xla._XLAC._get_xla_tensor_dimension_size(x, 1)
+    assert n.device.type == "xla" and n.dtype == torch.int32 and n.dim() == 0
+    assert int(n.cpu()) == 3

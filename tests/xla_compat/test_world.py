@@ -122,9 +122,22 @@ def _ddp(index, out, steps):
         xm.mark_step()
     t = torch.ones(1, device=d) * index
     dist.all_reduce(t)
+    # the single-tensor collectives (torch 2.13 calls all_gather_single /
+    # reduce_scatter_single on the process group), alone and coalesced
+    gathered = torch.zeros(2 * N, device=d)
+    dist.all_gather_into_tensor(gathered, torch.full((2,), float(index), device=d))
+    scattered = torch.zeros(2, device=d)
+    dist.reduce_scatter_tensor(scattered, torch.arange(2.0 * N, device=d) * (index + 1))
+    g2, s2 = torch.zeros(N, device=d), torch.zeros(1, device=d)
+    with dist._coalescing_manager(async_ops=False):
+        dist.all_gather_into_tensor(g2, torch.full((1,), float(index), device=d))
+    with dist._coalescing_manager(async_ops=False):
+        dist.reduce_scatter_tensor(s2, torch.ones(N, device=d) * index)
     dist.barrier()
     torch.save({"sd": {k: v.cpu() for k, v in model.state_dict().items()},
-                "allreduce": t.cpu().item()}, os.path.join(out, "%d.pt" % index))
+                "allreduce": t.cpu().item(), "gathered": gathered.cpu().tolist(),
+                "scattered": scattered.cpu().tolist(), "g2": g2.cpu().tolist(),
+                "s2": s2.cpu().tolist()}, os.path.join(out, "%d.pt" % index))
     dist.destroy_process_group()
 
 
@@ -144,6 +157,12 @@ def test_ddp_over_xla_backend_matches_one_core(tmp_path):
     for r in range(N):
         got = torch.load(tmp_path / ("%d.pt" % r))
         assert got["allreduce"] == 6.0
+        assert got["gathered"] == [float(k) for k in range(N) for _ in range(2)]
+        # sum over ranks q of arange(2N) * (q + 1), rank r's two elements
+        tot = sum(q + 1 for q in range(N))
+        assert got["scattered"] == [float((2 * r + j) * tot) for j in range(2)]
+        assert got["g2"] == [float(k) for k in range(N)]
+        assert got["s2"] == [float(sum(range(N)))]
         for k, v in ref.state_dict().items():
             torch.testing.assert_close(got["sd"][k], v, atol=1e-5, rtol=1e-5,
                                        msg=lambda m: "rank %d %s: %s" % (r, k, m))

@@ -109,6 +109,28 @@ def _xla_increment_counter(name, value=1):
     _C.counter_inc(lazytpu.metrics._core(name), int(value))
 
 
+_NO_EXEC_OWNER = ("Unexpected execution happens inside the compiled function, exiting "
+                  "(torch_xla._XLAC._set_allow_execution(False))")
+
+
+def _set_allow_execution(allow):
+    """False: any execution (a step boundary, a value read) raises
+    RuntimeError "Unexpected execution happens inside the compiled
+    function, exiting ..." until it is allowed again; what was traced stays
+    pending (lazytpu's execution guard, the one torch_xla.compile(
+    full_graph=True) uses). torch_xla's debugging switch."""
+    _C.set_no_execution(None if allow else _NO_EXEC_OWNER)
+
+
+def _get_xla_tensor_dimension_size(tensor, dim):
+    """Size of tensor's dim as a 0-dim int32 device tensor (torch_xla's
+    dynamic-shape query; shapes here are always static)."""
+    if not _core.is_lazytpu_tensor(tensor):
+        raise RuntimeError("_get_xla_tensor_dimension_size: not an xla tensor (%s)"
+                           % tensor.device)
+    return torch.tensor(tensor.size(dim), dtype=torch.int32, device=tensor.device)
+
+
 def _set_use_eager_mode(enable):
     from lazytpu.compat import eager
     eager.set_enabled(enable)
