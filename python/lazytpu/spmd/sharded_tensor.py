@@ -6,7 +6,7 @@ from typing import List, Union
 
 import numpy as np
 import torch
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_flatten, tree_map
 
 from .. import core as _core
 from . import sharding as _sh
@@ -298,13 +298,36 @@ class XLAShardedTensor(_DTensor):
         def wrap(e):
             return XLAShardedTensor(e) if isinstance(e, torch.Tensor) else e
 
+        kwargs = kwargs or {}
         with torch._C._DisableTorchDispatch():
-            return tree_map(wrap, func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs or {})))
+            out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
+        # an op mixing this wrapper with plain device tensors runs here below
+        # functionalization (they arrive unwrapped: not functional), which
+        # wraps the results again: they go back plain, else each would be a
+        # functional tensor around an XLAShardedTensor (__torch_function__
+        # completes the wrapper it makes of it)
+        if any(_core.is_lazytpu_tensor(a) and not isinstance(a, XLAShardedTensor) and
+               not torch._is_functional_tensor(a) for a in tree_flatten((args, kwargs))[0]):
+            return out
+        return tree_map(wrap, out)
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
-        # torch.Tensor's, not DTensor's (no DTensor op dispatch)
-        return super(_DTensor, cls).__torch_function__(func, types, args, kwargs)
+        # torch.Tensor's, not DTensor's (no DTensor op dispatch); a result it
+        # turned into this class (as_subclass) holds itself as global_tensor
+        return tree_map(_completed, super(_DTensor, cls).__torch_function__(func, types, args,
+                                                                             kwargs))
+
+
+def _completed(r):
+    """r, an XLAShardedTensor made by as_subclass (torch.Tensor's
+    __torch_function__ converting a plain result), given the attributes
+    __new__ sets: global_tensor a plain alias of it, no recorded sharding."""
+    if isinstance(r, XLAShardedTensor) and not hasattr(r, "global_tensor"):
+        with torch._C._DisableTorchDispatch():      # not through __torch_dispatch__
+            r.global_tensor = r.as_subclass(torch.Tensor)
+        r._mesh_shape = r._partition_spec = r._cached_spec = None
+    return r
 
 
 def sharding_is_replicated(d):
