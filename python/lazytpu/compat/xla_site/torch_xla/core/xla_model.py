@@ -19,6 +19,7 @@ from lazytpu import core as _core
 from lazytpu.compat import devices as _devices
 
 from torch_xla import runtime as _xr
+from torch_xla._internal.custom_kernel import XLA_LIB  # noqa: F401,E402  (2.9: xm.XLA_LIB, the "xla" op library)
 
 # ------------------------------------------------------------- devices
 
