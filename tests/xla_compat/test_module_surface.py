@@ -204,3 +204,31 @@ def test_set_allow_execution_and_dimension_size():
     n = torch_xla._XLAC._get_xla_tensor_dimension_size(x, 1)
     assert n.device.type == "xla" and n.dtype == torch.int32 and n.dim() == 0
     assert int(n.cpu()) == 3
+
+
+_PJRT_SCRIPT = '''
+import torch, torch.distributed as dist, torch_xla
+import torch_xla.experimental.pjrt_backend  # noqa: F401  (registers pjrt://)
+def _mp_fn(i):
+    dist.init_process_group("xla", init_method="pjrt://")
+    t = torch.ones(1, device="xla") * (i + 1)
+    dist.all_reduce(t)
+    torch_xla.sync()
+    if i == 0:
+        print("sum", t.cpu().item(), dist.get_world_size())
+if __name__ == "__main__":
+    torch_xla.launch(_mp_fn)
+'''
+
+
+def test_legacy_pjrt_init_method(tmp_path):
+    """torch_xla.experimental.pjrt_backend registers 2.9's legacy pjrt://
+    init method (the same rendezvous as xla://)."""
+    script = tmp_path / "pjrt.py"
+    script.write_text(_PJRT_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "PJRT_"))}
+    env.update(PJRT_DEVICE="CPU", CPU_NUM_DEVICES="2")
+    p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                       text=True, timeout=300, cwd=str(tmp_path))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "sum 3.0 2" in p.stdout
