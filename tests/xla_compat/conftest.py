@@ -32,3 +32,14 @@ def spmd_mode():
         os.environ.pop("XLA_USE_SPMD", None)
     else:
         os.environ["XLA_USE_SPMD"] = prev
+
+
+@pytest.fixture
+def highest_precision():
+    """torch_xla's HIGHEST matmul precision for one test (pytorch/xla's own
+    kernel tests run at it), the previous level restored after it."""
+    import torch_xla.backends
+    prev = torch_xla.backends.get_mat_mul_precision()
+    torch_xla.backends.set_mat_mul_precision("highest")
+    yield
+    torch_xla.backends.set_mat_mul_precision(prev)

@@ -14,13 +14,7 @@ from torch_xla.experimental.custom_kernel import DEFAULT_MASK_VALUE, flash_atten
 DEV = "xla"
 
 
-@pytest.fixture(autouse=True)
-def highest_precision():
-    # pytorch/xla's own flash attention tests run at the highest precision
-    prev = torch_xla.backends.get_mat_mul_precision()
-    torch_xla.backends.set_mat_mul_precision("highest")
-    yield
-    torch_xla.backends.set_mat_mul_precision(prev)
+pytestmark = pytest.mark.usefixtures("highest_precision")   # conftest.py
 
 
 def reference(q, k, v, causal=False, q_seg=None, kv_seg=None, sm_scale=1.0, ab=None):

@@ -14,12 +14,7 @@ from torch_xla.experimental.xla_quantized_matmul import XlaQuantizedLinear
 DEV = "xla"
 
 
-@pytest.fixture(autouse=True)
-def highest_precision():
-    prev = torch_xla.backends.get_mat_mul_precision()
-    torch_xla.backends.set_mat_mul_precision("highest")
-    yield
-    torch_xla.backends.set_mat_mul_precision(prev)
+pytestmark = pytest.mark.usefixtures("highest_precision")   # conftest.py
 
 
 def _data(seed=0):
