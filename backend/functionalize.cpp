@@ -90,13 +90,7 @@ void inplace_kernel(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
   /* the new value keeps self's sharding (torch_xla's _propagate_xla_data,
    * which PyTorch's generated kernels call for the XLA device only) */
   keep_sharding(out, self_value);
-  at::functionalization::impl::replace_(self, out);
-  at::functionalization::impl::commit_update(self);
-  at::functionalization::impl::sync(self);
-  /* flush the storage's update list (see the file comment) */
-  auto *w = at::functionalization::impl::unsafeGetFunctionalWrapper(self);
-  static_cast<at::functionalization::FunctionalStorageImpl *>(
-      w->storage().unsafeGetStorageImpl())->apply_updates();
+  finish_mutation(self, out);
   stack->push_back(self);
 }
 

@@ -102,12 +102,7 @@ struct Inplace<IOp, FOp, at::Tensor &(at::Tensor &, A...), at::Tensor(const at::
     }
     check_inplace_result(self, out);
     keep_sharding(out, self_value);
-    at::functionalization::impl::replace_(self, out);
-    at::functionalization::impl::commit_update(self);
-    w->sync_();
-    /* flush the storage's update list (functionalize.cpp's file comment) */
-    static_cast<at::functionalization::FunctionalStorageImpl *>(
-        w->storage().unsafeGetStorageImpl())->apply_updates();
+    finish_mutation(self, out);
     return self;
   }
 };

@@ -40,6 +40,8 @@
 #include <string>
 #include <vector>
 
+#include "functionalize_util.h"
+
 namespace lazytpu {
 namespace {
 
@@ -60,12 +62,7 @@ lt_tensor *value_of(const at::Tensor &t) {
 void commit(const at::Tensor &t, Ref v, const std::vector<lt_tensor *> &read) {
   for (lt_tensor *x : read) v = fresh(std::move(v), {x});
   if (F::isFunctionalTensor(t)) {
-    F::replace_(t, wrap(std::move(v)));
-    F::commit_update(t);
-    F::sync(t);
-    auto *w = F::unsafeGetFunctionalWrapper(t);
-    static_cast<at::functionalization::FunctionalStorageImpl *>(
-        w->storage().unsafeGetStorageImpl())->apply_updates();
+    finish_mutation(t, wrap(std::move(v)));
   } else {
     assign_value(t, v.get());
   }
