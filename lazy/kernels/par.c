@@ -3,20 +3,35 @@
  * dynamic chunk claiming (see par.h for why not an OpenMP region).
  *
  * Protocol. The issuing thread (the core's worker) publishes a job: it
- * stores fn/arg/n_chunks/workers, then the claim word (gen << 32 | 0), the
- * worker-id word (gen << 32 | 1) and finally gen, and wakes sleeping
- * helpers. Anyone runs chunk c only after a successful CAS of the claim
- * word from (gen << 32 | c) to (gen << 32 | c + 1); a helper whose view of
- * the job is stale fails that CAS (other generation, or all chunks taken),
- * so it never runs a chunk of a job that has finished. A successful claim
- * is matched by one increment of `done`; the issuer returns when done ==
- * n_chunks, i.e. it waits only for chunks actually being run.
+ * stores fn/arg/n_chunks/workers, then one claim word per worker slot k
+ * (gen << 32 | first chunk of k's range: the chunks split into `workers`
+ * contiguous ranges), the worker-id word (gen << 32 | 1) and finally gen,
+ * and wakes sleeping helpers. Anyone runs chunk c only after a successful
+ * CAS of a slot's claim word from (gen << 32 | c) to (gen << 32 | c + 1)
+ * with c below the slot's range end; a helper whose view of the job is
+ * stale fails that CAS (other generation, or the range taken), so it never
+ * runs a chunk of a job that has finished. Worker w claims from its own
+ * slot first, then steals from the others' in turn: a late helper's range
+ * is run by the issuer. Each claimer adds the number of chunks it ran to
+ * `done` once; the issuer returns when done == n_chunks, i.e. it waits
+ * only for chunks actually being run.
+ *
+ * Why a range per worker: with one shared claim word every chunk was a
+ * contended atomic on a cache line both threads write, and consecutive
+ * kernels gave each thread arbitrary parts of the tensors the other had
+ * just written. On this VM the two vCPUs sometimes sit far apart (a
+ * core-to-core round trip of ~320 ns instead of ~55 ns, for minutes); the
+ * synchronous CNN step then took 2.2-2.5x as long with both threads at
+ * 100% (the "two levels" of issue 25). With ranges, a worker's claims stay
+ * in its own cache line and, when kernels split tensors alike, it runs the
+ * part of each tensor it wrote before.
  */
 #include <omp.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <errno.h>
 #include <sys/prctl.h>
@@ -76,10 +91,13 @@ struct lt_par_pool {
     _Atomic(void *) arg;
     _Atomic int64_t n_chunks;
     _Atomic int workers;
-    _Atomic uint64_t claim;       /* gen << 32 | next chunk */
+    _Atomic int split;            /* ranges: workers, or -workers for one */
     _Atomic uint64_t wid;         /* gen << 32 | next worker id */
-    _Atomic int64_t done;         /* chunks finished of the current job */
-    _Atomic int hold;             /* lt_par_hold: a program is running */
+    /* per worker slot, each on a cache line of its own: gen << 32 | next
+     * chunk of the slot's range */
+    struct { _Alignas(64) _Atomic uint64_t w; } claim[LT_PAR_MAX_HELPERS + 1];
+    _Alignas(64) _Atomic int64_t done;   /* chunks finished of the current job */
+    _Alignas(64) _Atomic int hold;       /* lt_par_hold: a program is running */
     _Atomic uint64_t hold_epoch;  /* programs begun (helpers woken once each) */
     _Atomic int linger;           /* the job's issuer runs inline: poll long */
     _Atomic int ready;            /* helpers named and at their nice level */
@@ -99,17 +117,45 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* Claims the next chunk of generation g: its index, or -1 if the job is
- * another one or has no chunk left. */
-static int64_t claim_chunk(lt_par_pool *p, uint64_t g, int64_t n)
+/* First chunk of worker slot k's range when n chunks split over w slots;
+ * w < 0 (LAZYTPU_PAR_RANGES=0): every chunk in slot 0's range. */
+static inline int64_t range_start(int64_t n, int w, int k)
 {
-    uint64_t v = atomic_load(&p->claim);
+    if (w < 0)
+        return k == 0 ? 0 : n;
+    return n * k / w;
+}
+
+/* Claims the next chunk of generation g in slot k's range: its index, or -1
+ * if the job is another one or the range has no chunk left. */
+static int64_t claim_in(lt_par_pool *p, uint64_t g, int64_t n, int w, int k)
+{
+    int64_t end = range_start(n, w, k + 1);
+    uint64_t v = atomic_load(&p->claim[k].w);
     for (;;) {
-        if ((v >> 32) != (g & 0xffffffffu) || (int64_t)(v & 0xffffffffu) >= n)
+        if ((v >> 32) != (g & 0xffffffffu) || (int64_t)(v & 0xffffffffu) >= end)
             return -1;
-        if (atomic_compare_exchange_weak(&p->claim, &v, v + 1))
+        if (atomic_compare_exchange_weak(&p->claim[k].w, &v, v + 1))
             return (int64_t)(v & 0xffffffffu);
     }
+}
+
+/* Runs the chunks worker `me` can claim of generation g (its own range,
+ * then the others' in turn; split: the number of ranges, negative for one
+ * shared range) and returns how many it ran. */
+static int64_t run_chunks(lt_par_pool *p, uint64_t g, int64_t n, int split, int me,
+                          lt_par_fn fn, void *arg)
+{
+    int64_t ran = 0, c;
+    int w = split < 0 ? -split : split;
+    for (int i = 0; i < w; i++) {
+        int k = (me + i) % w;
+        while ((c = claim_in(p, g, n, split, k)) >= 0) {
+            fn(arg, c, me);
+            ran++;
+        }
+    }
+    return ran;
 }
 
 /* Takes a worker id for generation g, or -1 (stale job / enough workers). */
@@ -195,23 +241,25 @@ static void *helper_main(void *argp)
         int64_t n = atomic_load_explicit(&p->n_chunks, memory_order_relaxed);
         int workers = atomic_load_explicit(&p->workers, memory_order_relaxed);
         int linger = atomic_load_explicit(&p->linger, memory_order_relaxed);
+        int split = atomic_load_explicit(&p->split, memory_order_relaxed);
         int w = claim_worker(p, g, workers);
         if (w < 0)
             continue;
-        int64_t c;
-        while ((c = claim_chunk(p, g, n)) >= 0) {
-            fn(arg, c, w);
-            atomic_fetch_add(&p->done, 1);
-        }
+        int64_t ran = run_chunks(p, g, n, split, w, fn, arg);
+        if (ran)
+            atomic_fetch_add(&p->done, ran);
         last = linger ? mono_ns() : 0;
     }
 }
 
 lt_par_pool *lt_par_pool_new(void)
 {
-    lt_par_pool *p = calloc(1, sizeof *p);
+    /* over-aligned members (the claim words' cache lines) */
+    size_t size = (sizeof(lt_par_pool) + 63) / 64 * 64;
+    lt_par_pool *p = aligned_alloc(64, size);
     if (!p)
         return NULL;
+    memset(p, 0, size);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     p->pid = getpid();
@@ -342,18 +390,18 @@ void lt_par_run(lt_par_pool *p, int workers, int64_t n_chunks, lt_par_fn fn,
     atomic_store_explicit(&p->n_chunks, n_chunks, memory_order_relaxed);
     atomic_store_explicit(&p->workers, workers, memory_order_relaxed);
     atomic_store_explicit(&p->linger, lt_core_exec_inline(), memory_order_relaxed);
+    int split = lt_opt_int(LT_OPT_PAR_RANGES) ? workers : -workers;
+    atomic_store_explicit(&p->split, split, memory_order_relaxed);
     atomic_store(&p->done, 0);
-    atomic_store(&p->claim, (g & 0xffffffffu) << 32);
+    for (int k = 0; k < workers; k++)
+        atomic_store(&p->claim[k].w, ((g & 0xffffffffu) << 32) |
+                                     (uint64_t)range_start(n_chunks, split, k));
     atomic_store(&p->wid, ((g & 0xffffffffu) << 32) | 1);
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->gen, g);
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
-    int64_t c, mine = 0;
-    while ((c = claim_chunk(p, g, n_chunks)) >= 0) {
-        fn(arg, c, 0);
-        mine++;
-    }
+    int64_t mine = run_chunks(p, g, n_chunks, split, 0, fn, arg);
     atomic_fetch_add(&p->done, mine);
     /* wait for chunks still running on helpers: a short spin, then yield
      * so that the tracing thread gets this core meanwhile (2000 polls were

@@ -570,6 +570,8 @@ typedef struct par_probe {
     int workers;
     _Atomic int bad;
     int64_t job;
+    int64_t *seq[4];      /* per worker: the chunks it ran, in order */
+    int64_t len[4];       /* (one writer per worker id) */
 } par_probe;
 
 static void par_probe_fn(void *arg, int64_t c, int w)
@@ -577,6 +579,8 @@ static void par_probe_fn(void *arg, int64_t c, int w)
     par_probe *p = arg;
     if (w < 0 || w >= p->workers)
         atomic_store(&p->bad, 1);
+    else if (w < 4 && p->seq[w])
+        p->seq[w][p->len[w]++] = c;
     atomic_fetch_add(&p->hits[c], 1);
     if ((c + p->job) % 7 == 0)                 /* uneven chunk costs */
         for (volatile int k = 0; k < 2000; k++) {}
@@ -588,12 +592,14 @@ static void test_par_pool(void **state)
     assert_non_null(pool);
     enum { MAXC = 3000 };
     _Atomic int *hits = malloc(MAXC * sizeof *hits);
+    int64_t *seqs = malloc(4 * MAXC * sizeof *seqs);
     for (int64_t job = 0; job < 400; job++) {
         int64_t n = (job * 7919) % MAXC + 1;
         if (job % 5 == 0) n = job % 3 + 1;
         int workers = 1 + (int)(job % 4);
         for (int64_t c = 0; c < n; c++) atomic_store(&hits[c], 0);
-        par_probe p = {hits, workers, 0, job};
+        par_probe p = {hits, workers, 0, job, {seqs, seqs + MAXC, seqs + 2 * MAXC,
+                                               seqs + 3 * MAXC}, {0}};
         if (job % 50 == 10) lt_par_pool_hold(pool, 1);   /* a "program" of 30 jobs */
         if (job % 50 == 40) lt_par_pool_hold(pool, 0);
         lt_par_run(pool, workers, n, par_probe_fn, &p);
@@ -602,13 +608,39 @@ static void test_par_pool(void **state)
             if (atomic_load(&hits[c]) != 1)
                 fail_msg("job %lld: chunk %lld ran %d times", (long long)job,
                          (long long)c, atomic_load(&hits[c]));
+        /* the chunks split into one contiguous range per worker (as many as
+         * ran: fewer helpers than asked shrink the count); a worker runs
+         * its own range first, in order, and only then other ranges'
+         * chunks (a late worker's, stolen): none of its own after a stolen
+         * one, and each range's chunks in order whoever ran them */
+        int used = 0;
+        for (int w = 0; w < 4; w++)
+            if (p.len[w]) used = w + 1;
+        int ranges = workers < n ? workers : (int)n;
+        for (int w = 0; w < used && ranges > 1; w++) {
+            int64_t lo = n * w / ranges, hi = n * (w + 1) / ranges;
+            int stolen = 0;
+            for (int64_t i = 0; i < p.len[w]; i++) {
+                int64_t c = p.seq[w][i];
+                int own = c >= lo && c < hi;
+                if (own && stolen)
+                    fail_msg("job %lld: worker %d ran chunk %lld of its own range "
+                             "[%lld, %lld) after stealing", (long long)job, w,
+                             (long long)c, (long long)lo, (long long)hi);
+                if (!own) stolen = 1;
+                if (own && i > 0 && p.seq[w][i - 1] >= lo && p.seq[w][i - 1] < hi &&
+                    p.seq[w][i - 1] >= c)
+                    fail_msg("job %lld: worker %d ran its range out of order", (long long)job, w);
+            }
+        }
     }
+    free(seqs);
     lt_par_pool_hold(pool, 1);      /* freed while held: helpers still join */
     lt_par_pool_free(pool);
     lt_par_pool_hold(NULL, 1);      /* NULL-safe */
     /* without a pool: OpenMP fallback, same contract */
     for (int64_t c = 0; c < 100; c++) atomic_store(&hits[c], 0);
-    par_probe p = {hits, 3, 0, 1};
+    par_probe p = {hits, 3, 0, 1, {0}, {0}};
     lt_par_run(NULL, 3, 100, par_probe_fn, &p);
     for (int64_t c = 0; c < 100; c++) assert_int_equal(atomic_load(&hits[c]), 1);
     free(hits);
