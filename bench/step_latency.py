@@ -21,7 +21,11 @@ way against 35 ms on its own). Reported per way over all its timed steps:
 the 10th percentile and the median step time, and their ratios to eager
 (and compile's to inductor). Then the spread of the runs (issue 25: no run
 worse than 1.15x its median): per way, every run's median step time, the
-worst run / the median of the runs, flagged "SPREAD" above 1.15x.
+worst run / the median of the runs, flagged "SPREAD" above 1.15x, and after
+each run time the machine's core-to-core round trip measured right after
+that run (build/bench_c2c, ns: "0.712@55"): on this VM the two vCPUs
+sometimes sit far apart for minutes (~320 ns instead of ~55), and every way's
+runs then fall on a level 2-2.5x slower.
 
 Breakdown (default on): the lazytpu ways run once more in a child process
 with LAZYTPU_PROFILE=1, which records per step boundary where the time goes
@@ -203,18 +207,28 @@ def print_times(name, ways, times, tag=""):
 SPREAD_MAX = 1.15     # issue 25: no run worse than 1.15x its median
 
 
-def print_spread(name, ways, runs, tag=""):
+def print_spread(name, ways, runs, tag="", c2c=None):
     """Per way: each run's median step time (a run = one process), the
-    worst run / the median of the runs; flagged above SPREAD_MAX."""
+    worst run / the median of the runs; flagged above SPREAD_MAX. With the
+    probe (c2c_ns), each run's core-to-core round trip in ns follows its
+    time ("0.712@55"), and runs measured with the CPUs far apart (a round
+    trip over twice the least of the whole benchmark) are counted."""
+    least = min((v for w in ways for v in (c2c or {}).get(w, []) if v), default=None)
     for w in ways:
         meds = [statistics.median(r) for r in runs[w] if r]
         if not meds:
             continue
+        lat = (c2c or {}).get(w, [])
         mid = statistics.median(meds)
         worst = max(meds) / mid
-        print("%-6s %-8s%s runs (median ms): %s  worst/median %.2fx%s" % (
-            name, w, tag, " ".join("%.3f" % (m * 1e3) for m in meds), worst,
-            "  SPREAD > %.2fx" % SPREAD_MAX if worst > SPREAD_MAX else ""), flush=True)
+        cells = ["%.3f" % (m * 1e3) + ("@%d" % lat[i] if i < len(lat) and lat[i] else "")
+                 for i, m in enumerate(meds)]
+        far = sum(1 for v in lat if v and least and v > 2 * least)
+        print("%-6s %-8s%s runs (median ms): %s  worst/median %.2fx%s%s" % (
+            name, w, tag, " ".join(cells), worst,
+            "  SPREAD > %.2fx" % SPREAD_MAX if worst > SPREAD_MAX else "",
+            "  (%d of %d runs with the CPUs far apart)" % (far, len(meds)) if far else ""),
+            flush=True)
 
 
 def child(args):
@@ -251,14 +265,34 @@ def run_jax(args):
     return json.loads(p.stdout.strip().splitlines()[-1])["times"]
 
 
+def c2c_ns():
+    """The machine's core-to-core round trip right now (build/bench_c2c:
+    two threads pinned to CPUs 0 and 1 hand a cache line back and forth),
+    in ns; None without the probe. This VM's two vCPUs sometimes sit far
+    apart for minutes (~320 ns instead of ~55): every kernel two threads
+    share then runs 2-2.5x slower, eager's as well, and a run falls on the
+    slow level. Printed per run beside its step time."""
+    exe = os.path.join(os.environ.get("LAZYTPU_BIN_DIR") or os.path.join(HERE, "..", "build"),
+                       "bench_c2c")
+    if not os.path.exists(exe):
+        return None
+    try:
+        out = subprocess.run([exe], capture_output=True, text=True, timeout=30).stdout
+        return int(float(out.split()[0])) or None
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return None
+
+
 def run_ways(args, ways, r, env_extra):
     """Run r of every way, each in a fresh process of its own (built, warmed
-    up, one run of steps), in alternating order: (way, per-step times)."""
+    up, one run of steps), in alternating order: (way, per-step times, the
+    core-to-core round trip measured right after the run)."""
     for w in (ways if r % 2 == 0 else ways[::-1]):
         if w == "jax":
-            yield w, run_jax(args)
+            got = run_jax(args)
         else:
-            yield w, run_child(args, env_extra, ["--runs", "1", "--ways", w])["times"][w]
+            got = run_child(args, env_extra, ["--runs", "1", "--ways", w])["times"][w]
+        yield w, got, c2c_ns()
 
 
 def print_breakdown(bd, tag=""):
@@ -311,15 +345,17 @@ def main():
         # rounds of one run per side, alternating which side goes first
         t = {side: {w: [] for w in ways} for side in names}
         per_run = {side: {w: [] for w in ways} for side in names}
+        lat = {side: {w: [] for w in ways} for side in names}
         for r in range(args.runs):
             for side in (names if r % 2 == 0 else names[::-1]):
-                for w, got in run_ways(args, ways, r, sides[side]):
+                for w, got, ns in run_ways(args, ways, r, sides[side]):
                     t[side][w] += got
                     per_run[side][w].append(got)
+                    lat[side][w].append(ns)
         for side in names:
             print_times(args.model, ways, t[side], tag=" " + side)
         for side in names:
-            print_spread(args.model, ways, per_run[side], tag=" " + side)
+            print_spread(args.model, ways, per_run[side], tag=" " + side, c2c=lat[side])
         if not args.no_breakdown:
             for side in names:
                 bd = run_child(args, dict(sides[side], LAZYTPU_PROFILE="1"),
@@ -328,12 +364,14 @@ def main():
     else:
         times = {w: [] for w in ways}
         per_run = {w: [] for w in ways}
+        lat = {w: [] for w in ways}
         for r in range(args.runs):
-            for w, got in run_ways(args, ways, r, {}):
+            for w, got, ns in run_ways(args, ways, r, {}):
                 times[w] += got
                 per_run[w].append(got)
+                lat[w].append(ns)
         print_times(args.model, ways, times)
-        print_spread(args.model, ways, per_run)
+        print_spread(args.model, ways, per_run, c2c=lat)
         if not args.no_breakdown:
             bd = run_child(args, {"LAZYTPU_PROFILE": "1"}, ["--breakdown-only"])["breakdown"]
             print_breakdown(bd)
