@@ -48,24 +48,19 @@ inline void sync_for_mutation(const at::Tensor &t) {
 }
 
 /* Makes the functional tensor t hold out, the result of an in-place op on
- * it (replace_, commit_update), and settles its storage: a base tensor
- * whose storage no other tensor shares gets a fresh storage holding out
- * (generation 0), as sync_for_mutation does for a lone view; any other
- * tensor is synced and its storage's update list flushed (the applied
- * updates are dropped, see functionalize.cpp's file comment).
- * Why the fresh storage: a view taken later starts at generation 0
- * (FunctionalTensorWrapper's view constructor), so under a storage that
- * counts one mutation per step every view of a parameter (the weight.t()
- * of each linear) was stale at birth and regenerated on first use: the
- * view op again (t_copy) and a replace per view, every step. */
+ * it: replace_ and commit_update, then t is synced and its storage's update
+ * list flushed (the applied updates are dropped, see functionalize.cpp's
+ * file comment). Not done here: giving a base tensor no other tensor
+ * shares a fresh storage, so that views taken later (each linear's
+ * weight.t()) start current instead of being regenerated at first use
+ * (FunctionalTensorWrapper's view constructor starts them at generation
+ * 0). Tried (811f575): the MLP step's t_copy calls went 13 -> 9, but
+ * torch.compile's replays of graphs that write batch-norm running stats,
+ * and the SPMD data-parallel plan's per-parameter accounting, went wrong. */
 inline void finish_mutation(const at::Tensor &t, const at::Tensor &out) {
   at::functionalization::impl::replace_(t, out);
   at::functionalization::impl::commit_update(t);
   auto *w = at::functionalization::impl::unsafeGetFunctionalWrapper(t);
-  if (w->isBaseTensor() && w->storage().use_count() == 1) {
-    w->_unsafe_reset_storage();
-    return;
-  }
   w->sync_();
   static_cast<at::functionalization::FunctionalStorageImpl *>(
       w->storage().unsafeGetStorageImpl())->apply_updates();
