@@ -1,5 +1,6 @@
 """A model zoo: common architectures train 5 steps on the device with ZERO CPU
-fallbacks and match eager PyTorch (losses every step, parameters after).
+fallbacks and match eager PyTorch (losses every step, parameters after;
+ResNet-18 one step at a time from eager's parameters, see its test).
 
 Models: a transformer encoder (scaled_dot_product_attention, LayerNorm, GELU,
 AdamW, clip_grad_norm_, an LR schedule), a small UNet (GroupNorm, SiLU,
@@ -243,9 +244,6 @@ def make(kind):
         opt = lambda p: torch.optim.AdamW(p, lr=2e-3, weight_decay=0.05)  # noqa: E731
         sched = lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda s: 1.0 / (1 + s))  # noqa
     elif kind == "resnet":
-        # batch norm over 4 x 2 x 2 values at the end: gradients are ill-conditioned
-        # (eager float32 and float64 differ by up to 7%); small steps keep the
-        # parameters comparable
         opt = lambda p: torch.optim.SGD(p, lr=0.005)  # noqa: E731
         sched = None
     else:
@@ -277,8 +275,8 @@ def run(model, opt, sched, data, dev, clip):
     return losses
 
 
-KINDS = ["encoder", "torch_encoder", "unet", "resnet", "gru", "vit", "uint8_images", "volume"]
-TOL = {"resnet": 2e-3, "unet": 1e-3}
+KINDS = ["encoder", "torch_encoder", "unet", "gru", "vit", "uint8_images", "volume"]
+TOL = {"unet": 1e-3}
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -303,3 +301,54 @@ def test_zoo_trains_without_fallback(kind, dev):
     for (n, p_ref), p in zip(ref.named_parameters(), model.parameters()):
         torch.testing.assert_close(p.detach().cpu(), p_ref.detach(), atol=tol, rtol=tol,
                                    msg=lambda m: "%s %s: %s" % (kind, n, m))
+
+
+# ResNet-18 is checked one step at a time from eager's parameters, not along
+# a 5-step trajectory. Its gradient is piecewise: a ReLU input or a max-pool
+# window within float32 rounding of a tie (1e-6 here) picks a different branch
+# in any two float32 computations. Measured on this model (48x48, batch 4, 12
+# data seeds x 5 steps): a step's gradient matches eager's to ~4e-6 (norm of
+# the difference over the norm), except ~13% of steps where one branch flips
+# and it differs by 2e-3..1e-2; eager float32 against float64 flips as often.
+# Training on from there, batch norm over the last 4 x 2 x 2 values amplifies
+# such a step into percent-level loss differences two steps later, so a
+# trajectory comparison passes or fails by luck. Each step's loss and running
+# statistics are continuous in the parameters and must match tightly; the
+# gradient must match to 1e-4 in at least 3 of 5 steps (a kernel error shows in
+# every step) and stay within 5e-2 in the others (one flipped branch).
+def test_resnet18_steps_match_eager(dev):
+    ref, mk_opt, _ = make("resnet")
+    model = copy.deepcopy(ref).to(dev)
+    opt_ref, opt = mk_opt(ref.parameters()), mk_opt(model.parameters())
+    data = data_for("resnet")
+    before = fallback_counts()
+    errs = []
+    for i in range(STEPS):
+        model.load_state_dict(ref.state_dict())
+        (x,), y = data[i % len(data)]
+        opt_ref.zero_grad()
+        opt.zero_grad()
+        loss_ref = F.nll_loss(ref(x), y)
+        loss_ref.backward()
+        loss = F.nll_loss(model(x.to(dev)), y.to(dev))
+        loss.backward()
+        lazytpu.optimizer_step(opt)
+        lazytpu.mark_step()
+        assert abs(loss.item() - loss_ref.item()) <= 2e-5 * abs(loss_ref.item()), (
+            "step %d: eager loss %f lazytpu %f" % (i, loss_ref.item(), loss.item()))
+        g_ref = torch.cat([p.grad.flatten() for p in ref.parameters()])
+        g = torch.cat([p.grad.cpu().flatten() for p in model.parameters()])
+        errs.append(((g - g_ref).norm() / g_ref.norm()).item())
+        opt_ref.step()
+        for (n, b_ref), b in zip(ref.named_buffers(), model.buffers()):
+            torch.testing.assert_close(b.cpu(), b_ref, atol=1e-5, rtol=1e-5,
+                                       msg=lambda m: "step %d %s: %s" % (i, n, m))
+        for (n, p_ref), p in zip(ref.named_parameters(), model.parameters()):
+            torch.testing.assert_close(p.detach().cpu(), p_ref.detach(), atol=1e-5, rtol=1e-4,
+                                       msg=lambda m: "step %d %s: %s" % (i, n, m))
+    new = {k: v - before.get(k, 0) for k, v in fallback_counts().items()
+           if v - before.get(k, 0) > 0}
+    assert not new, "CPU fallbacks while training resnet: %s" % new
+    msg = "relative gradient error per step: %s" % ["%.1e" % e for e in errs]
+    assert max(errs) <= 5e-2, msg
+    assert sum(e <= 1e-4 for e in errs) >= 3, msg
