@@ -3,6 +3,8 @@
  * dynamic chunk claiming (see par.h for why not an OpenMP region).
  *
  * Protocol. The issuing thread (the core's worker) publishes a job: it
+ * voids the worker-id word (next gen, no id left: a helper still reading
+ * the previous job's fields sees that they may be mixed and drops them),
  * stores fn/arg/n_chunks/workers, then one claim word per worker slot k
  * (gen << 32 | first chunk of k's range: the chunks split into `workers`
  * contiguous ranges), the worker-id word (gen << 32 | 1) and finally gen,
@@ -91,7 +93,7 @@ struct lt_par_pool {
     _Atomic(void *) arg;
     _Atomic int64_t n_chunks;
     _Atomic int workers;
-    _Atomic int split;            /* ranges: workers, or -workers for one */
+    _Atomic int split;            /* ranges: workers, or 1 (one shared range) */
     _Atomic uint64_t wid;         /* gen << 32 | next worker id */
     /* per worker slot, each on a cache line of its own: gen << 32 | next
      * chunk of the slot's range */
@@ -117,12 +119,9 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* First chunk of worker slot k's range when n chunks split over w slots;
- * w < 0 (LAZYTPU_PAR_RANGES=0): every chunk in slot 0's range. */
+/* First chunk of range k (k <= w) when n chunks split into w ranges. */
 static inline int64_t range_start(int64_t n, int w, int k)
 {
-    if (w < 0)
-        return k == 0 ? 0 : n;
     return n * k / w;
 }
 
@@ -141,15 +140,14 @@ static int64_t claim_in(lt_par_pool *p, uint64_t g, int64_t n, int w, int k)
 }
 
 /* Runs the chunks worker `me` can claim of generation g (its own range,
- * then the others' in turn; split: the number of ranges, negative for one
- * shared range) and returns how many it ran. */
+ * then the others' in turn; split: the number of ranges, 1 for one range
+ * all workers claim from) and returns how many it ran. */
 static int64_t run_chunks(lt_par_pool *p, uint64_t g, int64_t n, int split, int me,
                           lt_par_fn fn, void *arg)
 {
     int64_t ran = 0, c;
-    int w = split < 0 ? -split : split;
-    for (int i = 0; i < w; i++) {
-        int k = (me + i) % w;
+    for (int i = 0; i < split; i++) {
+        int k = (me + i) % split;
         while ((c = claim_in(p, g, n, split, k)) >= 0) {
             fn(arg, c, me);
             ran++;
@@ -244,6 +242,13 @@ static void *helper_main(void *argp)
         int split = atomic_load_explicit(&p->split, memory_order_relaxed);
         int w = claim_worker(p, g, workers);
         if (w < 0)
+            continue;
+        /* the fields above are job g's only if the issuer had not begun to
+         * publish the next job meanwhile (a helper preempted after loading
+         * gen, while job g finished without it): it invalidates wid's
+         * generation before rewriting them (seqlock) */
+        atomic_thread_fence(memory_order_acquire);
+        if ((atomic_load_explicit(&p->wid, memory_order_relaxed) >> 32) != (g & 0xffffffffu))
             continue;
         int64_t ran = run_chunks(p, g, n, split, w, fn, arg);
         if (ran)
@@ -385,12 +390,17 @@ void lt_par_run(lt_par_pool *p, int workers, int64_t n_chunks, lt_par_fn fn,
     uint64_t g = atomic_load(&p->gen) + 1;
     if ((g & 0xffffffffu) == 0)                 /* keep 0 = "no job" */
         g++;
+    /* the previous job's worker ids are void before its fields change: a
+     * helper that read them mixed sees it (helper_main) */
+    atomic_store_explicit(&p->wid, ((g & 0xffffffffu) << 32) | (uint64_t)(LT_PAR_MAX_HELPERS + 1),
+                          memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
     atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
     atomic_store_explicit(&p->n_chunks, n_chunks, memory_order_relaxed);
     atomic_store_explicit(&p->workers, workers, memory_order_relaxed);
     atomic_store_explicit(&p->linger, lt_core_exec_inline(), memory_order_relaxed);
-    int split = lt_opt_int(LT_OPT_PAR_RANGES) ? workers : -workers;
+    int split = lt_opt_int(LT_OPT_PAR_RANGES) ? workers : 1;
     atomic_store_explicit(&p->split, split, memory_order_relaxed);
     atomic_store(&p->done, 0);
     for (int k = 0; k < workers; k++)

@@ -646,6 +646,51 @@ static void test_par_pool(void **state)
     free(hits);
 }
 
+/* Back-to-back jobs alternating 2 and 64 chunks, 2-4 workers on a machine
+ * with fewer cores: a helper preempted between reading a job's generation
+ * and its fields, while that job finished without it, read the next job's
+ * chunk count with the old generation's claims and ran chunks past the end
+ * or twice (before the issuer voided the worker ids first: 6-13 bad jobs
+ * in 2M, ~3 in this test's 1M). Every chunk of every job exactly once. */
+typedef struct par_seq {
+    _Atomic int hits[64];
+    int64_t n;
+    _Atomic int bad;
+} par_seq;
+
+static void par_seq_fn(void *arg, int64_t c, int w)
+{
+    (void)w;
+    par_seq *j = arg;
+    if (c < 0 || c >= j->n)
+        atomic_store(&j->bad, 1);
+    else
+        atomic_fetch_add(&j->hits[c], 1);
+}
+
+static void test_par_pool_stale_helper(void **state)
+{
+    (void)state;
+    lt_par_pool *pool = lt_par_pool_new();
+    assert_non_null(pool);
+    par_seq *j = malloc(sizeof *j);
+    long bad = 0;
+    for (long it = 0; it < 1000000; it++) {
+        j->n = (it & 1) ? 64 : 2;
+        for (int c = 0; c < 64; c++) atomic_store(&j->hits[c], 0);
+        atomic_store(&j->bad, 0);
+        lt_par_run(pool, (int)(it % 3) + 2, j->n, par_seq_fn, j);
+        int b = atomic_load(&j->bad);
+        for (int c = 0; c < 64; c++)
+            if (atomic_load(&j->hits[c]) != (c < j->n)) b = 1;
+        bad += b;
+    }
+    free(j);
+    lt_par_pool_free(pool);
+    if (bad)
+        fail_msg("%ld of 1000000 jobs ran a chunk twice, not at all or out of range", bad);
+}
+
 /* An 8-op chain over 4M floats as one fused program equals the same 8 ops
  * run one program each through memory (what eager does). Its speed is a
  * benchmark: build/bench_core's "8-op chain" rows. */
@@ -731,6 +776,7 @@ int main(void)
         cmocka_unit_test(test_argreduce_flat_parallel),
         cmocka_unit_test(test_broadcast_big),
         cmocka_unit_test(test_par_pool),
+        cmocka_unit_test(test_par_pool_stale_helper),
         cmocka_unit_test(test_chain_fused_equals_separate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
