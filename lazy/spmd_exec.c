@@ -751,8 +751,16 @@ static void report(const xs *x, const char *why)
 
 /* ------------------------------------------------------------- entry point */
 
-static lt_status execute(const lt_graph *g, lt_sync_cause cause, const char *frame,
-                         lt_buffer **out_bufs, int *ran);
+static lt_status execute(const lt_graph *g, const lt_sharding *m, lt_sync_cause cause,
+                         const char *frame, lt_buffer **out_bufs, int *ran);
+
+/* The mesh: the first sharding not {manual}, NULL when no node is sharded. */
+static const lt_sharding *mesh_of(const lt_graph *g)
+{
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->shard && !g->nodes[i]->shard->manual) return g->nodes[i]->shard;
+    return NULL;
+}
 
 /* The host's own work for a partitioned step (plan, levels, layout
  * changes, queueing): thread CPU time, metric SpmdHostTime. */
@@ -762,16 +770,13 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
     /* no sharded node: nothing to partition. Checked before the clock reads:
      * CLOCK_THREAD_CPUTIME_ID is a system call (no vDSO), two per step of
      * every unsharded program, and a point where the host can be preempted */
-    int sharded = 0;
-    for (int i = 0; i < g->n_nodes && !sharded; i++)
-        if (g->nodes[i]->shard && !g->nodes[i]->shard->manual) sharded = 1;
-    if (!sharded) {
-        *ran = 0;
+    *ran = 0;
+    const lt_sharding *m = mesh_of(g);
+    if (!m)
         return LT_OK;
-    }
     struct timespec a, b;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
-    lt_status st = execute(g, cause, frame, out_bufs, ran);
+    lt_status st = execute(g, m, cause, frame, out_bufs, ran);
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
     if (*ran)
         lt_metric_add(lt_metric_get("SpmdHostTime", LT_UNIT_NS),
@@ -779,14 +784,9 @@ lt_status lt_spmd_execute(const lt_graph *g, lt_sync_cause cause, const char *fr
     return st;
 }
 
-static lt_status execute(const lt_graph *g, lt_sync_cause cause, const char *frame,
-                         lt_buffer **out_bufs, int *ran)
+static lt_status execute(const lt_graph *g, const lt_sharding *m, lt_sync_cause cause,
+                         const char *frame, lt_buffer **out_bufs, int *ran)
 {
-    *ran = 0;
-    const lt_sharding *m = NULL;   /* the mesh: the first sharding not {manual} */
-    for (int i = 0; i < g->n_nodes && !m; i++)
-        if (g->nodes[i]->shard && !g->nodes[i]->shard->manual) m = g->nodes[i]->shard;
-    if (!m) return LT_OK;
     int n_cores = lt_devices_count();
     const char *why = NULL;
     for (int q = 0; q < m->n_dev; q++)

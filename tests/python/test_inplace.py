@@ -198,4 +198,3 @@ def test_parameters_and_momentum_buffers_match_eager_over_steps():
 
     for got, want in zip(train(DEV), train("cpu")):
         torch.testing.assert_close(got, want)
-
