@@ -42,7 +42,7 @@ from . import _exit  # noqa: E402,F401  (autograd device threads at exit)
 from . import amp, compat, distributed, utils  # noqa: E402,F401
 from .precision import set_matmul_precision, get_matmul_precision  # noqa: E402,F401
 from .compile_cache import set_compile_cache_dir, compile_cache_info  # noqa: E402,F401
-from . import hf, step_guard  # noqa: E402,F401
+from . import hf, hop, step_guard  # noqa: E402,F401
 
 if hf._device_env_is_lazytpu():
     hf.enable()   # ACCELERATE_TORCH_DEVICE=lazytpu: Trainer/Accelerate on lazytpu

@@ -194,6 +194,18 @@ def _dynamo_backend_name():
             or type(fn).__name__)
 
 
+def _in_hop_compile():
+    """True while a higher-order op called outside torch.compile (while_loop,
+    cond, scan, map, ...) compiles itself with dynamo's eager backend to run:
+    its graph runs the op's eager implementation on the device tensors, as
+    any traced op (each while_loop iteration reads its condition)."""
+    try:
+        from torch._higher_order_ops.utils import _in_hop_compile as f
+    except ImportError:  # torch without it
+        return False
+    return f()
+
+
 def _patch_meta_describer():
     try:
         from torch._subclasses import meta_utils
@@ -212,7 +224,7 @@ def _patch_meta_describer():
         if not (isinstance(t, torch.Tensor) and t.device.type in _TYPES):
             return orig(self, t, *args, **kwargs)
         name = _dynamo_backend_name()
-        if name is not None and name != "lazytpu":
+        if name is not None and name != "lazytpu" and not _in_hop_compile():
             raise RuntimeError(_COMPILE_MSG % name)
         torch._is_functional_tensor = is_functional_not_lazytpu
         try:

@@ -10,6 +10,8 @@ import torch
 from torch._C import DispatchKey
 from torch._higher_order_ops.while_loop import while_loop_op
 
+from lazytpu import hop
+
 
 def _as_tuple(v):
     return tuple(v) if isinstance(v, (tuple, list)) else (v,)
@@ -48,3 +50,9 @@ def fori_loop(lower, upper, body_fun, *input_value):
 @while_loop_op.py_impl(DispatchKey.XLA)
 def _while_loop_xla(cond_fn, body_fn, carried_inputs, additional_inputs=None):
     return _run(cond_fn, body_fn, carried_inputs, additional_inputs or ())
+
+
+# torch's while_loop called eagerly compiles itself first and its
+# functionalization rule fake-traces the body, which a storage-less xla
+# tensor cannot give: the eager loop runs above it (lazytpu.hop)
+hop.register(DispatchKey.AutogradXLA)
