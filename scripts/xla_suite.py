@@ -141,6 +141,8 @@ FILES = [
     ("pjrt/test_runtime.py", {}),
     ("pjrt/test_runtime_multi_cpu.py", {}),
     ("pjrt/test_dtypes.py", {}),
+    # the device-plugin registry with the TPU plugin registered again by hand
+    ("pjrt/test_dynamic_plugin_tpu.py@tpu", {"env": {"PJRT_DEVICE": "TPU"}}),
     ("pjrt/test_mesh_service.py", {"devices": 4}),
     ("test_devices.py", {"devices": 4}),
     ("test_persistent_cache.py", {}),

@@ -232,3 +232,71 @@ def test_legacy_pjrt_init_method(tmp_path):
                        text=True, timeout=300, cwd=str(tmp_path))
     assert p.returncode == 0, p.stderr[-3000:]
     assert "sum 3.0 2" in p.stdout
+
+
+_PLUGIN_CODE = """
+import os, warnings
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import torch, torch_xla
+from torch_xla.experimental import plugins
+print("WARN", [str(w.message) for w in caught if "plugin" in str(w.message)])
+print("ENV", os.environ.get("PJRT_DYNAMIC_PLUGINS"), plugins.using_dynamic_plugins())
+print("REG", sorted(plugins._plugin_registry))
+try:
+    p = plugins.default()
+    print("DEFAULT", type(p).__name__, p.host_index(), p.physical_chip_count(),
+          p.client_create_options(), p.requires_xla_coordinator())
+    p.library_path()
+except (KeyError, EnvironmentError) as e:
+    print("REFUSED", type(e).__name__, e)
+t = torch.ones(2, device=torch_xla.device())
+try:
+    plugins.use_dynamic_plugins()
+except RuntimeError as e:
+    print("LATE", e)
+"""
+
+
+def _plugin_run(tmp_path, **env_extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "PJRT_"))}
+    env.update(env_extra)
+    p = subprocess.run([sys.executable, "-c", _PLUGIN_CODE], env=env, capture_output=True,
+                       text=True, timeout=300, cwd=str(tmp_path))
+    assert p.returncode == 0, p.stderr[-3000:]
+    return dict(line.split(" ", 1) for line in p.stdout.strip().splitlines())
+
+
+def test_plugin_registry_is_29s(tmp_path):
+    """torch_xla.experimental.plugins as `import torch_xla` leaves it in
+    2.9: dynamic plugins on, the TPU's plugin (here the simulated board:
+    host 0, 8 processes for xmp.spawn, no libtpu to load), installed
+    plugins from the entry-point group torch_xla.plugins (one that fails to
+    load is a warning, not a failed import); use_dynamic_plugins refuses
+    once a device tensor exists; CPU has no plugin."""
+    site = tmp_path / "site"
+    (site / "fakeplug-1.0.dist-info").mkdir(parents=True)
+    (site / "fakeplug-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: fakeplug\nVersion: 1.0\n")
+    (site / "fakeplug-1.0.dist-info" / "entry_points.txt").write_text(
+        "[torch_xla.plugins]\nfake = fakeplug:FakePlugin\nbroken = fakeplug:NoSuchClass\n")
+    (site / "fakeplug.py").write_text(
+        "from torch_xla.experimental import plugins\n"
+        "class FakePlugin(plugins.DevicePlugin):\n"
+        "    def physical_chip_count(self):\n        return 3\n")
+    pp = str(site) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    out = _plugin_run(tmp_path, PYTHONPATH=pp)
+    assert out["ENV"] == "1 True", out
+    assert out["REG"] == "['FAKE', 'TPU']", out
+    assert "'broken'" in out["WARN"] and "NoSuchClass" in out["WARN"], out
+    assert out["DEFAULT"] == "TpuPlugin 0 8 {} False", out
+    assert out["REFUSED"].startswith("OSError libtpu not found"), out
+    assert out["LATE"] == "Can't enable dynamic plugins after XLA runtime is initialized", out
+
+    out = _plugin_run(tmp_path, PYTHONPATH=pp, PJRT_DEVICE="CPU")
+    assert out["ENV"] == "1 False", out                   # no CPU plugin in 2.9
+    assert out["REFUSED"] == "KeyError 'CPU'", out
+
+    out = _plugin_run(tmp_path, XLA_REGISTER_INSTALLED_PLUGINS="0")
+    assert out["ENV"] == "None False" and out["REG"] == "[]", out
+    assert out["REFUSED"] == "KeyError 'TPU'", out

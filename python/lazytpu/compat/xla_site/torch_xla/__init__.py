@@ -24,6 +24,10 @@ from . import _XLAC, runtime, experimental  # noqa: E402,F401
 from .core import xla_model as _xla_model  # noqa: E402,F401
 from .utils import utils as _utils  # noqa: E402,F401
 from ._internal import tpu as _tpu  # noqa: E402,F401
+# the device-plugin registry, filled as 2.9's import fills it
+from .experimental import plugins as _plugins  # noqa: E402
+
+_plugins._register_at_import()
 from ._internal import custom_kernel as _custom_kernel  # noqa: E402,F401  (torch.ops.xla.*)
 from ._dynamo import dynamo_bridge as _dynamo_bridge  # noqa: E402,F401  (openxla backend)
 # and what 2.9's own module imports load with it: torch_xla.debug.metrics /

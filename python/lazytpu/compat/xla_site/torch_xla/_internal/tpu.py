@@ -62,3 +62,33 @@ def worker_id():
 
 def task_id():
     return lazytpu.host_index()
+
+
+def _device_plugin_base():
+    from torch_xla.experimental.plugins import DevicePlugin
+    return DevicePlugin
+
+
+class TpuPlugin(_device_plugin_base()):
+    """The TPU's device plugin (torch_xla.experimental.plugins.default() on
+    a TPU): lazytpu's simulated board. It loads no library and creates no
+    PJRT client, so it has no client options; the world is set up by
+    lazytpu's launcher, so configuring it is nothing to do."""
+
+    def library_path(self):
+        raise EnvironmentError("libtpu not found: lazytpu simulates the TPU cores in this "
+                               "process and loads no PJRT plugin library")
+
+    def host_index(self):
+        return worker_id()
+
+    def configure_single_process(self):
+        return None
+
+    def configure_multiprocess(self, local_rank, local_world_size):
+        return None
+
+    def physical_chip_count(self):
+        """Processes xmp.spawn starts on this host (one per core)."""
+        from lazytpu.compat import devices
+        return devices.spawn_count()
