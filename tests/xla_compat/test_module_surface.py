@@ -146,6 +146,14 @@ def test_utils_helpers():
                                        lambda v: v + 1)
     assert out["a"][0] is out["b"][0] and torch.equal(out["a"][0], t + 1)
     assert isinstance(out["a"], list) and out["a"][1] == 3      # tuples become lists
+    # both walks visit a dict's key before its value (pytorch/xla's
+    # test_util_foreach_api compares the two orders)
+    walked, rewritten = [], []
+    nested = {2.5: 11, "w": [12, {"k": "v"}]}
+    xu.for_each_instance(nested, lambda v: isinstance(v, (int, str, float)), walked.append)
+    xu.for_each_instance_rewrite(nested, lambda v: isinstance(v, (int, str, float)),
+                                 lambda v: rewritten.append(v) or v)
+    assert walked == rewritten == [2.5, 11, "w", 12, "k", "v"], (walked, rewritten)
 
     class Pair(xu.DataWrapper):
         def __init__(self, x, y):
@@ -300,3 +308,202 @@ def test_plugin_registry_is_29s(tmp_path):
     out = _plugin_run(tmp_path, XLA_REGISTER_INSTALLED_PLUGINS="0")
     assert out["ENV"] == "None False" and out["REG"] == "[]", out
     assert out["REFUSED"] == "KeyError 'TPU'", out
+
+
+def test_model_comparator_finds_the_first_differing_layer(tmp_path):
+    """mc.save in a model's forward, one run on the CPU and one on the
+    device: compare() is empty within tolerance and names the layer (and
+    element) that differs once the device run is perturbed there."""
+    import torch.nn as nn
+    import torch_xla.debug.model_comparator as mc
+
+    class Net(nn.Module):
+        def __init__(self, bump=0.0):
+            super().__init__()
+            self.fc1, self.fc2, self.bump = nn.Linear(6, 5), nn.Linear(5, 3), bump
+
+        def forward(self, x):
+            x = mc.save("fc1", torch.relu(self.fc1(x)))
+            x = x + self.bump * (torch.arange(5, device=x.device) == 2)
+            return mc.save("out", self.fc2(x))
+
+    x = torch.randn(4, 6)
+    runs = {}
+    for tag, device, bump in (("cpu", "cpu", 0.0), ("dev", xm.xla_device(), 0.0),
+                              ("bad", xm.xla_device(), 1.0)):
+        torch.manual_seed(0)
+        net = Net(bump).to(device)
+        mc.configure(str(tmp_path / tag))
+        net(x.to(device))
+        net(x.to(device))
+        mc.save(None, x, step=3)
+        runs[tag] = str(tmp_path / tag)
+    mc.configure(None)
+    saved = sorted(os.listdir(runs["cpu"]))
+    assert saved == ["fc1.0", "fc1.1", "out.0", "out.1", "step-3"], saved
+    named = os.listdir(os.path.join(runs["cpu"], "step-3"))
+    assert len(named) == 1 and named[0].startswith("test_module_surface.py.l"), named
+    assert mc.compare(runs["cpu"], runs["dev"], rtol=1e-4, atol=1e-5) == ""
+    report = mc.compare(runs["cpu"], runs["bad"], rtol=1e-4, atol=1e-5)
+    assert 'Changes in saved tensor "out" with id=0' in report, report
+    assert "fc1" not in report, report
+    os.remove(os.path.join(runs["bad"], "fc1.1"))
+    assert "Mismatch: fc1.1 not in" in mc.compare(runs["cpu"], runs["bad"])
+
+
+def test_dlpack_copies_through_the_host():
+    import numpy as np
+    import torch_xla.utils.dlpack as xdlpack
+    t = torch.arange(6.0, device=xm.xla_device()).reshape(2, 3) * 2
+    cap = xdlpack.to_dlpack(t)
+    host = torch.utils.dlpack.from_dlpack(cap)
+    assert host.device.type == "cpu" and torch.equal(host, torch.arange(6.0).reshape(2, 3) * 2)
+    back = xdlpack.from_dlpack(np.arange(4, dtype=np.int32))
+    assert back.device.type == "xla" and back.dtype == torch.int32
+    assert back.cpu().tolist() == [0, 1, 2, 3]
+    with pytest.raises(RuntimeError, match="expected an xla tensor"):
+        xdlpack.to_dlpack(torch.ones(2))
+
+
+_DP_CODE = """
+import torch, torch.nn as nn, copy
+import torch_xla.core.xla_model as xm
+import torch_xla.distributed.data_parallel as dp
+data = [(torch.randn(4, 3), torch.randn(4, 2)) for _ in range(3)]
+
+def loop_fn(model, loader, device, context):
+    opt = context.getattr_or("opt", lambda: torch.optim.SGD(model.parameters(), lr=0.1))
+    losses = []
+    for x, y in loader:
+        opt.zero_grad()
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        xm.optimizer_step(opt)
+        losses.append(loss.item())
+    return losses
+
+torch.manual_seed(0)
+ref = nn.Linear(3, 2)
+par = dp.DataParallel(copy.deepcopy(ref))          # the devices: xla:0 alone
+got = par(loop_fn, data)[0]
+want = loop_fn(ref, iter(data), torch.device("cpu"), dp.Context(torch.device("cpu")))
+print("DEVICES", par.devices)
+print("LOSS", max(abs(a - b) for a, b in zip(got, want)), len(got))
+print("W", (par.models[0].weight.cpu() - ref.weight).abs().max().item())
+"""
+
+
+def test_data_parallel_on_one_device_and_refusals():
+    """DataParallel on the process's one device (CPU_NUM_DEVICES=1, as
+    pytorch/xla's CI runs it) trains as the plain loop does; several devices
+    of one process, and XLA lowering functions, are refused."""
+    import torch.nn as nn
+    import torch_xla.core.xla_op_registry as xor
+    import torch_xla.distributed.data_parallel as dp
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "PJRT_"))}
+    env.update(PJRT_DEVICE="CPU", CPU_NUM_DEVICES="1")
+    p = subprocess.run([sys.executable, "-c", _DP_CODE], env=env, capture_output=True,
+                       text=True, timeout=300, cwd=REPO)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = dict(line.split(" ", 1) for line in p.stdout.strip().splitlines())
+    assert out["DEVICES"] == "['xla:0']", out
+    loss_err, n = out["LOSS"].split()
+    assert float(loss_err) < 1e-5 and n == "3", out
+    assert float(out["W"]) < 1e-5, out
+    with pytest.raises(NotImplementedError, match="over 2 devices"):
+        dp.DataParallel(nn.Linear(3, 2), device_ids=["xla:0", "xla:1"])
+    with pytest.raises(NotImplementedError, match="'my_op' is an XLA lowering function"):
+        xor.register("my_op", lambda a: a)(torch.ones(2, device=xm.xla_device()))
+
+
+def test_send_cpu_data_to_device_moves_a_data_wrappers_tensors_only():
+    """A DataWrapper (pytorch/xla's PackedSequence example): its
+    get_tensors() go to the device, from_tensors() rebuilds it, and what it
+    does not list (batch_sizes) stays on the CPU."""
+    import torch.nn as nn
+    import torch_xla.utils.utils as xu
+
+    class PackWrapper(xu.DataWrapper):
+        def __init__(self, pack):
+            self.pack = pack
+
+        def get_tensors(self):
+            return [self.pack.data, self.pack.sorted_indices, self.pack.unsorted_indices]
+
+        def from_tensors(self, tensors):
+            return nn.utils.rnn.PackedSequence(tensors[0], self.pack.batch_sizes,
+                                               tensors[1], tensors[2])
+
+    batch = torch.tensor([[1., 2, 3], [4, 5, 0], [6, 0, 0]]).unsqueeze(-1)
+    pack = nn.utils.rnn.pack_padded_sequence(batch, [3, 2, 1], batch_first=True)
+    out = xm.send_cpu_data_to_device({"x": PackWrapper(pack)}, xm.xla_device())["x"]
+    assert isinstance(out, nn.utils.rnn.PackedSequence)
+    assert out.batch_sizes.device.type == "cpu" and out.data.device.type == "xla"
+    assert torch.equal(out.data.cpu(), pack.data)
+
+
+def test_sync_inside_a_profiler_trace_is_refused_as_29():
+    """2.9 opens an IR scope per xp.Trace and a step that resets the scopes
+    refuses while one is open; reset_scope=False and a StepTrace (its own
+    scope closes first) are fine; ids restart after each step."""
+    import torch_xla.debug.profiler as xp
+    torch_xla.sync()
+    with pytest.raises(RuntimeError, match=r"^Expecting scope to be empty but it is conv1\.1$"):
+        with xp.Trace("conv1"):
+            torch_xla.sync()
+
+    @xp.trace_me("conv2")
+    def step():
+        xm.mark_step()
+
+    with pytest.raises(RuntimeError, match=r"but it is conv2\.2$"):
+        step()
+    with pytest.raises(RuntimeError, match=r"but it is outer\.3/inner\.4$"):
+        with xp.Trace("outer"), xp.Trace("inner"):
+            torch_xla.sync()
+    with xp.Trace("kept"):
+        x = torch.ones(3, device=xm.xla_device()) * 2
+        torch_xla.sync(reset_scope=False)
+    for n in range(2):
+        with xp.StepTrace("train", step_num=n):
+            with xp.Trace("fwd"):
+                x = x + 1
+    assert x.cpu().tolist() == [4.0, 4.0, 4.0]
+    with pytest.raises(RuntimeError, match=r"but it is epoch\.1$"):
+        with xp.Trace("epoch"), xp.StepTrace("train"):
+            pass
+    torch_xla.sync()
+
+
+def test_repeat_with_fixed_output_size_matches_repeat_interleave():
+    from torch_xla.experimental.custom_kernel import repeat_with_fixed_output_size
+    import torch_xla.debug.metrics as met
+    for length, reps in ((20, [0, 1, 2, 0, 4, 0, 6, 7, 8, 9]), (100, [0, 5, 2, 0, 4, 9, 6, 7, 8, 0]),
+                         (135, [3, 6, 2, 14, 27, 47, 8, 28]), (4, [0, 0, 0])):
+        x = torch.randn(len(reps))
+        met.clear_all()
+        got = repeat_with_fixed_output_size(x.to(xm.xla_device()),
+                                            torch.tensor(reps).to(xm.xla_device()), length)
+        assert not [n for n in met.counter_names() if n.startswith("aten::")]
+        base = torch.repeat_interleave(x, torch.tensor(reps))[:length]
+        want = torch.cat([base, x[-1].repeat(length - base.numel())])
+        assert torch.equal(got.cpu(), want), (length, reps)
+
+
+def test_xlac_real_devices_and_matmul_precision_entry_points():
+    devs = xm.get_xla_supported_devices()
+    real = torch_xla._XLAC._xla_real_devices(devs)
+    assert len(real) == len(devs) and all(r.split(":")[1] == d.split(":")[1]
+                                          for r, d in zip(real, devs))
+    with pytest.raises(RuntimeError, match="not a device of this process"):
+        torch_xla._XLAC._xla_real_devices(["xla:%d" % len(devs)])
+    import torch_xla.backends as backends
+    before = backends.get_mat_mul_precision()
+    try:
+        torch_xla._XLAC._xla_set_mat_mul_precision("high")
+        assert torch_xla._XLAC._xla_get_mat_mul_precision() == "high"
+        assert backends.get_mat_mul_precision() == "high"
+        with pytest.raises(RuntimeError, match="unknown precision 'fast'"):
+            torch_xla._XLAC._xla_set_mat_mul_precision("fast")
+    finally:
+        torch_xla._XLAC._xla_set_mat_mul_precision(before)

@@ -95,7 +95,8 @@ def _cause(kind, cause, replay, raw):
                         "target function")
             if _is(fr, "end", os.path.join("lazytpu", "step_fn.py")):
                 return "torch_xla.compile"
-            if _is(fr, "__exit__", os.path.join("lazytpu", "debug.py")):
+            if _is(fr, "__exit__", os.path.join("lazytpu", "debug.py")) or \
+                    _is(fr, "__exit__", os.path.join("torch_xla", "debug", "profiler.py")):
                 return "torch_xla.sync when exiting a profiler StepTrace region"
         return "user torch_xla.sync"
     if cause == _C.SYNC_EXPLICIT and any(

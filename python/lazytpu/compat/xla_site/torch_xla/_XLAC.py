@@ -36,7 +36,17 @@ def _xla_get_devices():
     return ["%s:%d" % (_core.device_kind(), i) for i in range(lazytpu.device_count())]
 
 
-_xla_real_devices = _xla_get_devices
+def _xla_real_devices(devices):
+    """The real device of each xla device string ('xla:1' -> 'TPU:1');
+    RuntimeError for a device this process does not have."""
+    out = []
+    for d in devices:
+        kind, _, idx = str(d).partition(":")
+        if kind != "xla" or not idx.isdigit() or int(idx) >= lazytpu.device_count():
+            raise RuntimeError("_xla_real_devices: %r is not a device of this process "
+                               "(xla:0 .. xla:%d)" % (str(d), lazytpu.device_count() - 1))
+        out.append("%s:%s" % (_core.device_kind(), idx))
+    return out
 
 
 def _xla_get_all_devices():
@@ -203,6 +213,21 @@ def _ensure_xla_coordinator_initialized(global_rank, world_size, master_addr,
         raise RuntimeError("_ensure_xla_coordinator_initialized: global_rank %s of world_size "
                            "%s, this process is rank %d of %d"
                            % (global_rank, world_size, rank, size))
+
+
+def _xla_set_mat_mul_precision(precision):
+    """The entry point under torch_xla.backends.set_mat_mul_precision
+    (which adds the warning): 'default', 'high' or 'highest'."""
+    from . import backends
+    if precision not in backends._NAMES:
+        raise RuntimeError("_xla_set_mat_mul_precision: unknown precision %r (one of %s)"
+                           % (precision, ", ".join(backends._NAMES)))
+    backends._set(precision)
+
+
+def _xla_get_mat_mul_precision():
+    from . import backends
+    return backends.get_mat_mul_precision()
 
 
 def _xla_get_auto_sharding():

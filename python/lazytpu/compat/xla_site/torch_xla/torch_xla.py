@@ -58,8 +58,12 @@ def launch(fn, args=(), start_method="spawn", debug_single_process=False):
 
 def sync(wait=False, reset_scope=True):
     """Ends the step (lazytpu.mark_step); with XLA_METRICS_FILE, appends the
-    metrics report there (torch_xla.debug.metrics_saver), as 2.9."""
-    from torch_xla.debug import metrics_saver
+    metrics report there (torch_xla.debug.metrics_saver), as 2.9. With
+    reset_scope, RuntimeError while a torch_xla.debug.profiler.Trace is open
+    (2.9's "Expecting scope to be empty but it is <scope>")."""
+    from torch_xla.debug import metrics_saver, profiler
+    if reset_scope:
+        profiler.check_scopes_empty()      # a Trace still open: RuntimeError, as 2.9
     lazytpu.mark_step(wait, reset_scope)
     metrics_saver.save_metrics()
 

@@ -42,10 +42,16 @@ def set_mat_mul_precision(precision):
     the graphs synced from now on (on PJRT_DEVICE=CPU: recorded only, the
     arithmetic stays f32 as on XLA:CPU). Logs torch_xla's warning; ValueError
     for another value."""
-    global _setting
     if precision not in _NAMES:
         raise ValueError("Invalid precision: %s. Must be one of %s." % (precision, ", ".join(_NAMES)))
     logger.warning(_WARNING_MESSAGE)
+    _set(precision)
+
+
+def _set(precision):
+    """The setting itself (torch_xla._XLAC._xla_set_mat_mul_precision: no
+    warning); precision is one of _NAMES."""
+    global _setting
     _setting = precision
     if _levels_apply():
         _precision.set_matmul_precision(precision)

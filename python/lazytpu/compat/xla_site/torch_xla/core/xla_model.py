@@ -191,7 +191,8 @@ def optimization_barrier_(tensors):
 
 class ToXlaTensorArena:
     """Collects the values select_fn picks from nested data (dicts, lists,
-    tuples, sets, objects' attributes; select_fn sees every value, as in
+    tuples, sets, a DataWrapper's get_tensors() (rebuilt by its
+    from_tensors), objects' attributes; select_fn sees every value, as in
     2.9: xser.load selects its TensorReference objects), converts them in
     one call of convert_fn (a list -> list; each object once) and puts the
     results back in the same structure (container types kept)."""
@@ -201,6 +202,7 @@ class ToXlaTensorArena:
         self._select_fn = select_fn
 
     def transform(self, data):
+        from torch_xla.utils.utils import DataWrapper
         found, seen = [], set()
 
         def collect(x):
@@ -214,6 +216,9 @@ class ToXlaTensorArena:
                     collect(v)
             elif isinstance(x, (list, tuple, set)):
                 for v in x:
+                    collect(v)
+            elif isinstance(x, DataWrapper):       # its tensors only (a PackedSequence's data)
+                for v in x.get_tensors():
                     collect(v)
             elif hasattr(x, "__dict__") and not isinstance(x, type) and \
                     not callable(x) and not isinstance(x, torch.Tensor):
@@ -235,6 +240,8 @@ class ToXlaTensorArena:
                 return type(x)(*[rebuild(v) for v in x])
             if isinstance(x, (list, tuple, set)):
                 return type(x)(rebuild(v) for v in x)
+            if isinstance(x, DataWrapper):
+                return x.from_tensors([rebuild(v) for v in x.get_tensors()])
             if hasattr(x, "__dict__") and not isinstance(x, type) and not callable(x):
                 import copy
                 y = copy.copy(x)

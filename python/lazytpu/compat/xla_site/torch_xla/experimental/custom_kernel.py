@@ -175,4 +175,20 @@ for _key in ("AutogradXLA", "AutogradPrivateUse1"):
     XLA_LIB.impl("flash_attention", _flash_attention_device, _key)
 XLA_LIB.impl("flash_attention", _flash_attention_other, "CompositeExplicitAutograd")
 
-__all__ = ["flash_attention", "DEFAULT_MASK_VALUE"]
+def repeat_with_fixed_output_size(input, repeats, total_repeat_length):
+    """torch.repeat_interleave(input, repeats) with a static length: the
+    first total_repeat_length elements, padded with input[-1] past the
+    repeated ones (2.9's helper for MoE token grouping; 1-D input and
+    repeats). Position j takes the last element whose block starts at or
+    before j: comparisons and a sum on the device, no host read, no data-
+    dependent shape."""
+    assert input.dim() == 1 and repeats.dim() == 1, (
+        "repeat_with_fixed_output_size: input and repeats must be 1-D, got %s and %s"
+        % (tuple(input.shape), tuple(repeats.shape)))
+    starts = torch.cumsum(repeats, dim=0) - repeats          # exclusive prefix sums
+    pos = torch.arange(int(total_repeat_length), device=input.device, dtype=starts.dtype)
+    index = (starts.unsqueeze(0) <= pos.unsqueeze(1)).sum(dim=1) - 1
+    return torch.gather(input, 0, index.clamp(min=0))
+
+
+__all__ = ["flash_attention", "DEFAULT_MASK_VALUE", "repeat_with_fixed_output_size"]

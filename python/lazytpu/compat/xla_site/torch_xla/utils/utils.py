@@ -134,7 +134,8 @@ def _rewrite(value, select_fn, fn, done):
     elif isinstance(value, dict):
         out = done[id(value)] = {}
         for k, v in value.items():
-            out[_rewrite(k, select_fn, fn, done)] = _rewrite(v, select_fn, fn, done)
+            key = _rewrite(k, select_fn, fn, done)     # the key first, as for_each_instance
+            out[key] = _rewrite(v, select_fn, fn, done)
     elif isinstance(value, set):
         out = done[id(value)] = set()
         for v in value:
